@@ -1,0 +1,190 @@
+//! Loading descriptor files: the only file I/O of the config.
+//!
+//! A config path is one YAML file or a directory whose `*.yaml`/`*.yml` entries (symlinks
+//! followed, dotfiles and dot-directories such as a ConfigMap's `..data` skipped) are
+//! domain files. Loading is all-or-nothing: any problem in any file rejects the whole
+//! set, and every problem is reported, each with its file, line and descriptor path.
+
+mod validate;
+mod yaml;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+
+use crate::matcher::DomainTree;
+use crate::rules::Rule;
+
+/// A loaded, valid set of domains.
+#[derive(Debug, Default)]
+pub struct Config {
+    domains: HashMap<String, DomainTree, foldhash::fast::RandomState>,
+    /// Hash of every file's name and bytes: a reload that finds the same files changes nothing.
+    fingerprint: u64,
+}
+
+impl Config {
+    /// The tree of `domain`, if configured.
+    pub fn domain(&self, domain: &str) -> Option<&DomainTree> {
+        self.domains.get(domain)
+    }
+
+    /// Configured domain names, sorted.
+    pub fn domains(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.domains.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// Every rule with a limit or `unlimited`, sorted by its full key.
+    pub fn rules(&self) -> Vec<&Rule> {
+        let mut out = Vec::new();
+        for name in self.domains() {
+            let mut nodes = Vec::new();
+            self.domains[name].root.walk(name, &mut nodes);
+            out.extend(nodes.into_iter().filter_map(|(_, node)| node.rule.as_ref()));
+        }
+        out.sort_by(|a, b| a.full_key.cmp(&b.full_key));
+        out
+    }
+
+    /// Identifies the files' contents; equal fingerprints mean nothing changed.
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+
+    /// Parses descriptor files given as `(name, text)` pairs, as [`load`] does after reading.
+    pub fn from_sources(sources: &[(PathBuf, String)]) -> Result<Config, Vec<ConfigError>> {
+        let mut errors = Vec::new();
+        let mut domains = HashMap::default();
+        let mut owners: HashMap<String, &Path> = HashMap::new();
+        let mut hasher = std::hash::DefaultHasher::new();
+        for (file, text) in sources {
+            (file, text).hash(&mut hasher);
+            match validate::parse_domain_file(file, text) {
+                Ok((name, tree)) => {
+                    if let Some(first) = owners.get(&name) {
+                        errors.push(ConfigError::new(
+                            file,
+                            None,
+                            None,
+                            format!(
+                                "duplicate domain '{name}' in config file (already defined in {})",
+                                first.display()
+                            ),
+                        ));
+                        continue;
+                    }
+                    owners.insert(name.clone(), file);
+                    domains.insert(name, tree);
+                }
+                Err(mut found) => errors.append(&mut found),
+            }
+        }
+        if errors.is_empty() {
+            Ok(Config {
+                domains,
+                fingerprint: hasher.finish(),
+            })
+        } else {
+            Err(errors)
+        }
+    }
+}
+
+/// Reads and validates every domain file under `path`.
+///
+/// # Errors
+/// Every problem found: unreadable path or file, YAML errors, rule errors.
+pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
+    let files = list_files(path).map_err(|e| vec![ConfigError::new(path, None, None, e)])?;
+    let mut sources = Vec::with_capacity(files.len());
+    let mut errors = Vec::new();
+    for file in files {
+        match std::fs::read_to_string(&file) {
+            Ok(text) => sources.push((file, text)),
+            Err(e) => errors.push(ConfigError::new(&file, None, None, e)),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Config::from_sources(&sources)
+}
+
+/// The domain files a config path stands for, sorted by name.
+///
+/// # Errors
+/// The path cannot be read.
+pub fn list_files(path: &Path) -> std::io::Result<Vec<PathBuf>> {
+    if !std::fs::metadata(path)?.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(path)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let yaml = name.ends_with(".yaml") || name.ends_with(".yml");
+        // `metadata` follows symlinks: ConfigMap files are links into `..data/`.
+        if yaml && !name.starts_with('.') && std::fs::metadata(entry.path())?.is_file() {
+            files.push(entry.path());
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// One problem in one descriptor file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file (or config path) at fault.
+    pub file: PathBuf,
+    /// 1-based line, where the parser knows it.
+    pub line: Option<u32>,
+    /// Descriptor path (`domain.key_value.subkey`), where the problem is in a descriptor.
+    pub descriptor: Option<String>,
+    /// What is wrong; the Go server's wording where it has one.
+    pub message: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(
+        file: &Path,
+        line: Option<u32>,
+        descriptor: Option<String>,
+        message: impl fmt::Display,
+    ) -> Self {
+        Self {
+            file: file.to_path_buf(),
+            line: line.filter(|&l| l > 0),
+            descriptor,
+            message: message.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
+        if let Some(descriptor) = &self.descriptor {
+            write!(f, ": descriptor '{descriptor}'")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Joins several errors, one per line, for logs and command output.
+pub fn render_errors(errors: &[ConfigError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}

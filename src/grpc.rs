@@ -1,0 +1,154 @@
+//! `envoy.service.ratelimit.v3.RateLimitService` over tonic: protobuf in, protobuf out;
+//! the only module that sees Envoy's types. Also serves `grpc.health.v1.Health`.
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as PbUnit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use tonic::{Request, Response, Status};
+
+use crate::clock::NANOS_PER_SEC;
+use crate::rules::Unit;
+use crate::service::{self, Override, RequestDescriptor, RequestError, Service};
+
+/// The gRPC face of a [`Service`].
+#[derive(Debug, Clone)]
+pub struct Rls {
+    service: Service,
+}
+
+impl Rls {
+    /// Wraps `service` for tonic.
+    pub fn new(service: Service) -> Self {
+        Self { service }
+    }
+
+    /// The tonic service to mount.
+    pub fn into_server(self) -> RateLimitServiceServer<Self> {
+        RateLimitServiceServer::new(self)
+    }
+}
+
+/// Service name registered with `grpc.health.v1.Health`, besides the overall "" and the
+/// full service name; the Go server answers health checks for `ratelimit`.
+pub const HEALTH_SERVICE_NAME: &str = "ratelimit";
+
+#[tonic::async_trait]
+impl RateLimitService for Rls {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let request = request.into_inner();
+        if let Some(i) = request.descriptors.iter().position(|d| d.is_negative_hits) {
+            return Err(Status::invalid_argument(format!(
+                "descriptor {i}: is_negative_hits (refunds) is not supported"
+            )));
+        }
+        let answer = self
+            .service
+            .should_rate_limit(&request.domain, &request.descriptors, request.hits_addend)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(to_proto(answer)))
+    }
+}
+
+/// The one place errors become gRPC statuses.
+fn to_status(error: RequestError) -> Status {
+    match error {
+        // The caller sent something no config could answer: its fault, and retrying the
+        // same request will not help.
+        RequestError::EmptyDomain | RequestError::NoDescriptors | RequestError::BadOverrideUnit(_) => {
+            Status::invalid_argument(error.to_string())
+        }
+        // We could not decide. UNAVAILABLE lets Envoy apply its `failure_mode_deny`
+        // setting, which is the operator's choice between failing open and closed.
+        RequestError::Store(_) => Status::unavailable(error.to_string()),
+    }
+}
+
+fn to_proto(answer: service::Response) -> RateLimitResponse {
+    RateLimitResponse {
+        overall_code: if answer.over_limit {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        } as i32,
+        statuses: answer.statuses.into_iter().map(status_to_proto).collect(),
+        ..RateLimitResponse::default()
+    }
+}
+
+fn status_to_proto(status: service::Status) -> DescriptorStatus {
+    DescriptorStatus {
+        code: if status.over_limit {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        } as i32,
+        current_limit: status.current_limit.map(|l| RateLimit {
+            name: l.name,
+            requests_per_unit: l.requests_per_unit,
+            unit: unit_to_proto(l.unit) as i32,
+        }),
+        limit_remaining: status.remaining,
+        duration_until_reset: status.reset.map(|ns| PbDuration {
+            seconds: (ns / NANOS_PER_SEC) as i64,
+            nanos: (ns % NANOS_PER_SEC) as i32,
+        }),
+        ..DescriptorStatus::default()
+    }
+}
+
+fn unit_to_proto(unit: Unit) -> PbUnit {
+    match unit {
+        Unit::Second => PbUnit::Second,
+        Unit::Minute => PbUnit::Minute,
+        Unit::Hour => PbUnit::Hour,
+        Unit::Day => PbUnit::Day,
+        Unit::Week => PbUnit::Week,
+        Unit::Month => PbUnit::Month,
+        Unit::Year => PbUnit::Year,
+    }
+}
+
+/// An override's unit is an `envoy.type.v3.RateLimitUnit`, read by number as the Go server
+/// does (7 is WEEK in the response enum).
+fn unit_from_proto(unit: i32) -> Option<Unit> {
+    Some(match PbUnit::try_from(unit).ok()? {
+        PbUnit::Unknown => return None,
+        PbUnit::Second => Unit::Second,
+        PbUnit::Minute => Unit::Minute,
+        PbUnit::Hour => Unit::Hour,
+        PbUnit::Day => Unit::Day,
+        PbUnit::Week => Unit::Week,
+        PbUnit::Month => Unit::Month,
+        PbUnit::Year => Unit::Year,
+    })
+}
+
+impl RequestDescriptor for RateLimitDescriptor {
+    fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()))
+    }
+
+    fn limit_override(&self) -> Option<Override> {
+        self.limit.as_ref().map(|l| Override {
+            requests_per_unit: l.requests_per_unit,
+            unit: unit_from_proto(l.unit),
+        })
+    }
+
+    fn hits_addend(&self) -> Option<u64> {
+        self.hits_addend.as_ref().map(|h| h.value)
+    }
+}

@@ -1,0 +1,29 @@
+//! meshlimit: a global rate-limit service for Envoy and Istio.
+//!
+//! # Layout
+//! - [`config`]: descriptor files (the envoyproxy/ratelimit format) → a valid [`config::Config`].
+//! - [`matcher`]: the compiled descriptor tree and the Go server's matching walk.
+//! - [`rules`]: units, limits and rules, free of YAML and protobuf.
+//! - [`limiter`]: token-bucket and fixed-window arithmetic as pure functions of `now`.
+//! - [`store`]: where bucket state lives; the embedded in-memory store.
+//! - [`service`]: the request semantics (matching, `replaces`, hits, shadow, quota, overall code).
+//! - [`grpc`]: `envoy.service.ratelimit.v3.RateLimitService` and gRPC health over tonic.
+//! - [`http`]: the operator's HTTP endpoints.
+//! - [`reload`]: watches the config path and swaps in valid edits.
+//! - [`app`]: wires it all together for the `meshlimit` binary and the tests.
+//! - [`clock`]: the one source of time.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, rust_2018_idioms, unreachable_pub)]
+
+pub mod app;
+pub mod clock;
+pub mod config;
+pub mod grpc;
+pub mod http;
+pub mod limiter;
+pub mod matcher;
+pub mod reload;
+pub mod rules;
+pub mod service;
+pub mod store;

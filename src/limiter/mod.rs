@@ -1,0 +1,235 @@
+//! The two algorithms as pure functions of (stored state, limit, hits, now).
+//!
+//! Stores own atomicity and persistence; this module owns the arithmetic. A decision is a
+//! two-phase [`Step`]: the store evaluates every descriptor of a request, decides with
+//! [`request_denied`] whether the request passes, then keeps either the `consumed` or the
+//! `unconsumed` state of each descriptor. That is how a denied request consumes no token in
+//! any bucket, while fixed windows keep the Go server's count-every-hit behaviour (both of
+//! their states are the same).
+//!
+//! Token-bucket state is the bucket's *debt*: the tokens missing from a full bucket, scaled
+//! so that all arithmetic is exact integers. One token is worth `unit` in nanoseconds and
+//! the bucket refills `requests_per_unit` scaled units per nanosecond, so `debt / rpu` is
+//! the time in nanoseconds until the bucket is full again. No rounding ever drifts.
+
+use crate::clock::{NANOS_PER_SEC, Nanos};
+use crate::rules::{Algorithm, Limit, Mode, Unit};
+
+/// What a store keeps per bucket between requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Token bucket: `debt` (scaled, see the module docs) as of time `at`, for a bucket of
+    /// this `unit` (a reload that changes the unit rescales the debt).
+    TokenBucket {
+        /// Tokens missing × unit length in nanoseconds.
+        debt: u128,
+        /// When `debt` was computed.
+        at: Nanos,
+        /// The unit the debt is scaled by.
+        unit: Unit,
+    },
+    /// Fixed window: `count` hits in the window starting at `start` (Unix seconds).
+    FixedWindow {
+        /// Window start, Unix seconds, aligned to the unit.
+        start: u64,
+        /// Hits counted in that window, denied ones included.
+        count: u64,
+        /// The window's unit.
+        unit: Unit,
+    },
+}
+
+/// What a descriptor's status says, after the request's fate is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Report {
+    /// The descriptor is over its limit.
+    pub over: bool,
+    /// Whole tokens (or window requests) left.
+    pub remaining: u32,
+    /// Token bucket: time until full when OK, time until this request could pass when over.
+    /// Fixed window: time until the window ends, in whole seconds.
+    pub reset: Nanos,
+}
+
+/// One descriptor evaluated: the state and report for both fates of its request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// State and report if the request is allowed and its hits are taken.
+    pub consumed: (State, Report),
+    /// State and report if the request is denied (another descriptor is over).
+    pub unconsumed: (State, Report),
+}
+
+impl Step {
+    /// Whether this descriptor alone would let the request pass.
+    pub fn over(&self) -> bool {
+        self.consumed.1.over
+    }
+
+    /// The outcome to keep, given the request's fate.
+    pub fn settle(&self, request_denied: bool) -> (State, Report) {
+        if request_denied {
+            self.unconsumed
+        } else {
+            self.consumed
+        }
+    }
+}
+
+/// Evaluates `hits` against `limit` given the stored `state` (or none) at `now`.
+///
+/// `hits == 0` is a check that consumes nothing: it passes when one more hit would
+/// (token bucket) or when the count is not already over (fixed window, as the Go server).
+pub fn step(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> Step {
+    match limit.algorithm {
+        Algorithm::TokenBucket => token_bucket(state, limit, hits, now),
+        Algorithm::FixedWindow => fixed_window(state, limit, hits, now),
+    }
+}
+
+fn token_bucket(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> Step {
+    let unit = limit.unit;
+    let token = u128::from(unit.nanos());
+    let rpu = u128::from(limit.requests_per_unit);
+    let cap = u128::from(limit.burst) * token;
+    let debt = match *state.unwrap_or(&State::FixedWindow { start: 0, count: 0, unit }) {
+        State::TokenBucket { debt, at, unit: old } => {
+            let debt = if old == unit {
+                debt
+            } else {
+                debt * token / u128::from(old.nanos())
+            };
+            let refilled = u128::from(now.saturating_sub(at)) * rpu;
+            debt.saturating_sub(refilled).min(cap)
+        }
+        // A fresh bucket, or one that was a fixed window before a reload: full.
+        State::FixedWindow { .. } => 0,
+    };
+    let available = cap - debt;
+    let take = u128::from(hits) * token;
+    let need = take.max(token);
+    let whole = |avail: u128| u32::try_from(avail / token).unwrap_or(u32::MAX);
+    let until_full = |debt: u128| ceil_div(debt, rpu);
+    let unconsumed_state = State::TokenBucket { debt, at: now, unit };
+    let unconsumed = Report {
+        over: false,
+        remaining: whole(available),
+        reset: until_full(debt),
+    };
+    if rpu == 0 || need > available {
+        let reset = if rpu == 0 {
+            // Never refills: report one unit, as a fixed window of 0 would.
+            unit.nanos()
+        } else if need <= cap {
+            ceil_div(need - available, rpu)
+        } else {
+            // More than the burst can ever hold: the best moment is when it is full.
+            until_full(debt)
+        };
+        let report = Report {
+            over: true,
+            reset,
+            ..unconsumed
+        };
+        return Step {
+            consumed: (unconsumed_state, report),
+            unconsumed: (unconsumed_state, report),
+        };
+    }
+    let after = debt + take;
+    Step {
+        consumed: (
+            State::TokenBucket {
+                debt: after,
+                at: now,
+                unit,
+            },
+            Report {
+                over: false,
+                remaining: whole(cap - after),
+                reset: until_full(after),
+            },
+        ),
+        unconsumed: (unconsumed_state, unconsumed),
+    }
+}
+
+fn fixed_window(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> Step {
+    let unit = limit.unit;
+    let window = unit.seconds();
+    let now_s = now / NANOS_PER_SEC;
+    let start = now_s - now_s % window;
+    let before = match state {
+        Some(&State::FixedWindow {
+            start: s,
+            count,
+            unit: u,
+        }) if s == start && u == unit => count,
+        _ => 0,
+    };
+    let after = before.saturating_add(hits);
+    let limit_n = u64::from(limit.requests_per_unit);
+    let over = after > limit_n;
+    let report = Report {
+        over,
+        remaining: if over { 0 } else { (limit_n - after) as u32 },
+        reset: (start + window - now_s) * NANOS_PER_SEC,
+    };
+    let kept = (
+        State::FixedWindow {
+            start,
+            count: after,
+            unit,
+        },
+        report,
+    );
+    Step {
+        consumed: kept,
+        unconsumed: kept,
+    }
+}
+
+impl State {
+    /// How long from `now` until this state is indistinguishable from no state at all
+    /// (bucket full again, window over). Stores use it to expire idle entries.
+    pub fn idle_in(&self, now: Nanos, requests_per_unit: u32) -> Nanos {
+        match *self {
+            State::TokenBucket { debt, at, .. } => {
+                let rpu = u128::from(requests_per_unit.max(1));
+                let full_at = u128::from(at) + ceil_div(debt, rpu) as u128;
+                full_at.saturating_sub(u128::from(now)).min(u128::from(u64::MAX)) as u64
+            }
+            State::FixedWindow { start, unit, .. } => {
+                ((start + unit.seconds()) * NANOS_PER_SEC).saturating_sub(now)
+            }
+        }
+    }
+}
+
+fn ceil_div(a: u128, b: u128) -> Nanos {
+    if b == 0 {
+        return 0;
+    }
+    u64::try_from(a.div_ceil(b)).unwrap_or(u64::MAX)
+}
+
+/// §1.5 of the reference: the request is denied when an enforced descriptor is over, or
+/// when it has quota-mode descriptors and all of them are over. Shadow never denies.
+pub fn request_denied(verdicts: impl IntoIterator<Item = (Mode, bool)>) -> bool {
+    let mut quota_seen = false;
+    let mut quota_all_over = true;
+    for (mode, over) in verdicts {
+        match mode {
+            Mode::Enforce if over => return true,
+            Mode::Enforce | Mode::Shadow => {}
+            Mode::Quota => {
+                quota_seen = true;
+                quota_all_over &= over;
+            }
+        }
+    }
+    quota_seen && quota_all_over
+}
+
+#[cfg(test)]
+mod tests;

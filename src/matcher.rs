@@ -1,0 +1,180 @@
+//! The compiled descriptor tree of one domain and the Go server's matching walk (§1.3).
+//!
+//! Each level maps the composite key (`key_value`, or `key` for a value-less entry) to a
+//! node, as the Go server does, so its quirks carry over: `key: a_b` and `key: a` +
+//! `value: b` collide. For each request entry the walk tries, in order: the exact
+//! composite; the level's wildcard entries in file order (first match wins); the bare key.
+//! Nothing matched stops the walk with no limit: there is no backtracking and no fallback
+//! to a parent's limit, and a limit applies only at the request's last entry.
+
+use std::collections::HashMap;
+
+use foldhash::fast::RandomState;
+
+use crate::rules::Rule;
+
+/// One level of a domain's tree.
+#[derive(Debug, Default)]
+pub(crate) struct Level {
+    /// Composite key → node, for exact and value-less entries (and wildcard ones, literally).
+    exact: HashMap<Box<str>, Node, RandomState>,
+    /// Wildcard entries in file order: pattern and the composite key of their node.
+    wildcards: Vec<(Pattern, Box<str>)>,
+}
+
+/// One descriptor entry of the config.
+#[derive(Debug)]
+pub(crate) struct Node {
+    /// The limit at this level, if the entry has one.
+    pub(crate) rule: Option<Rule>,
+    /// `share_threshold`: every value matching this wildcard uses one bucket, keyed by the
+    /// pattern's value instead of the request's.
+    pub(crate) shared_value: Option<Box<str>>,
+    /// Nested entries.
+    pub(crate) children: Level,
+}
+
+impl Level {
+    /// Adds a node under `composite`; returns it back if the composite is taken.
+    pub(crate) fn insert(&mut self, composite: &str, wildcard: bool, node: Node) -> Result<(), Node> {
+        if self.exact.contains_key(composite) {
+            return Err(node);
+        }
+        if wildcard {
+            self.wildcards
+                .push((Pattern::new(composite), composite.into()));
+        }
+        self.exact.insert(composite.into(), node);
+        Ok(())
+    }
+
+    fn lookup(&self, key: &str, value: &str, scratch: &mut String) -> Option<&Node> {
+        scratch.clear();
+        scratch.push_str(key);
+        scratch.push('_');
+        scratch.push_str(value);
+        if let Some(node) = self.exact.get(scratch.as_str()) {
+            return Some(node);
+        }
+        for (pattern, composite) in &self.wildcards {
+            if pattern.matches(scratch) {
+                return self.exact.get(composite);
+            }
+        }
+        self.exact.get(key)
+    }
+
+    /// Every node with its composite path below `prefix`, depth first, for config dumps.
+    pub(crate) fn walk<'a>(&'a self, prefix: &str, out: &mut Vec<(String, &'a Node)>) {
+        let mut keys: Vec<&Box<str>> = self.exact.keys().collect();
+        keys.sort();
+        for composite in keys {
+            let node = &self.exact[composite];
+            let path = format!("{prefix}.{composite}");
+            node.children.walk(&path, out);
+            out.push((path, node));
+        }
+    }
+}
+
+/// The descriptor tree of one domain.
+#[derive(Debug, Default)]
+pub struct DomainTree {
+    pub(crate) root: Level,
+}
+
+impl DomainTree {
+    /// Finds the rule for a request descriptor, appending the bucket identity of every
+    /// level (key and the value that counts: the request's, or a shared pattern's) to
+    /// `bucket_key`. Returns `None` when no rule applies (the status is then plain OK).
+    pub fn find<'a, 'e>(
+        &'a self,
+        entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+        bucket_key: &mut String,
+    ) -> Option<&'a Rule> {
+        let mut level = &self.root;
+        let mut scratch = String::with_capacity(64);
+        let mut node: Option<&Node> = None;
+        for (key, value) in entries {
+            if let Some(prev) = node {
+                level = &prev.children;
+            }
+            let found = level.lookup(key, value, &mut scratch)?;
+            push_part(bucket_key, key);
+            push_part(bucket_key, found.shared_value.as_deref().unwrap_or(value));
+            node = Some(found);
+        }
+        node?.rule.as_ref()
+    }
+}
+
+/// Appends `part` to a bucket key, length-prefixed so that no choice of keys and values
+/// can make two different descriptors share a bucket.
+pub fn push_part(key: &mut String, part: &str) {
+    use std::fmt::Write;
+    let _ = write!(key, "{}:{part}", part.len());
+}
+
+/// A composite key with `*` wildcards: each `*` matches any run of characters, the
+/// segments must appear in order, and the first and last are anchored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Pattern {
+    segments: Vec<Box<str>>,
+}
+
+impl Pattern {
+    pub(crate) fn new(pattern: &str) -> Self {
+        Self {
+            segments: pattern.split('*').map(Into::into).collect(),
+        }
+    }
+
+    pub(crate) fn matches(&self, text: &str) -> bool {
+        let Some((first, rest)) = self.segments.split_first() else {
+            return false;
+        };
+        let Some(mut tail) = text.strip_prefix(&**first) else {
+            return false;
+        };
+        let Some((last, middle)) = rest.split_last() else {
+            return tail.is_empty();
+        };
+        for segment in middle {
+            match tail.find(&**segment) {
+                Some(at) => tail = &tail[at + segment.len()..],
+                None => return false,
+            }
+        }
+        tail.ends_with(&**last)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Pattern;
+
+    #[test]
+    fn wildcards_match_like_the_go_server() {
+        let cases = [
+            ("wild_foo*", "wild_foo1", true),
+            ("wild_foo*", "wild_foo", true),
+            ("wild_foo*", "wild_bar", false),
+            ("midWild_bar*b", "midWild_barab", true),
+            ("midWild_bar*b", "midWild_bar123b", true),
+            ("midWild_bar*b", "midWild_barb", true),
+            ("midWild_bar*b", "midWild_bara", false),
+            ("midWild_bar*b", "midWild_xbarb", false),
+            ("multiWild_foo*bar*baz", "multiWild_foo123bar456baz", true),
+            ("multiWild_foo*bar*baz", "multiWild_foobarbaz", true),
+            ("multiWild_foo*bar*baz", "multiWild_foo123baz", false),
+            ("multiWild_foo*bar*baz", "multiWild_bar456baz", false),
+            ("k_*", "k_", true),
+            ("k_a*a", "k_a", false),
+            ("k_a*a", "k_aa", true),
+            ("k_*x*", "k_yyxyy", true),
+        ];
+        for (pattern, text, expected) in cases {
+            assert_eq!(Pattern::new(pattern).matches(text), expected, "{pattern} ~ {text}");
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! The typed model of one rate-limit rule, shared by config, matching and limiting.
+//!
+//! Nothing here knows YAML or protobuf: a [`Limit`] that exists is valid.
+
+use std::fmt;
+
+use crate::clock::NANOS_PER_SEC;
+
+/// The unit a limit is counted in. MONTH and YEAR are fixed 30- and 365-day blocks, as in
+/// the Go server, not calendar months.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unit {
+    /// One second.
+    Second,
+    /// 60 seconds.
+    Minute,
+    /// 3600 seconds.
+    Hour,
+    /// 86400 seconds; fixed windows reset at 00:00 UTC.
+    Day,
+    /// 7 days; fixed windows start Thursday 00:00 UTC (the epoch's weekday).
+    Week,
+    /// 30 days.
+    Month,
+    /// 365 days.
+    Year,
+}
+
+impl Unit {
+    /// The unit's length in seconds.
+    pub const fn seconds(self) -> u64 {
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3600,
+            Unit::Day => 86_400,
+            Unit::Week => 604_800,
+            Unit::Month => 2_592_000,
+            Unit::Year => 31_536_000,
+        }
+    }
+
+    /// The unit's length in nanoseconds.
+    pub const fn nanos(self) -> u64 {
+        self.seconds() * NANOS_PER_SEC
+    }
+
+    /// Parses a config unit name, case-insensitively as the Go server does.
+    pub fn parse(name: &str) -> Option<Unit> {
+        Some(match name.to_ascii_uppercase().as_str() {
+            "SECOND" => Unit::Second,
+            "MINUTE" => Unit::Minute,
+            "HOUR" => Unit::Hour,
+            "DAY" => Unit::Day,
+            "WEEK" => Unit::Week,
+            "MONTH" => Unit::Month,
+            "YEAR" => Unit::Year,
+            _ => return None,
+        })
+    }
+
+    /// The upper-case name used in config dumps and the Go server's output.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Unit::Second => "SECOND",
+            Unit::Minute => "MINUTE",
+            Unit::Hour => "HOUR",
+            Unit::Day => "DAY",
+            Unit::Week => "WEEK",
+            Unit::Month => "MONTH",
+            Unit::Year => "YEAR",
+        }
+    }
+}
+
+impl fmt::Display for Unit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How a limit is enforced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Algorithm {
+    /// Capacity `burst`, refilled continuously at `requests_per_unit` per unit; a denied
+    /// request consumes nothing.
+    #[default]
+    TokenBucket,
+    /// The Go server's epoch-aligned counters: every hit counts, even a denied one.
+    FixedWindow,
+}
+
+impl Algorithm {
+    /// The config spelling (`token_bucket`, `fixed_window`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Algorithm::TokenBucket => "token_bucket",
+            Algorithm::FixedWindow => "fixed_window",
+        }
+    }
+}
+
+/// A limit as enforced by a store: the numbers, nothing about matching.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Limit {
+    /// Requests allowed per unit; 0 denies every hit, as in the Go server.
+    pub requests_per_unit: u32,
+    /// The period.
+    pub unit: Unit,
+    /// Token-bucket capacity; ignored by fixed windows.
+    pub burst: u32,
+    /// The algorithm that enforces it.
+    pub algorithm: Algorithm,
+}
+
+/// Which way a descriptor's verdict counts towards the overall answer (§1.5 of the reference).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Over limit denies the request.
+    #[default]
+    Enforce,
+    /// Counted, but never denies: the status is turned to OK.
+    Shadow,
+    /// Denies only when every quota-mode descriptor of the request is over.
+    Quota,
+}
+
+/// A rule from the config: the limit plus everything the service layer needs to answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    /// The rule's path in its domain, as the Go server names it in stats and `/rlconfig`
+    /// (`domain.key_value.subkey`).
+    pub full_key: String,
+    /// `rate_limit.name`, echoed in `current_limit.name`; empty when unset.
+    pub name: String,
+    /// `None` for `unlimited: true`.
+    pub limit: Option<ConfigLimit>,
+    /// Names of rules this one replaces when both match one request.
+    pub replaces: Vec<String>,
+    /// `shadow_mode` / `quota_mode` of the descriptor.
+    pub mode: Mode,
+    /// `detailed_metric` of the descriptor (kept for metrics).
+    pub detailed_metric: bool,
+}
+
+/// The numbers of a configured limit; the algorithm may be left to the server default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfigLimit {
+    /// `requests_per_unit`.
+    pub requests_per_unit: u32,
+    /// `unit`.
+    pub unit: Unit,
+    /// `burst`, defaulting to `requests_per_unit`.
+    pub burst: u32,
+    /// `algorithm`, or `None` for the server's `--algorithm`.
+    pub algorithm: Option<Algorithm>,
+}
+
+impl ConfigLimit {
+    /// The limit as enforced, with `default` filling an unset algorithm.
+    pub fn resolve(&self, default: Algorithm) -> Limit {
+        Limit {
+            requests_per_unit: self.requests_per_unit,
+            unit: self.unit,
+            burst: self.burst,
+            algorithm: self.algorithm.unwrap_or(default),
+        }
+    }
+}

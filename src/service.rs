@@ -1,0 +1,336 @@
+//! Request semantics, free of protobuf: §1.3–1.8 of the behaviour reference.
+//!
+//! For each descriptor, in request order: the per-request limit override or the config
+//! walk; then `replaces` across the request; `unlimited`; hits (descriptor-level
+//! `hits_addend` wins, 0 there checks without consuming; request-level 0 counts as 1);
+//! one atomic store call for every limited descriptor; shadow turns OVER_LIMIT into OK;
+//! the overall code follows the quota rule.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use crate::clock::{Clock, Nanos};
+use crate::config::Config;
+use crate::limiter;
+use crate::matcher::push_part;
+use crate::rules::{Algorithm, Limit, Mode, Rule, Unit};
+use crate::store::{Check, Store, StoreError};
+
+/// The running config, swapped whole by reloads.
+pub type SharedConfig = Arc<ArcSwap<Config>>;
+
+/// A descriptor as the service reads it; implemented for the protobuf type in
+/// [`crate::grpc`] and by [`Descriptor`] for tests and tools.
+pub trait RequestDescriptor {
+    /// The entries, in order, as (key, value).
+    fn entries(&self) -> impl Iterator<Item = (&str, &str)>;
+    /// The per-request limit override, if any.
+    fn limit_override(&self) -> Option<Override>;
+    /// Descriptor-level `hits_addend`, if set (0 is meaningful).
+    fn hits_addend(&self) -> Option<u64>;
+}
+
+/// A per-request limit (`RateLimitDescriptor.limit`), unit not yet validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Override {
+    /// Requests per unit.
+    pub requests_per_unit: u32,
+    /// The unit as sent: `None` for UNKNOWN or an out-of-range number.
+    pub unit: Option<Unit>,
+}
+
+/// An owned descriptor, for callers that do not hold protobuf.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Descriptor {
+    /// (key, value) entries.
+    pub entries: Vec<(String, String)>,
+    /// Per-request limit override.
+    pub limit: Option<Override>,
+    /// Descriptor-level hits.
+    pub hits_addend: Option<u64>,
+}
+
+impl Descriptor {
+    /// A descriptor of `entries` with no override and default hits.
+    pub fn new(entries: &[(&str, &str)]) -> Self {
+        Self {
+            entries: entries
+                .iter()
+                .map(|&(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Self::default()
+        }
+    }
+}
+
+impl RequestDescriptor for Descriptor {
+    fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.entries.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+    fn limit_override(&self) -> Option<Override> {
+        self.limit
+    }
+    fn hits_addend(&self) -> Option<u64> {
+        self.hits_addend
+    }
+}
+
+/// The answer to one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    /// The request must be refused.
+    pub over_limit: bool,
+    /// One status per descriptor, in request order.
+    pub statuses: Vec<Status>,
+}
+
+/// One descriptor's status.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Status {
+    /// OVER_LIMIT (after shadow mode turned it to OK where configured).
+    pub over_limit: bool,
+    /// The limit that applied, if any.
+    pub current_limit: Option<CurrentLimit>,
+    /// Requests left; `u32::MAX` for unlimited rules.
+    pub remaining: u32,
+    /// See [`crate::limiter::Report::reset`]; `None` when no limit applied.
+    pub reset: Option<Nanos>,
+}
+
+/// The limit echoed in a status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CurrentLimit {
+    /// Requests per unit.
+    pub requests_per_unit: u32,
+    /// Unit.
+    pub unit: Unit,
+    /// The rule's `name`, empty when unnamed or for overrides.
+    pub name: String,
+}
+
+/// Why a request could not be answered.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// The request named no domain.
+    #[error("rate limit domain must not be empty")]
+    EmptyDomain,
+    /// The request had no descriptors.
+    #[error("rate limit descriptor list must not be empty")]
+    NoDescriptors,
+    /// A limit override with an unusable unit (the Go server crashes on this one).
+    #[error("descriptor {0}: limit override has no valid unit")]
+    BadOverrideUnit(usize),
+    /// The store could not decide.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The rate-limit service: config, store and clock.
+#[derive(Debug, Clone)]
+pub struct Service {
+    config: SharedConfig,
+    store: Store,
+    clock: Arc<dyn Clock>,
+    default_algorithm: Algorithm,
+}
+
+/// What one descriptor resolved to before the store is asked.
+enum Resolved<'c> {
+    NoLimit,
+    Unlimited(&'c Rule),
+    Limited {
+        limit: Limit,
+        rule: Option<&'c Rule>,
+        key: std::ops::Range<usize>,
+    },
+}
+
+impl Service {
+    /// A service answering from `config` with `store`; rules without an `algorithm` use
+    /// `default_algorithm`.
+    pub fn new(
+        config: SharedConfig,
+        store: Store,
+        clock: Arc<dyn Clock>,
+        default_algorithm: Algorithm,
+    ) -> Self {
+        Self {
+            config,
+            store,
+            clock,
+            default_algorithm,
+        }
+    }
+
+    /// The running config.
+    pub fn config(&self) -> &SharedConfig {
+        &self.config
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Answers one `ShouldRateLimit` request.
+    ///
+    /// # Errors
+    /// Empty domain, no descriptors, an override without a valid unit, or a store failure.
+    pub async fn should_rate_limit<D: RequestDescriptor>(
+        &self,
+        domain: &str,
+        descriptors: &[D],
+        hits_addend: u32,
+    ) -> Result<Response, RequestError> {
+        if domain.is_empty() {
+            return Err(RequestError::EmptyDomain);
+        }
+        if descriptors.is_empty() {
+            return Err(RequestError::NoDescriptors);
+        }
+        if let Some(i) = descriptors
+            .iter()
+            .position(|d| d.limit_override().is_some_and(|o| o.unit.is_none()))
+        {
+            return Err(RequestError::BadOverrideUnit(i));
+        }
+        let config = self.config.load();
+        let Some(tree) = config.domain(domain) else {
+            return Ok(Response {
+                over_limit: false,
+                statuses: vec![Status::default(); descriptors.len()],
+            });
+        };
+        let mut keys = String::with_capacity(64 * descriptors.len());
+        let mut resolved: Vec<Resolved<'_>> = descriptors
+            .iter()
+            .map(|d| self.resolve(tree, domain, d, &mut keys))
+            .collect();
+        apply_replaces(&mut resolved);
+
+        let default_hits = u64::from(hits_addend.max(1));
+        let mut checks = Vec::with_capacity(descriptors.len());
+        for (d, r) in descriptors.iter().zip(&resolved) {
+            if let Resolved::Limited { limit, rule, key } = r {
+                checks.push(Check {
+                    key: &keys[key.clone()],
+                    limit: *limit,
+                    hits: d.hits_addend().unwrap_or(default_hits),
+                    mode: rule.map_or(Mode::Enforce, |r| r.mode),
+                });
+            }
+        }
+        let now = self.clock.now();
+        let reports = if checks.is_empty() {
+            Default::default()
+        } else {
+            self.store.check(&checks, now).await?
+        };
+
+        let mut reports = reports.into_iter();
+        let mut verdicts = Vec::with_capacity(checks.len());
+        let statuses = resolved
+            .iter()
+            .map(|r| match r {
+                Resolved::NoLimit => Status::default(),
+                Resolved::Unlimited(_) => Status {
+                    remaining: u32::MAX,
+                    ..Status::default()
+                },
+                Resolved::Limited { limit, rule, .. } => {
+                    let report = reports.next().unwrap_or(limiter::Report {
+                        over: false,
+                        remaining: 0,
+                        reset: 0,
+                    });
+                    let mode = rule.map_or(Mode::Enforce, |r| r.mode);
+                    verdicts.push((mode, report.over));
+                    Status {
+                        over_limit: report.over && mode != Mode::Shadow,
+                        current_limit: Some(CurrentLimit {
+                            requests_per_unit: limit.requests_per_unit,
+                            unit: limit.unit,
+                            name: rule.map(|r| r.name.clone()).unwrap_or_default(),
+                        }),
+                        remaining: report.remaining,
+                        reset: Some(report.reset),
+                    }
+                }
+            })
+            .collect();
+        Ok(Response {
+            over_limit: limiter::request_denied(verdicts),
+            statuses,
+        })
+    }
+
+    fn resolve<'c, D: RequestDescriptor>(
+        &self,
+        tree: &'c crate::matcher::DomainTree,
+        domain: &str,
+        descriptor: &D,
+        keys: &mut String,
+    ) -> Resolved<'c> {
+        let start = keys.len();
+        push_part(keys, domain);
+        if let Some(o) = descriptor.limit_override() {
+            for (k, v) in descriptor.entries() {
+                push_part(keys, k);
+                push_part(keys, v);
+            }
+            // Validated by the caller; an override replaces the config walk entirely.
+            let unit = o.unit.unwrap_or(Unit::Second);
+            return Resolved::Limited {
+                limit: Limit {
+                    requests_per_unit: o.requests_per_unit,
+                    unit,
+                    burst: o.requests_per_unit,
+                    algorithm: self.default_algorithm,
+                },
+                rule: None,
+                key: start..keys.len(),
+            };
+        }
+        let Some(rule) = tree.find(descriptor.entries(), keys) else {
+            keys.truncate(start);
+            return Resolved::NoLimit;
+        };
+        match &rule.limit {
+            None => {
+                keys.truncate(start);
+                Resolved::Unlimited(rule)
+            }
+            Some(limit) => Resolved::Limited {
+                limit: limit.resolve(self.default_algorithm),
+                rule: Some(rule),
+                key: start..keys.len(),
+            },
+        }
+    }
+}
+
+/// Drops every matched rule whose name another matched rule (unlimited ones included)
+/// replaces. Only within this request.
+fn apply_replaces<'c>(resolved: &mut [Resolved<'c>]) {
+    let replaced: Vec<&'c str> = resolved
+        .iter()
+        .filter_map(|r| match *r {
+            Resolved::Limited { rule: Some(rule), .. } | Resolved::Unlimited(rule) => Some(rule),
+            _ => None,
+        })
+        .flat_map(|rule| rule.replaces.iter().map(String::as_str))
+        .collect();
+    if replaced.is_empty() {
+        return;
+    }
+    for r in resolved.iter_mut() {
+        let name = match *r {
+            Resolved::Limited { rule: Some(rule), .. } | Resolved::Unlimited(rule) => &rule.name,
+            _ => continue,
+        };
+        if !name.is_empty() && replaced.contains(&name.as_str()) {
+            *r = Resolved::NoLimit;
+        }
+    }
+}

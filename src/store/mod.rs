@@ -1,0 +1,61 @@
+//! Where bucket state lives. A store owns atomicity: all descriptors of one request are
+//! decided together (see [`crate::limiter`] for the two-phase step it runs).
+
+mod memory;
+
+pub use memory::MemoryStore;
+use smallvec::SmallVec;
+
+use crate::clock::Nanos;
+use crate::limiter::Report;
+use crate::rules::{Limit, Mode};
+
+/// One limited descriptor of a request, as a store sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Check<'a> {
+    /// Bucket identity (domain, keys and values; see [`crate::matcher::push_part`]).
+    pub key: &'a str,
+    /// The limit to enforce.
+    pub limit: Limit,
+    /// Hits to take; 0 checks without consuming.
+    pub hits: u64,
+    /// How an over-limit verdict counts towards the request's fate.
+    pub mode: Mode,
+}
+
+/// Reports in request order; most requests have few descriptors, kept off the heap.
+pub type Reports = SmallVec<[Report; 4]>;
+
+/// The store a server runs on. An enum, not a trait object: the embedded store's decision
+/// costs tens of nanoseconds and must not pay for boxing a future.
+#[derive(Debug, Clone)]
+pub enum Store {
+    /// The embedded in-process store.
+    Memory(MemoryStore),
+}
+
+impl Store {
+    /// Decides `checks` atomically at `now`: either every token bucket takes its hits or,
+    /// when the request is denied, none does.
+    ///
+    /// # Errors
+    /// The store could not decide (never for the embedded store).
+    pub async fn check(&self, checks: &[Check<'_>], now: Nanos) -> Result<Reports, StoreError> {
+        match self {
+            Store::Memory(store) => Ok(store.check(checks, now)),
+        }
+    }
+
+    /// Background upkeep (expiring idle buckets); call about once a second.
+    pub fn maintain(&self) {
+        match self {
+            Store::Memory(store) => store.maintain(),
+        }
+    }
+}
+
+/// A store could not decide; the service answers gRPC `UNAVAILABLE` so that Envoy's
+/// `failure_mode_deny` applies.
+#[derive(Debug, thiserror::Error)]
+#[error("store unavailable: {0}")]
+pub struct StoreError(pub String);
