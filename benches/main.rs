@@ -1,1 +1,21 @@
-fn main(){}
+//! `cargo bench`: the embedded store's decision and the service layer, no network.
+//!
+//! - `store/decide_one`: one descriptor whose bucket is already in the store (target ≤ 50 ns).
+//! - `store/threads/N`: the same from N threads on their own keys, as time per decision
+//!   across all threads (it should fall as N grows up to the core count), with a
+//!   `Mutex<HashMap>` baseline that collapses instead.
+//! - `service/three_descriptors`: a three-descriptor request through matching, replaces,
+//!   hits and the store.
+
+use criterion::{criterion_group, criterion_main};
+
+mod service;
+mod store;
+
+criterion_group!(
+    benches,
+    store::decide_one,
+    store::threads,
+    service::three_descriptors
+);
+criterion_main!(benches);

@@ -65,9 +65,9 @@ fn to_status(error: RequestError) -> Status {
     match error {
         // The caller sent something no config could answer: its fault, and retrying the
         // same request will not help.
-        RequestError::EmptyDomain | RequestError::NoDescriptors | RequestError::BadOverrideUnit(_) => {
-            Status::invalid_argument(error.to_string())
-        }
+        RequestError::EmptyDomain
+        | RequestError::NoDescriptors
+        | RequestError::BadOverrideUnit(_) => Status::invalid_argument(error.to_string()),
         // We could not decide. UNAVAILABLE lets Envoy apply its `failure_mode_deny`
         // setting, which is the operator's choice between failing open and closed.
         RequestError::Store(_) => Status::unavailable(error.to_string()),

@@ -14,7 +14,12 @@
 //! - [`clock`]: the one source of time.
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs, missing_debug_implementations, rust_2018_idioms, unreachable_pub)]
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    rust_2018_idioms,
+    unreachable_pub
+)]
 
 pub mod app;
 pub mod clock;

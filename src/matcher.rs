@@ -35,17 +35,17 @@ pub(crate) struct Node {
 }
 
 impl Level {
-    /// Adds a node under `composite`; returns it back if the composite is taken.
-    pub(crate) fn insert(&mut self, composite: &str, wildcard: bool, node: Node) -> Result<(), Node> {
+    /// Adds a node under `composite`; false (and nothing added) if the composite is taken.
+    pub(crate) fn insert(&mut self, composite: &str, wildcard: bool, node: Node) -> bool {
         if self.exact.contains_key(composite) {
-            return Err(node);
+            return false;
         }
         if wildcard {
             self.wildcards
                 .push((Pattern::new(composite), composite.into()));
         }
         self.exact.insert(composite.into(), node);
-        Ok(())
+        true
     }
 
     fn lookup(&self, key: &str, value: &str, scratch: &mut String) -> Option<&Node> {
@@ -174,7 +174,11 @@ mod tests {
             ("k_*x*", "k_yyxyy", true),
         ];
         for (pattern, text, expected) in cases {
-            assert_eq!(Pattern::new(pattern).matches(text), expected, "{pattern} ~ {text}");
+            assert_eq!(
+                Pattern::new(pattern).matches(text),
+                expected,
+                "{pattern} ~ {text}"
+            );
         }
     }
 }

@@ -13,7 +13,10 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use notify::RecursiveMode;
 use notify_debouncer_mini::{DebounceEventResult, Debouncer, new_debouncer};
@@ -32,6 +35,36 @@ pub enum Outcome {
     Unchanged,
     /// The files have problems; the running config stays.
     Rejected(String),
+}
+
+/// What the reloader has done so far, for operators and tests.
+#[derive(Debug, Default)]
+pub struct Status {
+    /// Reload attempts (file events after debouncing).
+    pub attempts: AtomicU64,
+    /// Configs swapped in.
+    pub applied: AtomicU64,
+    /// Attempts rejected for problems in the files.
+    pub rejected: AtomicU64,
+    /// The problems of the last rejected attempt; cleared by the next applied one.
+    pub last_error: Mutex<Option<String>>,
+}
+
+impl Status {
+    fn record(&self, outcome: &Outcome) {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        match outcome {
+            Outcome::Applied => {
+                *self.last_error.lock() = None;
+                self.applied.fetch_add(1, Ordering::SeqCst);
+            }
+            Outcome::Unchanged => {}
+            Outcome::Rejected(text) => {
+                *self.last_error.lock() = Some(text.clone());
+                self.rejected.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
 }
 
 /// Loads `path` and swaps it into `config` if it is valid and different.
@@ -55,6 +88,14 @@ pub fn reload_once(path: &Path, config: &SharedConfig) -> Outcome {
 #[derive(Debug)]
 pub struct Reloader {
     task: tokio::task::JoinHandle<()>,
+    status: Arc<Status>,
+}
+
+impl Reloader {
+    /// What the reloader has done so far.
+    pub fn status(&self) -> &Arc<Status> {
+        &self.status
+    }
 }
 
 impl Drop for Reloader {
@@ -77,17 +118,21 @@ pub fn spawn(path: PathBuf, config: SharedConfig, debounce: Duration) -> notify:
         let _ = tx.try_send(());
     })?;
     let mut watched = watch(&mut debouncer, &path, &[])?;
+    let status = Arc::new(Status::default());
+    let task_status = status.clone();
     let task = tokio::spawn(async move {
         while rx.recv().await.is_some() {
             let (p, c) = (path.clone(), config.clone());
-            let _ = tokio::task::spawn_blocking(move || reload_once(&p, &c)).await;
+            if let Ok(outcome) = tokio::task::spawn_blocking(move || reload_once(&p, &c)).await {
+                task_status.record(&outcome);
+            }
             match watch(&mut debouncer, &path, &watched) {
                 Ok(now) => watched = now,
                 Err(e) => warn!("cannot watch {}: {e}", path.display()),
             }
         }
     });
-    Ok(Reloader { task })
+    Ok(Reloader { task, status })
 }
 
 /// Watches what `path` stands for now (the resolved directory and the parent of `path`),

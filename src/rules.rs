@@ -123,6 +123,26 @@ pub enum Mode {
     Shadow,
     /// Denies only when every quota-mode descriptor of the request is over.
     Quota,
+    /// Both flags: a quota descriptor whose status shadow mode always turns to OK, so it
+    /// counts among the quota descriptors as one that is not over.
+    ShadowQuota,
+}
+
+impl Mode {
+    /// The mode of a descriptor with these flags.
+    pub const fn from_flags(shadow: bool, quota: bool) -> Mode {
+        match (shadow, quota) {
+            (false, false) => Mode::Enforce,
+            (true, false) => Mode::Shadow,
+            (false, true) => Mode::Quota,
+            (true, true) => Mode::ShadowQuota,
+        }
+    }
+
+    /// Shadow mode: an over-limit verdict is reported as OK.
+    pub const fn is_shadow(self) -> bool {
+        matches!(self, Mode::Shadow | Mode::ShadowQuota)
+    }
 }
 
 /// A rule from the config: the limit plus everything the service layer needs to answer.

@@ -247,7 +247,7 @@ impl Service {
                     let mode = rule.map_or(Mode::Enforce, |r| r.mode);
                     verdicts.push((mode, report.over));
                     Status {
-                        over_limit: report.over && mode != Mode::Shadow,
+                        over_limit: report.over && !mode.is_shadow(),
                         current_limit: Some(CurrentLimit {
                             requests_per_unit: limit.requests_per_unit,
                             unit: limit.unit,
@@ -316,7 +316,10 @@ fn apply_replaces<'c>(resolved: &mut [Resolved<'c>]) {
     let replaced: Vec<&'c str> = resolved
         .iter()
         .filter_map(|r| match *r {
-            Resolved::Limited { rule: Some(rule), .. } | Resolved::Unlimited(rule) => Some(rule),
+            Resolved::Limited {
+                rule: Some(rule), ..
+            }
+            | Resolved::Unlimited(rule) => Some(rule),
             _ => None,
         })
         .flat_map(|rule| rule.replaces.iter().map(String::as_str))
@@ -326,7 +329,10 @@ fn apply_replaces<'c>(resolved: &mut [Resolved<'c>]) {
     }
     for r in resolved.iter_mut() {
         let name = match *r {
-            Resolved::Limited { rule: Some(rule), .. } | Resolved::Unlimited(rule) => &rule.name,
+            Resolved::Limited {
+                rule: Some(rule), ..
+            }
+            | Resolved::Unlimited(rule) => &rule.name,
             _ => continue,
         };
         if !name.is_empty() && replaced.contains(&name.as_str()) {

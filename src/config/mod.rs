@@ -127,9 +127,14 @@ pub fn list_files(path: &Path) -> std::io::Result<Vec<PathBuf>> {
         let name = entry.file_name();
         let name = name.to_string_lossy();
         let yaml = name.ends_with(".yaml") || name.ends_with(".yml");
-        // `metadata` follows symlinks: ConfigMap files are links into `..data/`.
-        if yaml && !name.starts_with('.') && std::fs::metadata(entry.path())?.is_file() {
-            files.push(entry.path());
+        if !yaml || name.starts_with('.') {
+            continue;
+        }
+        // `metadata` follows symlinks: ConfigMap files are links into `..data/`. A link
+        // that leads nowhere is kept, so that reading it reports the problem by its name.
+        let path = entry.path();
+        if std::fs::metadata(&path).map_or(true, |m| m.is_file()) {
+            files.push(path);
         }
     }
     files.sort();

@@ -103,17 +103,16 @@ impl Builder<'_> {
                     ),
                 );
             }
-            let rule = d
-                .rate_limit
-                .as_ref()
-                .and_then(|rl| self.rule(rl, d, &path));
+            let rule = d.rate_limit.as_ref().and_then(|rl| self.rule(rl, d, &path));
             let mut node = Node {
                 rule,
-                shared_value: value.filter(|_| d.share_threshold && wildcard).map(Into::into),
+                shared_value: value
+                    .filter(|_| d.share_threshold && wildcard)
+                    .map(Into::into),
                 children: Level::default(),
             };
             self.level(&mut node.children, &d.descriptors, &path);
-            if level.insert(&composite, wildcard, node).is_err() {
+            if !level.insert(&composite, wildcard, node) {
                 self.error(
                     line,
                     &path,
@@ -132,7 +131,11 @@ impl Builder<'_> {
             if replaced.name.is_empty() {
                 self.error(line, path, "should not have an empty replaces entry");
             } else if replaced.name == name {
-                self.error(line, path, "replaces should not contain name of same descriptor");
+                self.error(
+                    line,
+                    path,
+                    "replaces should not contain name of same descriptor",
+                );
             }
         }
         let limit = if rl.unlimited {
@@ -142,7 +145,11 @@ impl Builder<'_> {
                 (rl.algorithm.is_some(), "algorithm"),
             ] {
                 if set {
-                    self.error(line, path, format_args!("should not specify rate limit {what} when unlimited"));
+                    self.error(
+                        line,
+                        path,
+                        format_args!("should not specify rate limit {what} when unlimited"),
+                    );
                 }
             }
             None
@@ -157,13 +164,7 @@ impl Builder<'_> {
             name,
             limit,
             replaces: rl.replaces.iter().map(|r| r.name.clone()).collect(),
-            mode: if d.shadow_mode {
-                Mode::Shadow
-            } else if d.quota_mode {
-                Mode::Quota
-            } else {
-                Mode::Enforce
-            },
+            mode: Mode::from_flags(d.shadow_mode, d.quota_mode),
             detailed_metric: d.detailed_metric,
         })
     }
@@ -172,7 +173,11 @@ impl Builder<'_> {
         let unit_name = rl.unit.as_deref().unwrap_or_default();
         let unit = Unit::parse(unit_name);
         if unit.is_none() {
-            self.error(line, path, format_args!("invalid rate limit unit '{unit_name}'"));
+            self.error(
+                line,
+                path,
+                format_args!("invalid rate limit unit '{unit_name}'"),
+            );
         }
         let algorithm = match rl.algorithm.as_deref() {
             None => None,
@@ -182,7 +187,9 @@ impl Builder<'_> {
                 self.error(
                     line,
                     path,
-                    format_args!("invalid algorithm '{other}' (expected token_bucket or fixed_window)"),
+                    format_args!(
+                        "invalid algorithm '{other}' (expected token_bucket or fixed_window)"
+                    ),
                 );
                 None
             }
@@ -192,7 +199,11 @@ impl Builder<'_> {
                 self.error(line, path, "burst must be at least 1");
             }
             Some(_) if algorithm == Some(Algorithm::FixedWindow) => {
-                self.error(line, path, "burst has no meaning with algorithm fixed_window");
+                self.error(
+                    line,
+                    path,
+                    "burst has no meaning with algorithm fixed_window",
+                );
             }
             _ => {}
         }

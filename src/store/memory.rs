@@ -157,6 +157,9 @@ impl MemoryStore {
 
     /// Decides `checks` at `now`, all or nothing (see [`super::Store::check`]).
     pub fn check(&self, checks: &[Check<'_>], now: Nanos) -> Reports {
+        if let [check] = checks {
+            return smallvec::smallvec![self.check_one(check, now)];
+        }
         let inner = &*self.inner;
         let mut attempt = 0;
         loop {
@@ -175,6 +178,58 @@ impl MemoryStore {
             }
             return reports;
         }
+    }
+}
+
+impl MemoryStore {
+    /// The common single-descriptor request: one bucket, one lock, no bookkeeping vectors.
+    fn check_one(&self, check: &Check<'_>, now: Nanos) -> limiter::Report {
+        let inner = &*self.inner;
+        // Fastest path: a known, registered bucket that needs no moka refresh is decided
+        // under the map's read guard. Safe from deadlock because nothing takes a shard lock
+        // while holding a bucket's lock (the listener lets go of the bucket first).
+        if let Some(entry) = inner.buckets.get(check.key) {
+            if !entry.needs_refresh(now) {
+                let mut slot = entry.slot.lock();
+                if slot.registered && !slot.retired {
+                    return slot.decide_alone(check, now);
+                }
+            }
+        }
+        let mut attempt = 0;
+        loop {
+            let bucket = inner.bucket(check.key, now);
+            let mut slot = bucket.slot.lock();
+            attempt += 1;
+            if slot.retired && attempt <= RETRIES {
+                continue;
+            }
+            let report = slot.decide_alone(check, now);
+            let register = !slot.registered && !slot.retired;
+            drop(slot);
+            if register {
+                inner.register(check.key, &bucket, &check.limit, now);
+            }
+            return report;
+        }
+    }
+}
+
+impl Bucket {
+    fn needs_refresh(&self, now: Nanos) -> bool {
+        now.saturating_sub(self.touched.load(Ordering::Relaxed)) > REFRESH.as_nanos() as u64
+    }
+}
+
+impl Slot {
+    /// Steps a request that has this one bucket only and keeps the outcome.
+    fn decide_alone(&mut self, check: &Check<'_>, now: Nanos) -> limiter::Report {
+        let step = limiter::step(self.state.as_ref(), &check.limit, check.hits, now);
+        let denied = limiter::request_denied([(check.mode, step.over())]);
+        let (state, report) = step.settle(denied);
+        self.state = Some(state);
+        self.requests_per_unit = check.limit.requests_per_unit;
+        report
     }
 }
 
@@ -199,8 +254,7 @@ impl Inner {
         };
         // Refresh moka's view of a busy bucket now and then; never with a lock held, as
         // moka may run its listener on this thread.
-        let touched = bucket.touched.load(Ordering::Relaxed);
-        if now.saturating_sub(touched) > REFRESH.as_nanos() as u64 {
+        if bucket.needs_refresh(now) {
             bucket.touched.store(now, Ordering::Relaxed);
             if self.lifetimes.get(key).is_none() {
                 bucket.slot.lock().registered = false;

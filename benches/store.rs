@@ -1,0 +1,166 @@
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput};
+use meshlimit::clock::ManualClock;
+use meshlimit::limiter::{self, State};
+use meshlimit::rules::{Algorithm, Limit, Mode, Unit};
+use meshlimit::store::{Check, MemoryStore};
+
+const NOW: u64 = 1_767_225_600_000_000_000;
+const KEYS: usize = 1024;
+
+fn limit() -> Limit {
+    // Large enough that every decision in a run passes: the common case.
+    Limit {
+        requests_per_unit: u32::MAX,
+        unit: Unit::Second,
+        burst: u32::MAX,
+        algorithm: Algorithm::TokenBucket,
+    }
+}
+
+fn keys(prefix: &str) -> Vec<String> {
+    // Shaped like real bucket keys: domain, user, method.
+    (0..KEYS)
+        .map(|i| {
+            format!(
+                "7:trading7:user_id4:{prefix}{i:04}6:method36:/trading.TradingService/SubmitOrder"
+            )
+        })
+        .collect()
+}
+
+fn store_with(keys: &[String]) -> MemoryStore {
+    let store = MemoryStore::new(1_000_000, Arc::new(ManualClock::new(NOW)));
+    for key in keys {
+        store.check(
+            &[Check {
+                key,
+                limit: limit(),
+                hits: 1,
+                mode: Mode::Enforce,
+            }],
+            NOW,
+        );
+    }
+    store
+}
+
+pub fn decide_one(c: &mut Criterion) {
+    let keys = keys("u");
+    let store = store_with(&keys);
+    let mut group = c.benchmark_group("store");
+    group.throughput(Throughput::Elements(1));
+    // The arithmetic alone, for reference: what the store adds is lookup and locking.
+    let state = limiter::step(None, &limit(), 1, NOW).consumed.0;
+    group.bench_function("step_only", |b| {
+        b.iter(|| {
+            black_box(limiter::step(
+                black_box(Some(&state)),
+                &limit(),
+                1,
+                black_box(NOW),
+            ))
+        })
+    });
+    let mut i = 0;
+    group.bench_function("decide_one", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            let check = Check {
+                key: &keys[i],
+                limit: limit(),
+                hits: 1,
+                mode: Mode::Enforce,
+            };
+            black_box(store.check(black_box(&[check]), NOW));
+        })
+    });
+    group.finish();
+}
+
+/// The naive design the store is measured against: one lock around one map.
+struct NaiveStore(Mutex<HashMap<String, State>>);
+
+impl NaiveStore {
+    fn check(&self, key: &str, limit: &Limit, now: u64) -> bool {
+        let mut map = self.0.lock().unwrap();
+        let state = map.get(key).copied();
+        let step = limiter::step(state.as_ref(), limit, 1, now);
+        map.insert(key.to_string(), step.consumed.0);
+        step.over()
+    }
+}
+
+pub fn threads(c: &mut Criterion) {
+    let mut group = c.benchmark_group("store/threads");
+    group.throughput(Throughput::Elements(1));
+    let max = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .max(2);
+    for threads in [1, 2, max]
+        .into_iter()
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        let per_thread: Vec<Vec<String>> = (0..threads).map(|t| keys(&format!("t{t}-"))).collect();
+        let all: Vec<String> = per_thread.iter().flatten().cloned().collect();
+        let store = store_with(&all);
+        group.bench_with_input(
+            BenchmarkId::new("sharded", threads),
+            &threads,
+            |b, &threads| {
+                b.iter_custom(|iters| {
+                    run_threads(threads, iters, |t, i| {
+                        let check = Check {
+                            key: &per_thread[t][i % KEYS],
+                            limit: limit(),
+                            hits: 1,
+                            mode: Mode::Enforce,
+                        };
+                        black_box(store.check(&[check], NOW));
+                    })
+                })
+            },
+        );
+        let naive = NaiveStore(Mutex::new(HashMap::new()));
+        group.bench_with_input(
+            BenchmarkId::new("naive_mutex_map", threads),
+            &threads,
+            |b, &threads| {
+                b.iter_custom(|iters| {
+                    run_threads(threads, iters, |t, i| {
+                        black_box(naive.check(&per_thread[t][i % KEYS], &limit(), NOW));
+                    })
+                })
+            },
+        );
+    }
+    group.finish();
+}
+
+/// Runs `iters` decisions split over `threads` threads; returns the wall time, so that
+/// criterion reports time per decision across all threads.
+#[allow(clippy::disallowed_methods)] // a bench measures real time
+fn run_threads(threads: usize, iters: u64, work: impl Fn(usize, usize) + Sync) -> Duration {
+    let per = (iters as usize).div_ceil(threads);
+    let barrier = std::sync::Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (work, barrier) = (&work, &barrier);
+            s.spawn(move || {
+                barrier.wait();
+                for i in 0..per {
+                    work(t, i);
+                }
+            });
+        }
+        barrier.wait();
+        let start = Instant::now();
+        // Scope end joins the workers.
+        start
+    })
+    .elapsed()
+}

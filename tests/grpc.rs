@@ -1,0 +1,371 @@
+//! End to end over gRPC on loopback: a real tonic client against `app::run`, and the
+//! `meshlimit` binary itself.
+
+mod support;
+
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use meshlimit::rules::Algorithm;
+use support::TestServer;
+use tonic::transport::Channel;
+
+const TRADING: &str = include_str!("../config/trading.yaml");
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.to_string(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+async fn client(server: &TestServer) -> RateLimitServiceClient<Channel> {
+    RateLimitServiceClient::connect(format!("http://{}", server.grpc))
+        .await
+        .expect("connect to meshlimit")
+}
+
+async fn call(
+    client: &mut RateLimitServiceClient<Channel>,
+    req: RateLimitRequest,
+) -> RateLimitResponse {
+    client
+        .should_rate_limit(req)
+        .await
+        .expect("ShouldRateLimit")
+        .into_inner()
+}
+
+fn user_method(user: &str, method: &str) -> RateLimitDescriptor {
+    descriptor(&[("user_id", user), ("method", method)])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trading_limits_over_grpc() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("trading.yaml"), TRADING).unwrap();
+    let server = TestServer::start(dir.path(), Algorithm::TokenBucket).await;
+    let mut rls = client(&server).await;
+
+    // backtesting.run: 5/min, burst 1 — one passes, the next is told to come back in 12 s.
+    let run = || {
+        request(
+            "trading",
+            vec![user_method("alice", "/backtesting.BacktestingService/Run")],
+        )
+    };
+    let first = call(&mut rls, run()).await;
+    assert_eq!(first.overall_code, Code::Ok as i32);
+    let status = &first.statuses[0];
+    let limit = status.current_limit.as_ref().unwrap();
+    assert_eq!(
+        (limit.requests_per_unit, limit.unit, limit.name.as_str()),
+        (5, Unit::Minute as i32, "backtesting_run")
+    );
+    assert_eq!(status.limit_remaining, 0);
+    let second = call(&mut rls, run()).await;
+    assert_eq!(second.overall_code, Code::OverLimit as i32);
+    assert_eq!(second.statuses[0].code, Code::OverLimit as i32);
+    let retry = second.statuses[0].duration_until_reset.unwrap();
+    assert!(
+        retry.seconds <= 12 && (retry.seconds > 0 || retry.nanos > 0),
+        "{retry:?}"
+    );
+
+    // Another user, and another method of the same user, have their own buckets.
+    let bob = call(
+        &mut rls,
+        request(
+            "trading",
+            vec![user_method("bob", "/backtesting.BacktestingService/Run")],
+        ),
+    )
+    .await;
+    assert_eq!(bob.overall_code, Code::Ok as i32);
+    let other = call(
+        &mut rls,
+        request("trading", vec![user_method("alice", "/market.Data/Quotes")]),
+    )
+    .await;
+    assert_eq!(other.overall_code, Code::Ok as i32);
+    let limit = other.statuses[0].current_limit.as_ref().unwrap();
+    assert_eq!(
+        (limit.requests_per_unit, limit.name.as_str()),
+        (50, "default_method")
+    );
+    assert_eq!(other.statuses[0].limit_remaining, 4, "burst 5, one taken");
+
+    // submit_order: burst 10 — at most 10 back to back (refill is 100/s, so a slow
+    // machine may earn a few more; never fewer than 10 pass, and some must fail).
+    let mut passed = 0;
+    for _ in 0..40 {
+        let r = call(
+            &mut rls,
+            request(
+                "trading",
+                vec![user_method("carol", "/trading.TradingService/SubmitOrder")],
+            ),
+        )
+        .await;
+        passed += usize::from(r.overall_code == Code::Ok as i32);
+    }
+    assert!((10..40).contains(&passed), "passed {passed}");
+
+    // Unknown domain: OK, no limit.
+    let unknown = call(&mut rls, request("nope", vec![user_method("alice", "x")])).await;
+    assert_eq!(unknown.overall_code, Code::Ok as i32);
+    assert!(unknown.statuses[0].current_limit.is_none());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_requests_get_invalid_argument() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("trading.yaml"), TRADING).unwrap();
+    let server = TestServer::start(dir.path(), Algorithm::TokenBucket).await;
+    let mut rls = client(&server).await;
+
+    let empty_domain = rls
+        .should_rate_limit(request("", vec![user_method("a", "b")]))
+        .await
+        .unwrap_err();
+    assert_eq!(empty_domain.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        empty_domain.message(),
+        "rate limit domain must not be empty"
+    );
+
+    let none = rls
+        .should_rate_limit(request("trading", vec![]))
+        .await
+        .unwrap_err();
+    assert_eq!(none.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        none.message(),
+        "rate limit descriptor list must not be empty"
+    );
+
+    for unit in [0, 42, -1] {
+        let mut d = user_method("a", "b");
+        d.limit = Some(RateLimitOverride {
+            requests_per_unit: 5,
+            unit,
+        });
+        let bad = rls
+            .should_rate_limit(request("trading", vec![d]))
+            .await
+            .unwrap_err();
+        assert_eq!(bad.code(), tonic::Code::InvalidArgument, "unit {unit}");
+    }
+
+    // The server is still answering after all that.
+    let ok = call(&mut rls, request("trading", vec![user_method("a", "b")])).await;
+    assert_eq!(ok.overall_code, Code::Ok as i32);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn overrides_and_hits_addend_over_grpc() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("trading.yaml"), TRADING).unwrap();
+    let server = TestServer::start(dir.path(), Algorithm::TokenBucket).await;
+    let mut rls = client(&server).await;
+
+    let mut d = user_method("dave", "/x");
+    d.limit = Some(RateLimitOverride {
+        requests_per_unit: 3,
+        unit: Unit::Hour as i32,
+    });
+    let mut req = request("trading", vec![d]);
+    req.hits_addend = 2;
+    let r = call(&mut rls, req.clone()).await;
+    let limit = r.statuses[0].current_limit.as_ref().unwrap();
+    assert_eq!(
+        (limit.requests_per_unit, limit.unit),
+        (3, Unit::Hour as i32)
+    );
+    assert_eq!(r.statuses[0].limit_remaining, 1);
+    let r = call(&mut rls, req).await;
+    assert_eq!(r.overall_code, Code::OverLimit as i32);
+    assert_eq!(
+        r.statuses[0].limit_remaining, 1,
+        "a denied request takes nothing"
+    );
+
+    // Descriptor-level hits_addend 0 checks without consuming.
+    let mut check = user_method("erin", "/backtesting.BacktestingService/Run");
+    check.hits_addend = Some(envoy_types::pb::google::protobuf::UInt64Value { value: 0 });
+    for _ in 0..3 {
+        let r = call(&mut rls, request("trading", vec![check.clone()])).await;
+        assert_eq!(r.overall_code, Code::Ok as i32);
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn health_endpoints_and_a_live_edit() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("trading.yaml");
+    std::fs::write(&file, TRADING).unwrap();
+    let server = TestServer::start(dir.path(), Algorithm::TokenBucket).await;
+
+    assert_eq!(
+        support::http_get(server.http, "/healthcheck").await,
+        (200, "OK".to_string())
+    );
+    let channel = Channel::from_shared(format!("http://{}", server.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    for service in [
+        "",
+        "ratelimit",
+        "envoy.service.ratelimit.v3.RateLimitService",
+    ] {
+        let answer = health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: service.to_string(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            answer.status,
+            tonic_health::pb::health_check_response::ServingStatus::Serving as i32,
+            "{service:?}"
+        );
+    }
+
+    // Raise the backtesting limit in the file: visible through gRPC without a restart.
+    let mut rls = client(&server).await;
+    let run = || {
+        request(
+            "trading",
+            vec![user_method("zed", "/backtesting.BacktestingService/Run")],
+        )
+    };
+    call(&mut rls, run()).await;
+    assert_eq!(
+        call(&mut rls, run()).await.overall_code,
+        Code::OverLimit as i32
+    );
+    std::fs::write(
+        &file,
+        TRADING.replace(
+            "requests_per_unit: 5\n          burst: 1",
+            "requests_per_unit: 5\n          burst: 3",
+        ),
+    )
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if call(&mut rls, run()).await.overall_code == Code::Ok as i32 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "edit never became visible"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server.stop().await;
+}
+
+/// The binary: flags, environment variables, `--store redis` refusal, health, SIGTERM.
+#[tokio::test]
+async fn the_binary_serves_from_flags_and_environment() {
+    let exe = env!("CARGO_BIN_EXE_meshlimit");
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config");
+
+    let refused = std::process::Command::new(exe)
+        .args(["serve", "--config", config, "--store", "redis"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--store redis"));
+
+    let grpc = free_port();
+    let http = free_port();
+    let mut child = tokio::process::Command::new(exe)
+        .arg("serve")
+        .env("MESHLIMIT_CONFIG", config)
+        .env("MESHLIMIT_GRPC_ADDR", format!("127.0.0.1:{grpc}"))
+        .args(["--http-addr", &format!("127.0.0.1:{http}")])
+        .args(["--algorithm", "fixed-window"])
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let addr = format!("http://127.0.0.1:{grpc}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut rls = loop {
+        if let Ok(c) = RateLimitServiceClient::connect(addr.clone()).await {
+            break c;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "binary did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // dashboard auth: 10/min in a fixed window (--algorithm fixed-window): 10 pass.
+    let auth = || {
+        request(
+            "dashboard",
+            vec![descriptor(&[("user_id", "u"), ("tier", "auth")])],
+        )
+    };
+    let mut codes = Vec::new();
+    for _ in 0..11 {
+        codes.push(call(&mut rls, auth()).await.overall_code);
+    }
+    // A minute boundary could fall inside the loop; then the count restarts.
+    let over = codes
+        .iter()
+        .filter(|&&c| c == Code::OverLimit as i32)
+        .count();
+    assert!(over <= 1, "{codes:?}");
+    let http_addr: std::net::SocketAddr = format!("127.0.0.1:{http}").parse().unwrap();
+    assert_eq!(support::http_get(http_addr, "/healthcheck").await.0, 200);
+
+    let pid = child.id().unwrap().to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "SIGTERM is a clean stop: {status:?}");
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

@@ -1,0 +1,221 @@
+//! Live reload through the real watcher: good edits, broken edits, symlink swaps.
+
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use meshlimit::clock::{Clock, ManualClock};
+use meshlimit::config;
+use meshlimit::reload::{self, Outcome};
+use meshlimit::rules::Algorithm;
+use meshlimit::service::{Descriptor, Service, SharedConfig};
+use meshlimit::store::{MemoryStore, Store};
+
+const DEBOUNCE: Duration = Duration::from_millis(50);
+
+fn rule(domain: &str, per_minute: u32) -> String {
+    format!(
+        "domain: {domain}\ndescriptors:\n  - key: k\n    rate_limit: {{unit: minute, requests_per_unit: {per_minute}}}\n"
+    )
+}
+
+fn service_for(path: &Path) -> (Service, SharedConfig) {
+    let loaded = config::load(path).expect("initial config is valid");
+    let shared: SharedConfig = Arc::new(ArcSwap::from_pointee(loaded));
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(support::START));
+    let store = Store::Memory(MemoryStore::new(10_000, clock.clone()));
+    let service = Service::new(shared.clone(), store, clock, Algorithm::TokenBucket);
+    (service, shared)
+}
+
+/// The `requests_per_unit` that `(k, v)` in `domain` gets, or None without a limit.
+async fn limit_of(service: &Service, domain: &str) -> Option<u32> {
+    let answer = service
+        .should_rate_limit(domain, &[Descriptor::new(&[("k", "v")])], 0)
+        .await
+        .expect("valid request");
+    answer.statuses[0]
+        .current_limit
+        .as_ref()
+        .map(|l| l.requests_per_unit)
+}
+
+fn limit_now(config: &SharedConfig, domain: &str) -> Option<u32> {
+    let current = config.load();
+    let tree = current.domain(domain)?;
+    let mut key = String::new();
+    tree.find([("k", "v")], &mut key)?
+        .limit
+        .map(|l| l.requests_per_unit)
+}
+
+#[tokio::test]
+async fn a_good_edit_is_live_and_keeps_counters() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.yaml"), rule("a", 10)).unwrap();
+    let (service, config) = service_for(dir.path());
+    let reloader = reload::spawn(dir.path().to_path_buf(), config.clone(), DEBOUNCE).unwrap();
+
+    for _ in 0..4 {
+        limit_of(&service, "a").await;
+    }
+    std::fs::write(dir.path().join("a.yaml"), rule("a", 20)).unwrap();
+    let status = reloader.status().clone();
+    support::eventually(10, "edit applied", || {
+        status.applied.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    assert_eq!(limit_now(&config, "a"), Some(20));
+
+    // The bucket survived: 4 taken before, 1 now, from a capacity of 20.
+    let answer = service
+        .should_rate_limit("a", &[Descriptor::new(&[("k", "v")])], 0)
+        .await
+        .unwrap();
+    assert_eq!(answer.statuses[0].remaining, 15);
+
+    // A new file adds a domain; removing it drops the domain again.
+    std::fs::write(dir.path().join("b.yml"), rule("b", 3)).unwrap();
+    support::eventually(10, "new file applied", || {
+        limit_now(&config, "b") == Some(3)
+    })
+    .await;
+    std::fs::remove_file(dir.path().join("b.yml")).unwrap();
+    support::eventually(10, "removal applied", || {
+        config.load().domain("b").is_none()
+    })
+    .await;
+    assert_eq!(limit_of(&service, "b").await, None);
+}
+
+#[tokio::test]
+async fn a_broken_edit_is_rejected_and_the_running_config_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a.yaml");
+    std::fs::write(&file, rule("a", 10)).unwrap();
+    let (service, config) = service_for(dir.path());
+    let reloader = reload::spawn(dir.path().to_path_buf(), config.clone(), DEBOUNCE).unwrap();
+
+    std::fs::write(
+        &file,
+        "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n",
+    )
+    .unwrap();
+    let status = reloader.status().clone();
+    support::eventually(10, "broken edit seen", || {
+        status.rejected.load(Ordering::SeqCst) >= 1
+    })
+    .await;
+    let error = status.last_error.lock().clone().unwrap();
+    assert!(error.contains("a.yaml:4"), "{error}");
+    assert!(
+        error.contains("invalid rate limit unit 'fortnight'"),
+        "{error}"
+    );
+    assert_eq!(
+        limit_of(&service, "a").await,
+        Some(10),
+        "old config still in force"
+    );
+
+    std::fs::write(&file, rule("a", 30)).unwrap();
+    support::eventually(10, "fix applied", || limit_now(&config, "a") == Some(30)).await;
+    assert!(status.last_error.lock().is_none());
+}
+
+#[tokio::test]
+async fn reload_once_reports_unchanged_applied_and_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.yaml"), rule("a", 10)).unwrap();
+    let (_service, config) = service_for(dir.path());
+    assert_eq!(reload::reload_once(dir.path(), &config), Outcome::Unchanged);
+    std::fs::write(dir.path().join("a.yaml"), rule("a", 11)).unwrap();
+    assert_eq!(reload::reload_once(dir.path(), &config), Outcome::Applied);
+    std::fs::write(dir.path().join("z.yaml"), "domain: a\n").unwrap();
+    match reload::reload_once(dir.path(), &config) {
+        Outcome::Rejected(text) => assert!(text.contains("duplicate domain 'a'"), "{text}"),
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    assert_eq!(limit_now(&config, "a"), Some(11));
+}
+
+/// Kubernetes mounts a ConfigMap as `..data -> ..<timestamp>/` with `name.yaml ->
+/// ..data/name.yaml` links, and updates it by swapping `..data` atomically.
+#[tokio::test]
+#[cfg(unix)]
+async fn a_configmap_style_swap_is_picked_up() {
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir(root.join("..2026_01_01_v1")).unwrap();
+    std::fs::write(root.join("..2026_01_01_v1/rules.yaml"), rule("cm", 5)).unwrap();
+    symlink("..2026_01_01_v1", root.join("..data")).unwrap();
+    symlink("..data/rules.yaml", root.join("rules.yaml")).unwrap();
+
+    let (service, config) = service_for(root);
+    assert_eq!(limit_of(&service, "cm").await, Some(5));
+    let _reloader = reload::spawn(root.to_path_buf(), config.clone(), DEBOUNCE).unwrap();
+
+    std::fs::create_dir(root.join("..2026_01_02_v2")).unwrap();
+    std::fs::write(root.join("..2026_01_02_v2/rules.yaml"), rule("cm", 7)).unwrap();
+    symlink("..2026_01_02_v2", root.join("..data_tmp")).unwrap();
+    std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+    std::fs::remove_dir_all(root.join("..2026_01_01_v1")).unwrap();
+
+    support::eventually(10, "ConfigMap swap applied", || {
+        limit_now(&config, "cm") == Some(7)
+    })
+    .await;
+}
+
+/// The Go server's runtime layout: the config path is itself a link that is swapped to a
+/// new directory. Edits inside the new target must be seen afterwards.
+#[tokio::test]
+#[cfg(unix)]
+async fn a_swapped_directory_link_is_followed() {
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for (version, limit) in [("v1", 1), ("v2", 2)] {
+        std::fs::create_dir(root.join(version)).unwrap();
+        std::fs::write(root.join(version).join("r.yaml"), rule("link", limit)).unwrap();
+    }
+    symlink("v1", root.join("current")).unwrap();
+    let path = root.join("current");
+    let (_service, config) = service_for(&path);
+    let _reloader = reload::spawn(path.clone(), config.clone(), DEBOUNCE).unwrap();
+
+    symlink("v2", root.join("next")).unwrap();
+    std::fs::rename(root.join("next"), &path).unwrap();
+    support::eventually(10, "link swap applied", || {
+        limit_now(&config, "link") == Some(2)
+    })
+    .await;
+
+    std::fs::write(root.join("v2/r.yaml"), rule("link", 22)).unwrap();
+    support::eventually(10, "edit in new target applied", || {
+        limit_now(&config, "link") == Some(22)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_single_file_path_is_watched() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("only.yaml");
+    std::fs::write(&file, rule("one", 1)).unwrap();
+    let (_service, config) = service_for(&file);
+    let _reloader = reload::spawn(file.clone(), config.clone(), DEBOUNCE).unwrap();
+    // Editors often write a temporary file and rename it over the original.
+    let tmp = dir.path().join(".only.yaml.swp");
+    std::fs::write(&tmp, rule("one", 9)).unwrap();
+    std::fs::rename(&tmp, &file).unwrap();
+    support::eventually(10, "rename-over applied", || {
+        limit_now(&config, "one") == Some(9)
+    })
+    .await;
+}

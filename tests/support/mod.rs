@@ -1,0 +1,124 @@
+//! Shared helpers for the integration tests.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use meshlimit::clock::{Clock, ManualClock, NANOS_PER_SEC};
+use meshlimit::config::Config;
+use meshlimit::rules::Algorithm;
+use meshlimit::service::{Descriptor, Response, Service};
+use meshlimit::store::{MemoryStore, Store};
+
+/// 2026-01-01T00:00:00Z: an instant aligned to every unit up to a day.
+pub const START: u64 = 1_767_225_600 * NANOS_PER_SEC;
+
+/// A service over in-memory files `(name, yaml)`, the embedded store and a manual clock
+/// standing at [`START`].
+pub fn service(files: &[(&str, &str)], algorithm: Algorithm) -> (Service, ManualClock) {
+    let clock = ManualClock::new(START);
+    let sources: Vec<(PathBuf, String)> = files
+        .iter()
+        .map(|(name, text)| (PathBuf::from(name), text.to_string()))
+        .collect();
+    let config = Config::from_sources(&sources).unwrap_or_else(|e| {
+        panic!("test config is invalid: {e:?}");
+    });
+    let shared: Arc<dyn Clock> = Arc::new(clock.clone());
+    let store = Store::Memory(MemoryStore::new(100_000, shared.clone()));
+    let service = Service::new(
+        Arc::new(ArcSwap::from_pointee(config)),
+        store,
+        shared,
+        algorithm,
+    );
+    (service, clock)
+}
+
+/// One request of descriptors given as entry lists, hits_addend 0 (counts as 1).
+pub async fn ask(service: &Service, domain: &str, descriptors: &[&[(&str, &str)]]) -> Response {
+    let descriptors: Vec<Descriptor> = descriptors.iter().map(|d| Descriptor::new(d)).collect();
+    service
+        .should_rate_limit(domain, &descriptors, 0)
+        .await
+        .expect("request is valid")
+}
+
+/// Polls `condition` every 20 ms until it holds, failing the test after `seconds`. For
+/// waiting on file-system events, which no clock of ours controls; the bound is generous
+/// so that a slow machine does not fail the test.
+pub async fn eventually(seconds: u64, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    while !condition() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// A meshlimit server run in-process by `app::run` on loopback port 0.
+pub struct TestServer {
+    pub grpc: std::net::SocketAddr,
+    pub http: std::net::SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<Result<(), meshlimit::app::Error>>>,
+}
+
+impl TestServer {
+    /// Starts a server on `config` (file or directory).
+    pub async fn start(config: &std::path::Path, algorithm: Algorithm) -> TestServer {
+        let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (grpc_addr, http_addr) = (grpc.local_addr().unwrap(), http.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let settings = meshlimit::app::Settings {
+            config: config.to_path_buf(),
+            algorithm,
+            max_buckets: 100_000,
+            reload_debounce: std::time::Duration::from_millis(50),
+        };
+        let task = tokio::spawn(meshlimit::app::run(settings, grpc, http, async {
+            let _ = stopped.await;
+        }));
+        TestServer {
+            grpc: grpc_addr,
+            http: http_addr,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// Asks the server to stop and waits until it has drained.
+    pub async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task
+            .take()
+            .unwrap()
+            .await
+            .expect("server task")
+            .expect("server exits cleanly");
+    }
+}
+
+/// `GET path` over plain HTTP/1.1; returns (status code, body).
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).await.unwrap();
+    let status = raw
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("HTTP status line");
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
