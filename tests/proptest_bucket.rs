@@ -134,24 +134,24 @@ proptest! {
         for op in &ops {
             now += op.dt;
             let s = step(state.as_ref(), &l, op.hits, now);
-            for (st, report) in [s.consumed, s.unconsumed] {
+            for (st, report) in [s.consumed(), s.unconsumed()] {
                 prop_assert!(report.remaining <= l.burst);
                 prop_assert!(debt(&st) <= cap);
             }
             if s.over() {
-                prop_assert_eq!(s.consumed, s.unconsumed);
+                prop_assert_eq!(s.consumed(), s.unconsumed());
             } else {
-                prop_assert!(!s.unconsumed.1.over);
+                prop_assert!(!s.unconsumed().1.over);
                 prop_assert!(op.hits <= u64::from(l.burst));
                 prop_assert_eq!(
-                    u64::from(s.consumed.1.remaining) + op.hits,
-                    u64::from(s.unconsumed.1.remaining)
+                    u64::from(s.consumed().1.remaining) + op.hits,
+                    u64::from(s.unconsumed().1.remaining)
                 );
-                prop_assert_eq!(debt(&s.consumed.0), debt(&s.unconsumed.0) + u128::from(op.hits) * token(&l));
+                prop_assert_eq!(debt(&s.consumed().0), debt(&s.unconsumed().0) + u128::from(op.hits) * token(&l));
             }
             let denied = s.over() || op.other_denies;
             let kept = s.settle(denied);
-            prop_assert_eq!(kept, if denied { s.unconsumed } else { s.consumed });
+            prop_assert_eq!(kept, if denied { s.unconsumed() } else { s.consumed() });
             state = Some(kept.0);
         }
     }
@@ -187,11 +187,11 @@ proptest! {
     ) {
         let (prev, now) = run(&l, &ops);
         let s = step(prev.as_ref(), &l, hits, now);
-        let from_unconsumed = step(Some(&s.unconsumed.0), &l, hits2, now + later);
+        let from_unconsumed = step(Some(&s.unconsumed().0), &l, hits2, now + later);
         let from_prev = step(prev.as_ref(), &l, hits2, now + later);
         prop_assert_eq!(from_unconsumed, from_prev);
         if s.over() {
-            prop_assert_eq!(s.settle(false), s.unconsumed);
+            prop_assert_eq!(s.settle(false), s.unconsumed());
         }
     }
 
@@ -202,13 +202,13 @@ proptest! {
         let (prev, now) = run(&l, &ops);
         let hits = hits.min(u64::from(l.burst));
         let s = step(prev.as_ref(), &l, hits, now);
-        let Report { over, reset, .. } = s.consumed.1;
+        let Report { over, reset, .. } = s.consumed().1;
         if over {
             prop_assert!(reset >= 1);
             if let Some(at) = now.checked_add(reset) {
                 let before = step(prev.as_ref(), &l, hits, at - 1);
                 prop_assert!(before.over(), "allowed at reset - 1 ({})", reset);
-                prop_assert_eq!(before.consumed.1.reset, 1);
+                prop_assert_eq!(before.consumed().1.reset, 1);
                 prop_assert!(!step(prev.as_ref(), &l, hits, at).over(), "denied at reset ({})", reset);
                 // The same from the state the denial left.
                 let left = s.settle(true).0;
@@ -216,14 +216,14 @@ proptest! {
                 prop_assert!(!step(Some(&left), &l, hits, at).over());
             }
         } else {
-            let taken = s.consumed.0;
+            let taken = s.consumed().0;
             if let Some(at) = now.checked_add(reset) {
-                let full = step(Some(&taken), &l, 0, at).unconsumed.1;
+                let full = step(Some(&taken), &l, 0, at).unconsumed().1;
                 prop_assert_eq!(full, Report { over: false, remaining: l.burst, reset: 0 });
                 prop_assert_eq!(taken.idle_in(now, l.requests_per_unit), reset);
                 prop_assert_eq!(taken.idle_in(at, l.requests_per_unit), 0);
                 if reset > 0 {
-                    let almost = step(Some(&taken), &l, 0, at - 1).unconsumed.1;
+                    let almost = step(Some(&taken), &l, 0, at - 1).unconsumed().1;
                     prop_assert_eq!(almost.reset, 1);
                     prop_assert!(almost.remaining < l.burst);
                     prop_assert_eq!(taken.idle_in(at - 1, l.requests_per_unit), 1);
@@ -238,12 +238,12 @@ proptest! {
         let (prev, now) = run(&l, &ops);
         let s = step(prev.as_ref(), &l, u64::from(l.burst) + extra, now);
         prop_assert!(s.over());
-        let until_full = s.consumed.0.idle_in(now, l.requests_per_unit);
-        prop_assert_eq!(s.consumed.1.reset, until_full);
+        let until_full = s.consumed().0.idle_in(now, l.requests_per_unit);
+        prop_assert_eq!(s.consumed().1.reset, until_full);
         if let Some(at) = now.checked_add(until_full) {
-            let later = step(Some(&s.consumed.0), &l, u64::from(l.burst) + extra, at);
+            let later = step(Some(&s.consumed().0), &l, u64::from(l.burst) + extra, at);
             prop_assert!(later.over());
-            prop_assert_eq!(later.consumed.1, Report { over: true, remaining: l.burst, reset: 0 });
+            prop_assert_eq!(later.consumed().1, Report { over: true, remaining: l.burst, reset: 0 });
         }
     }
 
@@ -252,8 +252,8 @@ proptest! {
     fn check_only_takes_nothing((l, ops) in limit_and_ops(32)) {
         let (prev, now) = run(&l, &ops);
         let s = step(prev.as_ref(), &l, 0, now);
-        prop_assert_eq!(s.consumed, s.unconsumed);
-        prop_assert_eq!(s.over(), s.unconsumed.1.remaining == 0);
+        prop_assert_eq!(s.consumed(), s.unconsumed());
+        prop_assert_eq!(s.over(), s.unconsumed().1.remaining == 0);
     }
 
     /// A clock that steps back neither panics nor refills.
@@ -264,8 +264,8 @@ proptest! {
         let State::TokenBucket { at, debt: d, .. } = prev else { unreachable!() };
         prop_assert_eq!(at, now);
         let s = step(Some(&prev), &l, hits, now - back);
-        prop_assert_eq!(debt(&s.unconsumed.0), d);
-        prop_assert!(debt(&s.consumed.0) >= d);
+        prop_assert_eq!(debt(&s.unconsumed().0), d);
+        prop_assert!(debt(&s.consumed().0) >= d);
     }
 
     /// requests_per_unit 0 denies every request, with a reset of one unit.
@@ -281,7 +281,7 @@ proptest! {
             now += dt;
             let s = step(state.as_ref(), &l, hits, now);
             prop_assert!(s.over());
-            prop_assert_eq!(s.consumed.1.reset, l.unit.nanos());
+            prop_assert_eq!(s.consumed().1.reset, l.unit.nanos());
             state = Some(s.settle(true).0);
         }
     }
@@ -301,10 +301,10 @@ proptest! {
         burst2 in count(1_000_000),
     ) {
         let (prev, now) = run(&l, &ops);
-        let old_remaining = step(prev.as_ref(), &l, 0, now).unconsumed.1.remaining;
+        let old_remaining = step(prev.as_ref(), &l, 0, now).unconsumed().1.remaining;
         let missing = l.burst - old_remaining;
         let l2 = Limit { requests_per_unit: rpu2, unit: to, burst: burst2, ..l };
-        let new_remaining = step(prev.as_ref(), &l2, 0, now).unconsumed.1.remaining;
+        let new_remaining = step(prev.as_ref(), &l2, 0, now).unconsumed().1.remaining;
         let expected = burst2.saturating_sub(missing);
         if to.nanos() >= l.unit.nanos() {
             prop_assert_eq!(new_remaining, expected);
@@ -334,15 +334,15 @@ proptest! {
             let after = before + hits;
             model = Some((start, after));
             let s = step(state.as_ref(), &l, hits, now);
-            prop_assert_eq!(s.consumed, s.unconsumed);
+            prop_assert_eq!(s.consumed(), s.unconsumed());
             let over = after > u64::from(rpu);
-            prop_assert_eq!(s.consumed.1, Report {
+            prop_assert_eq!(s.consumed().1, Report {
                 over,
                 remaining: if over { 0 } else { (u64::from(rpu) - after) as u32 },
                 reset: (start + w - now_s) * S,
             });
-            prop_assert!(s.consumed.1.reset >= S && s.consumed.1.reset <= unit.nanos());
-            prop_assert_eq!(s.consumed.0, State::FixedWindow { start, count: after, unit });
+            prop_assert!(s.consumed().1.reset >= S && s.consumed().1.reset <= unit.nanos());
+            prop_assert_eq!(s.consumed().0, State::FixedWindow { start, count: after, unit });
             state = Some(s.settle(s.over()).0);
         }
     }

@@ -1,95 +1,155 @@
-//! Serde mirror of the Go server's descriptor file, plus meshlimit's two additions
-//! (`rate_limit.burst`, `rate_limit.algorithm`). Unknown keys are rejected at every level.
+//! A YAML document as a tree of located nodes, so that validation can report every
+//! problem (not only the parser's first) with its own line and descriptor path.
 //!
-//! Scalars that YAML would type as numbers or booleans (`value: 200`, `value: true`) are
-//! read as strings, as the Go server's yaml.v2 does for string fields.
+//! Scalars keep their text as written: `value: 200` and `value: true` are the strings
+//! `200` and `true`, as the Go server's yaml.v2 reads them into string fields.
+
+use std::fmt;
 
 use serde::Deserialize;
-use serde::de::IgnoredAny;
+use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::Spanned;
 
-/// One domain file.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct DomainFile {
-    /// `domain`; required, non-empty.
-    #[serde(default)]
-    pub(crate) domain: Option<Spanned<String>>,
-    /// Top-level descriptors.
-    #[serde(default)]
-    pub(crate) descriptors: Vec<Spanned<Descriptor>>,
+/// One YAML node.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Yaml {
+    /// `~`, `null` or nothing.
+    Null,
+    /// A scalar and whether YAML typed it as a string.
+    Scalar { text: String, string: bool },
+    /// A sequence.
+    Seq(Vec<Node>),
+    /// A mapping, in file order.
+    Map(Vec<(Node, Node)>),
 }
 
-/// One descriptor entry, possibly with nested descriptors.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct Descriptor {
-    /// `key`; required, non-empty.
-    #[serde(default)]
-    pub(crate) key: String,
-    /// `value`; may contain `*` wildcards.
-    #[serde(default)]
-    pub(crate) value: Option<String>,
-    /// The limit at this level, if any.
-    #[serde(default)]
-    pub(crate) rate_limit: Option<Spanned<RateLimit>>,
-    /// Nested descriptors.
-    #[serde(default)]
-    pub(crate) descriptors: Vec<Spanned<Descriptor>>,
-    /// Count but never deny.
-    #[serde(default)]
-    pub(crate) shadow_mode: bool,
-    /// Deny only when all quota descriptors of the request are over.
-    #[serde(default)]
-    pub(crate) quota_mode: bool,
-    /// Per-value metrics.
-    #[serde(default)]
-    pub(crate) detailed_metric: bool,
-    /// Runtime value in metric names at this level (metrics only; read by a later release).
-    #[serde(default)]
-    #[allow(dead_code)]
-    pub(crate) value_to_metric: bool,
-    /// All values matching a wildcard share one bucket.
-    #[serde(default)]
-    pub(crate) share_threshold: bool,
-    /// Accepted for compatibility; not interpreted.
-    #[serde(default)]
-    #[allow(dead_code)]
-    pub(crate) metadata: Option<IgnoredAny>,
+/// A node with its place in the file.
+pub(crate) type Node = Spanned<Yaml>;
+
+/// The 1-based line a node starts on.
+pub(crate) fn line(node: &Node) -> u32 {
+    node.referenced.line() as u32
 }
 
-/// `rate_limit` of a descriptor.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RateLimit {
-    /// `second` … `year`, case-insensitive.
-    #[serde(default)]
-    pub(crate) unit: Option<String>,
-    /// Missing means 0, which denies every hit (as the Go server).
-    #[serde(default)]
-    pub(crate) requests_per_unit: u32,
-    /// No limit at all; must not have a unit.
-    #[serde(default)]
-    pub(crate) unlimited: bool,
-    /// Echoed in `current_limit.name`; target of `replaces`.
-    #[serde(default)]
-    pub(crate) name: Option<String>,
-    /// Rules this one replaces within one request.
-    #[serde(default)]
-    pub(crate) replaces: Vec<Replaces>,
-    /// meshlimit: token-bucket capacity (default `requests_per_unit`).
-    #[serde(default)]
-    pub(crate) burst: Option<u32>,
-    /// meshlimit: `token_bucket` or `fixed_window`, overriding `--algorithm`.
-    #[serde(default)]
-    pub(crate) algorithm: Option<String>,
+impl Yaml {
+    /// What the node is, for messages.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Yaml::Null => "nothing",
+            Yaml::Scalar { .. } => "a scalar",
+            Yaml::Seq(_) => "a list",
+            Yaml::Map(_) => "a mapping",
+        }
+    }
 }
 
-/// One `replaces` entry.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct Replaces {
-    /// Name of the replaced rule.
-    #[serde(default)]
-    pub(crate) name: String,
+/// Parses one document.
+pub(crate) fn parse(text: &str) -> Result<Node, serde_saphyr::Error> {
+    let mut root = serde_saphyr::from_str(text)?;
+    restore_written_text(&mut root, text);
+    Ok(root)
+}
+
+/// The parser hands numbers and booleans over typed (`007` as 7); put back the text as
+/// written, taken from the source at the scalar's span.
+fn restore_written_text(node: &mut Node, source: &str) {
+    let span = node.defined.span();
+    match &mut node.value {
+        Yaml::Scalar {
+            text,
+            string: false,
+        } => {
+            let written = span
+                .byte_offset()
+                .zip(span.byte_len())
+                .and_then(|(at, len)| {
+                    let (at, len) = (usize::try_from(at).ok()?, usize::try_from(len).ok()?);
+                    source.get(at..at.checked_add(len)?)
+                });
+            if let Some(written) = written.filter(|w| !w.is_empty()) {
+                *text = written.trim().to_string();
+            }
+        }
+        Yaml::Seq(items) => items
+            .iter_mut()
+            .for_each(|n| restore_written_text(n, source)),
+        Yaml::Map(entries) => entries.iter_mut().for_each(|(k, v)| {
+            restore_written_text(k, source);
+            restore_written_text(v, source);
+        }),
+        Yaml::Null | Yaml::Scalar { .. } => {}
+    }
+}
+
+impl<'de> Deserialize<'de> for Yaml {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(YamlVisitor)
+    }
+}
+
+struct YamlVisitor;
+
+impl YamlVisitor {
+    fn scalar(text: impl ToString) -> Yaml {
+        Yaml::Scalar {
+            text: text.to_string(),
+            string: false,
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for YamlVisitor {
+    type Value = Yaml;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any YAML node")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Yaml, E> {
+        Ok(Self::scalar(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Yaml, E> {
+        Ok(Self::scalar(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Yaml, E> {
+        Ok(Self::scalar(v))
+    }
+    fn visit_i128<E>(self, v: i128) -> Result<Yaml, E> {
+        Ok(Self::scalar(v))
+    }
+    fn visit_u128<E>(self, v: u128) -> Result<Yaml, E> {
+        Ok(Self::scalar(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Yaml, E> {
+        Ok(Self::scalar(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Yaml, E> {
+        Ok(Yaml::Scalar {
+            text: v.to_string(),
+            string: true,
+        })
+    }
+    fn visit_unit<E>(self) -> Result<Yaml, E> {
+        Ok(Yaml::Null)
+    }
+    fn visit_none<E>(self) -> Result<Yaml, E> {
+        Ok(Yaml::Null)
+    }
+    fn visit_some<D: de::Deserializer<'de>>(self, d: D) -> Result<Yaml, D::Error> {
+        Yaml::deserialize(d)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Yaml, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<Node>()? {
+            items.push(item);
+        }
+        Ok(Yaml::Seq(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Yaml, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(entry) = map.next_entry::<Node, Node>()? {
+            entries.push(entry);
+        }
+        Ok(Yaml::Map(entries))
+    }
 }

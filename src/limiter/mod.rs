@@ -51,27 +51,96 @@ pub struct Report {
     pub reset: Nanos,
 }
 
-/// One descriptor evaluated: the state and report for both fates of its request.
+/// One descriptor evaluated, both fates of its request still open. Reports are computed
+/// only for the fate that is asked for: the divisions they need are most of the cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Step {
-    /// State and report if the request is allowed and its hits are taken.
-    pub consumed: (State, Report),
-    /// State and report if the request is denied (another descriptor is over).
-    pub unconsumed: (State, Report),
+pub struct Step(Fates);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fates {
+    TokenBucket(Bucket),
+    /// A fixed window's fate does not depend on the request's: every hit counts.
+    FixedWindow(State, Report),
+}
+
+/// A token bucket's numbers at `now` (see the module docs for the scaling).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Bucket {
+    unit: Unit,
+    now: Nanos,
+    /// One token, scaled: the unit in nanoseconds.
+    token: u128,
+    /// Refill per nanosecond, scaled: `requests_per_unit`.
+    rpu: u128,
+    /// Capacity, scaled.
+    cap: u128,
+    /// Debt before this request.
+    debt: u128,
+    /// Scaled tokens this request takes if it passes; `None` when it cannot pass.
+    take: Option<u128>,
+    /// When over: the time until this request could pass.
+    retry: Nanos,
+}
+
+impl Bucket {
+    fn outcome(&self, debt: u128, over: bool) -> (State, Report) {
+        let remaining = if self.rpu == 0 {
+            0 // never refills: nothing to offer, whatever the burst says
+        } else {
+            u32::try_from(div(self.cap - debt, self.token)).unwrap_or(u32::MAX)
+        };
+        let report = Report {
+            over,
+            remaining,
+            reset: if over {
+                self.retry
+            } else {
+                ceil_div(debt, self.rpu)
+            },
+        };
+        let state = State::TokenBucket {
+            debt,
+            at: self.now,
+            unit: self.unit,
+        };
+        (state, report)
+    }
 }
 
 impl Step {
-    /// Whether this descriptor alone would let the request pass.
+    /// Whether this descriptor alone refuses the request.
     pub fn over(&self) -> bool {
-        self.consumed.1.over
+        match &self.0 {
+            Fates::TokenBucket(b) => b.take.is_none(),
+            Fates::FixedWindow(_, report) => report.over,
+        }
+    }
+
+    /// State and report if the request is allowed and its hits are taken.
+    pub fn consumed(&self) -> (State, Report) {
+        match &self.0 {
+            Fates::TokenBucket(b) => match b.take {
+                Some(take) => b.outcome(b.debt + take, false),
+                None => b.outcome(b.debt, true),
+            },
+            Fates::FixedWindow(state, report) => (*state, *report),
+        }
+    }
+
+    /// State and report if the request is denied (by this or another descriptor).
+    pub fn unconsumed(&self) -> (State, Report) {
+        match &self.0 {
+            Fates::TokenBucket(b) => b.outcome(b.debt, b.take.is_none()),
+            Fates::FixedWindow(state, report) => (*state, *report),
+        }
     }
 
     /// The outcome to keep, given the request's fate.
     pub fn settle(&self, request_denied: bool) -> (State, Report) {
         if request_denied {
-            self.unconsumed
+            self.unconsumed()
         } else {
-            self.consumed
+            self.consumed()
         }
     }
 }
@@ -92,16 +161,12 @@ fn token_bucket(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> 
     let token = u128::from(unit.nanos());
     let rpu = u128::from(limit.requests_per_unit);
     let cap = u128::from(limit.burst) * token;
-    let debt = match *state.unwrap_or(&State::FixedWindow {
-        start: 0,
-        count: 0,
-        unit,
-    }) {
-        State::TokenBucket {
+    let debt = match state {
+        Some(&State::TokenBucket {
             debt,
             at,
             unit: old,
-        } => {
+        }) => {
             let debt = if old == unit {
                 debt
             } else {
@@ -114,60 +179,33 @@ fn token_bucket(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> 
             debt.saturating_sub(refilled).min(cap)
         }
         // A fresh bucket, or one that was a fixed window before a reload: full.
-        State::FixedWindow { .. } => 0,
+        _ => 0,
     };
     let available = cap - debt;
     let take = u128::from(hits) * token;
     let need = take.max(token);
-    let whole = |avail: u128| u32::try_from(div(avail, token)).unwrap_or(u32::MAX);
-    let until_full = |debt: u128| ceil_div(debt, rpu);
-    let unconsumed_state = State::TokenBucket {
-        debt,
-        at: now,
+    let passes = rpu > 0 && need <= available;
+    let retry = if passes {
+        0
+    } else if rpu == 0 {
+        // Never refills: report one unit, as a fixed window of 0 would.
+        unit.nanos()
+    } else if need <= cap {
+        ceil_div(need - available, rpu)
+    } else {
+        // More than the burst can ever hold: the best moment is when it is full.
+        ceil_div(debt, rpu)
+    };
+    Step(Fates::TokenBucket(Bucket {
         unit,
-    };
-    let unconsumed = Report {
-        over: false,
-        remaining: whole(available),
-        reset: until_full(debt),
-    };
-    if rpu == 0 || need > available {
-        let reset = if rpu == 0 {
-            // Never refills: report one unit, as a fixed window of 0 would.
-            unit.nanos()
-        } else if need <= cap {
-            ceil_div(need - available, rpu)
-        } else {
-            // More than the burst can ever hold: the best moment is when it is full.
-            until_full(debt)
-        };
-        let report = Report {
-            over: true,
-            // A bucket that never refills has nothing to offer, whatever its burst says.
-            remaining: if rpu == 0 { 0 } else { unconsumed.remaining },
-            reset,
-        };
-        return Step {
-            consumed: (unconsumed_state, report),
-            unconsumed: (unconsumed_state, report),
-        };
-    }
-    let after = debt + take;
-    Step {
-        consumed: (
-            State::TokenBucket {
-                debt: after,
-                at: now,
-                unit,
-            },
-            Report {
-                over: false,
-                remaining: whole(cap - after),
-                reset: until_full(after),
-            },
-        ),
-        unconsumed: (unconsumed_state, unconsumed),
-    }
+        now,
+        token,
+        rpu,
+        cap,
+        debt,
+        take: passes.then_some(take),
+        retry,
+    }))
 }
 
 fn fixed_window(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> Step {
@@ -191,18 +229,12 @@ fn fixed_window(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> 
         remaining: if over { 0 } else { (limit_n - after) as u32 },
         reset: (start + window - now_s) * NANOS_PER_SEC,
     };
-    let kept = (
-        State::FixedWindow {
-            start,
-            count: after,
-            unit,
-        },
-        report,
-    );
-    Step {
-        consumed: kept,
-        unconsumed: kept,
-    }
+    let state = State::FixedWindow {
+        start,
+        count: after,
+        unit,
+    };
+    Step(Fates::FixedWindow(state, report))
 }
 
 impl State {

@@ -38,7 +38,7 @@ fn hit(state: &mut Option<State>, limit: &Limit, hits: u64, now: Nanos) -> Repor
 
 /// What a check-only (hits 0) request would see, without storing anything.
 fn peek(state: &Option<State>, limit: &Limit, now: Nanos) -> Report {
-    step(state.as_ref(), limit, 0, now).consumed.1
+    step(state.as_ref(), limit, 0, now).consumed().1
 }
 
 fn ok(remaining: u32, reset: Nanos) -> Report {
@@ -88,10 +88,10 @@ fn tb_fresh_bucket_is_full() {
     let l = tb(10, Unit::Second, 10);
     let s = step(None, &l, 1, T0);
     assert_eq!(
-        s.consumed,
+        s.consumed(),
         (bucket(S as u128, T0, Unit::Second), ok(9, 100 * MS))
     );
-    assert_eq!(s.unconsumed, (bucket(0, T0, Unit::Second), ok(10, 0)));
+    assert_eq!(s.unconsumed(), (bucket(0, T0, Unit::Second), ok(10, 0)));
     assert!(!s.over());
     assert_eq!(peek(&None, &l, T0), ok(10, 0));
 }
@@ -102,11 +102,11 @@ fn tb_fresh_bucket_full_for_every_unit() {
         let l = tb(7, unit, 5);
         let s = step(None, &l, 5, T0);
         assert_eq!(
-            s.consumed.1,
+            s.consumed().1,
             ok(0, (5 * unit.nanos()).div_ceil(7)),
             "{unit}"
         );
-        assert_eq!(s.unconsumed.1, ok(5, 0), "{unit}");
+        assert_eq!(s.unconsumed().1, ok(5, 0), "{unit}");
         let s = step(None, &l, 6, T0);
         assert!(s.over(), "{unit}");
     }
@@ -224,13 +224,13 @@ fn tb_over_step_consumes_nothing_and_both_fates_are_equal() {
     let prev = bucket(8 * S as u128, T0, Unit::Second);
     let s = step(Some(&prev), &l, 3, T0 + 50 * MS);
     assert!(s.over());
-    assert_eq!(s.consumed, s.unconsumed);
+    assert_eq!(s.consumed(), s.unconsumed());
     // The state is the same debt brought forward to now: 0.5 token refilled, none taken.
     assert_eq!(
-        s.consumed.0,
+        s.consumed().0,
         bucket(7_500_000_000, T0 + 50 * MS, Unit::Second)
     );
-    assert_eq!(s.consumed.1, over(2, 50 * MS));
+    assert_eq!(s.consumed().1, over(2, 50 * MS));
     assert_eq!(s.settle(true), s.settle(false));
 }
 
@@ -241,21 +241,21 @@ fn tb_allowed_step_offers_both_fates() {
     let s = step(Some(&prev), &l, 2, T0 + 100 * MS);
     assert!(!s.over());
     assert_eq!(
-        s.consumed,
+        s.consumed(),
         (
             bucket(9 * S as u128, T0 + 100 * MS, Unit::Second),
             ok(1, 900 * MS)
         )
     );
     assert_eq!(
-        s.unconsumed,
+        s.unconsumed(),
         (
             bucket(7 * S as u128, T0 + 100 * MS, Unit::Second),
             ok(3, 700 * MS)
         )
     );
-    assert_eq!(s.settle(false), s.consumed);
-    assert_eq!(s.settle(true), s.unconsumed);
+    assert_eq!(s.settle(false), s.consumed());
+    assert_eq!(s.settle(true), s.unconsumed());
 }
 
 #[test]
@@ -284,7 +284,7 @@ fn tb_denied_by_another_descriptor_takes_nothing() {
 fn tb_more_hits_than_the_burst_can_never_pass() {
     let l = tb(10, Unit::Second, 10);
     // Fresh (full) bucket: over, and the best moment is now (full).
-    assert_eq!(step(None, &l, 11, T0).consumed.1, over(10, 0));
+    assert_eq!(step(None, &l, 11, T0).consumed().1, over(10, 0));
     let mut st = None;
     hit(&mut st, &l, 4, T0);
     assert_eq!(hit(&mut st, &l, 11, T0), over(6, 400 * MS));
@@ -311,8 +311,8 @@ fn tb_check_only_on_a_full_bucket_passes_and_consumes_nothing() {
     let l = tb(10, Unit::Second, 10);
     let s = step(None, &l, 0, T0);
     assert!(!s.over());
-    assert_eq!(s.consumed, s.unconsumed);
-    assert_eq!(s.consumed, (bucket(0, T0, Unit::Second), ok(10, 0)));
+    assert_eq!(s.consumed(), s.unconsumed());
+    assert_eq!(s.consumed(), (bucket(0, T0, Unit::Second), ok(10, 0)));
 }
 
 #[test]
@@ -326,8 +326,8 @@ fn tb_check_only_needs_one_whole_token() {
     assert_eq!(hit(&mut st, &l, 0, T0 + 100 * MS - 1), over(0, 1));
     // Exactly one token: OK, and it is still there afterwards.
     let s = step(st.as_ref(), &l, 0, T0 + 100 * MS);
-    assert_eq!(s.consumed, s.unconsumed);
-    assert_eq!(s.consumed.1, ok(1, 900 * MS));
+    assert_eq!(s.consumed(), s.unconsumed());
+    assert_eq!(s.consumed().1, ok(1, 900 * MS));
     st = Some(s.settle(false).0);
     assert_eq!(hit(&mut st, &l, 0, T0 + 100 * MS), ok(1, 900 * MS));
     assert_eq!(hit(&mut st, &l, 1, T0 + 100 * MS), ok(0, S));
@@ -355,9 +355,9 @@ fn tb_zero_rate_denies_everything_with_one_unit_reset() {
             for hits in [0, 1, 2, 100] {
                 let s = step(None, &l, hits, T0);
                 assert!(s.over(), "{unit} burst {burst} hits {hits}");
-                assert_eq!(s.consumed, s.unconsumed);
+                assert_eq!(s.consumed(), s.unconsumed());
                 assert_eq!(
-                    s.consumed.1.reset,
+                    s.consumed().1.reset,
                     unit.nanos(),
                     "{unit} burst {burst} hits {hits}"
                 );
@@ -370,7 +370,7 @@ fn tb_zero_rate_denies_everything_with_one_unit_reset() {
             ));
             let s = step(st.as_ref(), &l, 1, T0 + 10 * unit.nanos());
             assert!(s.over());
-            assert_eq!(s.consumed.1, over(0, unit.nanos()));
+            assert_eq!(s.consumed().1, over(0, unit.nanos()));
         }
     }
 }
@@ -381,7 +381,7 @@ fn tb_zero_burst_denies_everything() {
     for hits in [0, 1, 5] {
         let s = step(None, &l, hits, T0);
         assert!(s.over(), "hits {hits}");
-        assert_eq!(s.consumed.1.remaining, 0);
+        assert_eq!(s.consumed().1.remaining, 0);
     }
 }
 
@@ -403,7 +403,7 @@ fn assert_retry_after_is_exact(l: &Limit, hits: u64, t: Nanos) {
         before.over(),
         "{l:?} hits {hits}: allowed 1 ns before reset {reset}"
     );
-    assert_eq!(before.consumed.1.reset, 1, "{l:?} hits {hits}");
+    assert_eq!(before.consumed().1.reset, 1, "{l:?} hits {hits}");
     let at = step(st.as_ref(), l, hits, t + reset);
     assert!(
         !at.over(),
@@ -461,8 +461,8 @@ fn tb_reload_second_to_minute_keeps_missing_tokens() {
     let new = tb(10, Unit::Minute, 10);
     let s = step(st.as_ref(), &new, 0, T0);
     // Still 4 tokens missing, now refilled at one per 6 s.
-    assert_eq!(s.consumed.1, ok(6, 24 * S));
-    assert_eq!(s.consumed.0, bucket(4 * 60 * S as u128, T0, Unit::Minute));
+    assert_eq!(s.consumed().1, ok(6, 24 * S));
+    assert_eq!(s.consumed().0, bucket(4 * 60 * S as u128, T0, Unit::Minute));
     // Time since the old state refills at the new rate.
     assert_eq!(peek(&st, &new, T0 + 6 * S), ok(7, 18 * S));
 }
@@ -474,8 +474,8 @@ fn tb_reload_minute_to_second_keeps_missing_tokens() {
     hit(&mut st, &old, 30, T0);
     let new = tb(60, Unit::Second, 60);
     let s = step(st.as_ref(), &new, 0, T0);
-    assert_eq!(s.consumed.1, ok(30, 500 * MS));
-    assert_eq!(s.consumed.0, bucket(30 * S as u128, T0, Unit::Second));
+    assert_eq!(s.consumed().1, ok(30, 500 * MS));
+    assert_eq!(s.consumed().0, bucket(30 * S as u128, T0, Unit::Second));
 }
 
 #[test]
@@ -507,10 +507,16 @@ fn tb_reload_raised_rate_applies_at_once() {
     // The 100 ms since the old state refill at the new rate: one token.
     assert_eq!(peek(&st, &new, T0 + 100 * MS), ok(1, 900 * MS));
     // And an over report already uses the new rate.
-    assert_eq!(step(st.as_ref(), &new, 1, T0).consumed.1, over(0, 100 * MS));
+    assert_eq!(
+        step(st.as_ref(), &new, 1, T0).consumed().1,
+        over(0, 100 * MS)
+    );
     // A lowered rate applies at once as well.
     let slow = tb(1, Unit::Minute, 10);
-    assert_eq!(step(st.as_ref(), &slow, 1, T0).consumed.1, over(0, 60 * S));
+    assert_eq!(
+        step(st.as_ref(), &slow, 1, T0).consumed().1,
+        over(0, 60 * S)
+    );
 }
 
 #[test]
@@ -520,13 +526,13 @@ fn tb_reload_from_and_to_fixed_window() {
     let fwst = window(T0 / S, 1_000, Unit::Second);
     let s = step(Some(&fwst), &l, 1, T0);
     assert_eq!(
-        s.consumed,
+        s.consumed(),
         (bucket(S as u128, T0, Unit::Second), ok(9, 100 * MS))
     );
     // A token-bucket state under a fixed-window limit: a fresh window.
     let tbst = bucket(10 * S as u128, T0, Unit::Second);
     let s = step(Some(&tbst), &fw(10, Unit::Second), 1, T0);
-    assert_eq!(s.consumed, (window(T0 / S, 1, Unit::Second), ok(9, S)));
+    assert_eq!(s.consumed(), (window(T0 / S, 1, Unit::Second), ok(9, S)));
 }
 
 #[test]
@@ -555,7 +561,7 @@ fn tb_reload_rescaling_a_large_debt_does_not_overflow() {
     let new = tb(10_000_000, Unit::Month, 10_000_000);
     let s = step(st.as_ref(), &new, 1, T0);
     // Still empty: 10M tokens missing; one token per month / 10M = 259.2 ms.
-    assert_eq!(s.consumed.1, over(0, 259_200_000));
+    assert_eq!(s.consumed().1, over(0, 259_200_000));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -570,9 +576,9 @@ fn tb_clock_stepping_back_neither_panics_nor_refills() {
     for back in [1, MS, S, 3600 * S, T0] {
         let s = step(st.as_ref(), &l, 1, T0 - back);
         assert!(s.over(), "back {back}");
-        assert_eq!(s.consumed.1, over(0, 100 * MS), "back {back}");
+        assert_eq!(s.consumed().1, over(0, 100 * MS), "back {back}");
         assert_eq!(
-            s.consumed.0,
+            s.consumed().0,
             bucket(10 * S as u128, T0 - back, Unit::Second)
         );
         assert_eq!(peek(&st, &l, T0 - back), over(0, 100 * MS));
@@ -599,10 +605,10 @@ fn tb_extreme_values_do_not_panic() {
             for now in [0, 1, T0, u64::MAX] {
                 for hits in [0, 1, u64::from(u32::MAX), u64::MAX] {
                     let s = step(None, &l, hits, now);
-                    let _ = step(Some(&s.consumed.0), &l, hits, u64::MAX);
-                    let _ = step(Some(&s.consumed.0), &l, hits, 0);
-                    let _ = s.consumed.0.idle_in(now, rpu);
-                    let _ = s.consumed.0.idle_in(0, rpu);
+                    let _ = step(Some(&s.consumed().0), &l, hits, u64::MAX);
+                    let _ = step(Some(&s.consumed().0), &l, hits, 0);
+                    let _ = s.consumed().0.idle_in(now, rpu);
+                    let _ = s.consumed().0.idle_in(0, rpu);
                 }
             }
         }
@@ -644,9 +650,9 @@ fn fw_consumed_and_unconsumed_are_the_same() {
     for (before, hits) in [(0, 1), (2, 1), (3, 1), (10, 5), (0, 0), (3, 0), (4, 0)] {
         let st = window(T0 / S, before, Unit::Minute);
         let s = step(Some(&st), &l, hits, T0);
-        assert_eq!(s.consumed, s.unconsumed, "before {before} hits {hits}");
+        assert_eq!(s.consumed(), s.unconsumed(), "before {before} hits {hits}");
         assert_eq!(s.settle(true), s.settle(false));
-        assert_eq!(s.consumed.0, window(T0 / S, before + hits, Unit::Minute));
+        assert_eq!(s.consumed().0, window(T0 / S, before + hits, Unit::Minute));
     }
 }
 
@@ -660,9 +666,9 @@ fn fw_new_window_starts_from_zero() {
     assert_eq!(st, Some(window(T0 / S + 1, 1, Unit::Second)));
     // A state from long ago (or from the future) is another window: count from 0.
     let old = Some(window(T0 / S - 3600, 100, Unit::Second));
-    assert_eq!(step(old.as_ref(), &l, 1, T0).consumed.1, ok(1, S));
+    assert_eq!(step(old.as_ref(), &l, 1, T0).consumed().1, ok(1, S));
     let future = Some(window(T0 / S + 5, 100, Unit::Second));
-    assert_eq!(step(future.as_ref(), &l, 1, T0).consumed.1, ok(1, S));
+    assert_eq!(step(future.as_ref(), &l, 1, T0).consumed().1, ok(1, S));
 }
 
 #[test]
@@ -670,15 +676,18 @@ fn fw_state_of_another_unit_starts_from_zero() {
     // Same start (T0 is aligned to both), different unit: a reload changed the unit.
     let st = window(T0 / S, 100, Unit::Minute);
     let s = step(Some(&st), &fw(10, Unit::Hour), 1, T0);
-    assert_eq!(s.consumed, (window(T0 / S, 1, Unit::Hour), ok(9, 3600 * S)));
+    assert_eq!(
+        s.consumed(),
+        (window(T0 / S, 1, Unit::Hour), ok(9, 3600 * S))
+    );
     // Same unit, changed limit: the count is kept.
     let st = window(T0 / S, 5, Unit::Hour);
     assert_eq!(
-        step(Some(&st), &fw(6, Unit::Hour), 1, T0).consumed.1,
+        step(Some(&st), &fw(6, Unit::Hour), 1, T0).consumed().1,
         ok(0, 3600 * S)
     );
     assert_eq!(
-        step(Some(&st), &fw(5, Unit::Hour), 1, T0).consumed.1,
+        step(Some(&st), &fw(5, Unit::Hour), 1, T0).consumed().1,
         over(0, 3600 * S)
     );
 }
@@ -697,7 +706,11 @@ fn fw_reset_is_whole_seconds_until_the_window_ends() {
         (T0 + 60 * S, 60 * S),
     ];
     for (now, reset) in cases {
-        assert_eq!(step(None, &l, 1, now).consumed.1.reset, reset, "now {now}");
+        assert_eq!(
+            step(None, &l, 1, now).consumed().1.reset,
+            reset,
+            "now {now}"
+        );
     }
 }
 
@@ -708,7 +721,7 @@ fn fw_reset_is_between_one_second_and_one_unit() {
         let l = fw(10, unit);
         let mut now = 1_700_000_000 * S + 987_654_321;
         for i in 0..500u64 {
-            let r = step(None, &l, 1, now).consumed.1;
+            let r = step(None, &l, 1, now).consumed().1;
             assert!(
                 r.reset >= S && r.reset <= unit.nanos(),
                 "{unit} now {now}: {}",
@@ -727,7 +740,7 @@ fn fw_windows_are_aligned_to_the_epoch() {
     for unit in ALL_UNITS {
         let w = unit.seconds();
         for now in [0, 1, S, T0, T0 + 12_345 * S + 678, 4_000_000_000 * S + 1] {
-            let State::FixedWindow { start, .. } = step(None, &fw(1, unit), 1, now).consumed.0
+            let State::FixedWindow { start, .. } = step(None, &fw(1, unit), 1, now).consumed().0
             else {
                 panic!("not a window");
             };
@@ -740,7 +753,7 @@ fn fw_windows_are_aligned_to_the_epoch() {
 #[test]
 fn fw_week_windows_start_on_thursday() {
     let l = fw(10, Unit::Week);
-    let start_of = |now: Nanos| match step(None, &l, 1, now).consumed.0 {
+    let start_of = |now: Nanos| match step(None, &l, 1, now).consumed().0 {
         State::FixedWindow { start, .. } => start,
         State::TokenBucket { .. } => unreachable!(),
     };
@@ -750,7 +763,7 @@ fn fw_week_windows_start_on_thursday() {
     let monday = T0 + (4 * 86_400 + 12 * 3600) * S;
     assert_eq!(start_of(monday), T0 / S);
     assert_eq!(
-        step(None, &l, 1, monday).consumed.1.reset,
+        step(None, &l, 1, monday).consumed().1.reset,
         (2 * 86_400 + 12 * 3600) * S
     );
     // Wednesday 23:59:59 is the last second; Thursday 2026-01-08 starts the next week.
@@ -767,7 +780,7 @@ fn fw_week_windows_start_on_thursday() {
 fn fw_day_windows_reset_at_midnight_utc() {
     let l = fw(10, Unit::Day);
     let r = step(None, &l, 1, T0 + 23 * 3600 * S + 30 * 60 * S)
-        .consumed
+        .consumed()
         .1;
     assert_eq!(r.reset, 30 * 60 * S);
 }
@@ -776,12 +789,12 @@ fn fw_day_windows_reset_at_midnight_utc() {
 fn fw_month_is_thirty_days_and_year_is_365() {
     // 2026-01-01 lies in the 30-day block started 2025-12-08 (1_765_152_000).
     let s = step(None, &fw(10, Unit::Month), 1, T0);
-    assert_eq!(s.consumed.0, window(1_765_152_000, 1, Unit::Month));
-    assert_eq!(s.consumed.1.reset, 518_400 * S);
+    assert_eq!(s.consumed().0, window(1_765_152_000, 1, Unit::Month));
+    assert_eq!(s.consumed().1.reset, 518_400 * S);
     // ...and in the 365-day block started 2025-12-18 (1_766_016_000).
     let s = step(None, &fw(10, Unit::Year), 1, T0);
-    assert_eq!(s.consumed.0, window(1_766_016_000, 1, Unit::Year));
-    assert_eq!(s.consumed.1.reset, 30_326_400 * S);
+    assert_eq!(s.consumed().0, window(1_766_016_000, 1, Unit::Year));
+    assert_eq!(s.consumed().1.reset, 30_326_400 * S);
     // The next month block starts 30 days after the last.
     let s = step(
         None,
@@ -790,10 +803,10 @@ fn fw_month_is_thirty_days_and_year_is_365() {
         (1_765_152_000 + 2_592_000) * S,
     );
     assert_eq!(
-        s.consumed.0,
+        s.consumed().0,
         window(1_765_152_000 + 2_592_000, 1, Unit::Month)
     );
-    assert_eq!(s.consumed.1.reset, 2_592_000 * S);
+    assert_eq!(s.consumed().1.reset, 2_592_000 * S);
 }
 
 #[test]
@@ -802,14 +815,14 @@ fn fw_check_only_hits() {
     let at = |count| Some(window(T0 / S, count, Unit::Second));
     // Below the limit: OK, nothing counted.
     let s = step(at(3).as_ref(), &l, 0, T0);
-    assert_eq!(s.consumed, (window(T0 / S, 3, Unit::Second), ok(2, S)));
+    assert_eq!(s.consumed(), (window(T0 / S, 3, Unit::Second), ok(2, S)));
     // At the limit: still OK, 0 remaining.
-    assert_eq!(step(at(5).as_ref(), &l, 0, T0).consumed.1, ok(0, S));
+    assert_eq!(step(at(5).as_ref(), &l, 0, T0).consumed().1, ok(0, S));
     // Over the limit: over.
-    assert_eq!(step(at(6).as_ref(), &l, 0, T0).consumed.1, over(0, S));
+    assert_eq!(step(at(6).as_ref(), &l, 0, T0).consumed().1, over(0, S));
     // Fresh: OK with the whole limit left.
     assert_eq!(
-        step(None, &l, 0, T0).consumed,
+        step(None, &l, 0, T0).consumed(),
         (window(T0 / S, 0, Unit::Second), ok(5, S))
     );
 }
@@ -832,7 +845,7 @@ fn fw_go_reference_hits_addend_table() {
         let st = window(T0 / S, before, Unit::Second);
         let s = step(Some(&st), &fw(limit, Unit::Second), hits, T0);
         assert_eq!(
-            s.consumed.1,
+            s.consumed().1,
             Report {
                 over: is_over,
                 remaining,
@@ -840,16 +853,16 @@ fn fw_go_reference_hits_addend_table() {
             },
             "limit {limit} before {before} hits {hits}"
         );
-        assert_eq!(s.consumed.0, window(T0 / S, before + hits, Unit::Second));
+        assert_eq!(s.consumed().0, window(T0 / S, before + hits, Unit::Second));
     }
 }
 
 #[test]
 fn fw_zero_limit_denies_every_hit() {
     let l = fw(0, Unit::Minute);
-    assert_eq!(step(None, &l, 1, T0).consumed.1, over(0, 60 * S));
+    assert_eq!(step(None, &l, 1, T0).consumed().1, over(0, 60 * S));
     // A check-only request against a zero limit is not over (count 0 is not > 0), as in Go.
-    assert_eq!(step(None, &l, 0, T0).consumed.1, ok(0, 60 * S));
+    assert_eq!(step(None, &l, 0, T0).consumed().1, ok(0, 60 * S));
 }
 
 #[test]
@@ -867,12 +880,15 @@ fn fw_huge_counts_saturate() {
     let st = window(T0 / S, u64::MAX - 1, Unit::Second);
     let s = step(Some(&st), &l, 5, T0);
     assert_eq!(
-        s.consumed,
+        s.consumed(),
         (window(T0 / S, u64::MAX, Unit::Second), over(0, S))
     );
-    assert_eq!(step(None, &l, u64::MAX, T0).consumed.1, over(0, S));
-    assert_eq!(step(None, &l, u64::from(u32::MAX), T0).consumed.1, ok(0, S));
-    assert_eq!(step(None, &l, 1, T0).consumed.1, ok(u32::MAX - 1, S));
+    assert_eq!(step(None, &l, u64::MAX, T0).consumed().1, over(0, S));
+    assert_eq!(
+        step(None, &l, u64::from(u32::MAX), T0).consumed().1,
+        ok(0, S)
+    );
+    assert_eq!(step(None, &l, 1, T0).consumed().1, ok(u32::MAX - 1, S));
 }
 
 #[test]
@@ -1007,8 +1023,8 @@ fn idle_in_token_bucket() {
     // Idle means indistinguishable from no state.
     let at = T0 + st.idle_in(T0, 10);
     assert_eq!(
-        step(Some(&st), &l, 1, at).consumed.1,
-        step(None, &l, 1, at).consumed.1
+        step(Some(&st), &l, 1, at).consumed().1,
+        step(None, &l, 1, at).consumed().1
     );
 }
 
@@ -1025,17 +1041,17 @@ fn idle_in_fixed_window() {
     let l = fw(10, Unit::Minute);
     let now = T0 + 15 * S + 250 * MS;
     let s = step(None, &l, 1, now);
-    let st = s.consumed.0;
+    let st = s.consumed().0;
     assert_eq!(st.idle_in(now, 10), 44 * S + 750 * MS);
     // The report rounds the same end to whole seconds from the second the request is in.
-    assert_eq!(s.consumed.1.reset, 45 * S);
+    assert_eq!(s.consumed().1.reset, 45 * S);
     assert_eq!(st.idle_in(T0 + 60 * S - 1, 10), 1);
     assert_eq!(st.idle_in(T0 + 60 * S, 10), 0);
     assert_eq!(st.idle_in(T0 + 3600 * S, 10), 0);
     assert_eq!(st.idle_in(T0, 10), 60 * S);
     // Once idle, a step sees a fresh window.
     assert_eq!(
-        step(Some(&st), &l, 1, T0 + 60 * S).consumed.1,
+        step(Some(&st), &l, 1, T0 + 60 * S).consumed().1,
         ok(9, 60 * S)
     );
 }

@@ -376,18 +376,18 @@ impl<'a> Locked<'a> {
         let mut steps: SmallVec<[Step; 4]> = SmallVec::with_capacity(checks.len());
         for (check, &g) in checks.iter().zip(&self.slot_of) {
             let step = limiter::step(tentative[g].as_ref(), &check.limit, check.hits, now);
-            tentative[g] = Some(step.consumed.0);
+            tentative[g] = Some(step.consumed().0);
             steps.push(step);
         }
         let denied =
             limiter::request_denied(checks.iter().zip(&steps).map(|(c, s)| (c.mode, s.over())));
         let mut reports = Reports::with_capacity(checks.len());
         if !denied {
-            reports.extend(steps.iter().map(|s| s.consumed.1));
+            reports.extend(steps.iter().map(|s| s.consumed().1));
         } else if !self.shared {
             for (step, &g) in steps.iter().zip(&self.slot_of) {
-                tentative[g] = Some(step.unconsumed.0);
-                reports.push(step.unconsumed.1);
+                tentative[g] = Some(step.unconsumed().0);
+                reports.push(step.unconsumed().1);
             }
         } else {
             // Replay without consumption; keep each check's verdict from pass 1, which is
@@ -397,10 +397,10 @@ impl<'a> Locked<'a> {
             }
             for ((check, &g), first) in checks.iter().zip(&self.slot_of).zip(&steps) {
                 let step = limiter::step(tentative[g].as_ref(), &check.limit, check.hits, now);
-                tentative[g] = Some(step.unconsumed.0);
+                tentative[g] = Some(step.unconsumed().0);
                 reports.push(limiter::Report {
                     over: first.over(),
-                    ..step.unconsumed.1
+                    ..step.unconsumed().1
                 });
             }
         }
