@@ -55,7 +55,7 @@ pub fn decide_one(c: &mut Criterion) {
     let mut group = c.benchmark_group("store");
     group.throughput(Throughput::Elements(1));
     // The arithmetic alone, for reference: what the store adds is lookup and locking.
-    let state = limiter::step(None, &limit(), 1, NOW).consumed.0;
+    let state = limiter::step(None, &limit(), 1, NOW).consumed().0;
     group.bench_function("step_only", |b| {
         b.iter(|| {
             black_box(limiter::step(
@@ -90,7 +90,7 @@ impl NaiveStore {
         let mut map = self.0.lock().unwrap();
         let state = map.get(key).copied();
         let step = limiter::step(state.as_ref(), limit, 1, now);
-        map.insert(key.to_string(), step.consumed.0);
+        map.insert(key.to_string(), step.consumed().0);
         step.over()
     }
 }
