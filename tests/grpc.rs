@@ -369,3 +369,37 @@ fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// Many concurrent calls over several connections against one limit: exactly the limit
+/// passes (a fixed window of 25/hour and a token bucket of burst 25; no refill can happen
+/// within the test's bounds for either).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_calls_pass_exactly_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("c.yaml"),
+        "domain: c\ndescriptors:\n  - key: tb\n    rate_limit: {unit: hour, requests_per_unit: 25}\n  - key: fw\n    rate_limit: {unit: hour, requests_per_unit: 25, algorithm: fixed_window}\n",
+    )
+    .unwrap();
+    let server = TestServer::start(dir.path(), Algorithm::TokenBucket).await;
+    for key in ["tb", "fw"] {
+        let mut tasks = Vec::new();
+        for _connection in 0..4 {
+            let rls = client(&server).await;
+            for _ in 0..50 {
+                let mut rls = rls.clone();
+                // The same value everywhere: a value-less rule has one bucket per value.
+                let req = request("c", vec![descriptor(&[(key, "same")])]);
+                tasks.push(tokio::spawn(async move {
+                    call(&mut rls, req).await.overall_code
+                }));
+            }
+        }
+        let mut passed = 0;
+        for t in tasks {
+            passed += usize::from(t.await.unwrap() == Code::Ok as i32);
+        }
+        assert_eq!(passed, 25, "{key}");
+    }
+    server.stop().await;
+}

@@ -1,43 +1,47 @@
 //! The embedded store: buckets in process memory, exact under concurrency, bounded in size.
 //!
-//! Buckets live in a sharded map (`DashMap`) of `Arc<Bucket>`, each bucket behind its own
-//! mutex. A request locks the buckets of all its descriptors in address order (so two
-//! requests can never deadlock), steps them, decides, and writes back: N concurrent
-//! requests against a limit L let exactly L through.
+//! Buckets live in a table split into [`SHARDS`] shards, each a `parking_lot` mutex around a
+//! hash table whose entries *are* the bucket states. A decision takes one lock: the shard
+//! of its key (two atomic operations in all, the least a shared exact decision can cost).
+//! A request with several descriptors locks the shards of all its keys in shard order, so
+//! two requests can never deadlock, evaluates every descriptor, decides, and writes back:
+//! N concurrent requests against a limit L let exactly L through, and a denied request
+//! takes no token from any bucket.
 //!
 //! Lifetime is moka's job: every bucket is registered in a `moka` cache with a per-entry
-//! expiry and a maximum entry count, and moka's eviction listener removes it from the map.
+//! expiry and a maximum entry count, and moka's eviction listener removes it from the table.
 //! moka's own bookkeeping costs a few hundred nanoseconds per access, several times the
-//! decision itself, so a bucket refreshes its registration at most once per
-//! [`REFRESH`] of its own clock instead of on every hit. The registration's time to live is
-//! the time an emptied bucket needs to refill plus two refresh periods, so when it expires
-//! the bucket is full again: dropping it loses nothing. The listener checks that under the
-//! bucket's lock (the clock may be a test's manual one) and keeps any bucket that is not
-//! idle yet, marking it for re-registration. A removed bucket is marked retired under its
-//! lock, so a request that still holds it looks it up again instead of deciding on a
-//! bucket no one else can see. Only eviction for size, when more than the maximum number
-//! of buckets are active, forgets state that still mattered; that is the price of the bound.
+//! decision itself, so a bucket refreshes its registration at most once per [`REFRESH`] of
+//! its own clock instead of on every hit. A registration lives for the time an emptied
+//! bucket needs to refill plus two refresh periods, so when it expires the bucket is full
+//! again and dropping it loses nothing. The listener checks that under the shard lock (the
+//! clock may be a test's manual one) and keeps a bucket that is not idle yet, marking it for
+//! re-registration on its next use. Only eviction for size, when more than the maximum
+//! number of buckets are in use, forgets state that still mattered: the price of the bound.
+//!
+//! moka may run the listener on any thread that calls it, and the listener takes a shard
+//! lock; so moka is only ever called with no shard lock held.
 
+use std::hash::BuildHasher;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use dashmap::DashMap;
 use foldhash::fast::RandomState;
+use hashbrown::HashTable;
 use moka::notification::RemovalCause;
 use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use super::{Check, Reports};
 use crate::clock::{Clock, Nanos};
-use crate::limiter::{self, State, Step};
+use crate::limiter::{self, Report, State, Step};
 use crate::rules::{Algorithm, Limit};
 
 /// How often, at most, a bucket in use refreshes its moka registration.
 pub(crate) const REFRESH: Duration = Duration::from_secs(1);
 
-/// How many times a request retries after finding a bucket retired under it.
-const RETRIES: usize = 3;
+/// Shards of the bucket table; a power of two, comfortably more than cores.
+const SHARDS: usize = 256;
 
 /// The embedded store. Cheap to clone; clones share the buckets.
 #[derive(Clone)]
@@ -46,31 +50,30 @@ pub struct MemoryStore {
 }
 
 struct Inner {
-    /// Key → bucket. The decision path only reads it (one shard read lock, no moka).
-    buckets: DashMap<Arc<str>, Arc<Bucket>, RandomState>,
+    shards: Box<[Shard]>,
+    hasher: RandomState,
     /// Key → registration, for expiry and the size bound only.
     lifetimes: moka::sync::Cache<Arc<str>, Registration, RandomState>,
     /// The store's clock, for the listener's "is it idle now" question.
     clock: Arc<dyn Clock>,
 }
 
-struct Bucket {
-    /// A `parking_lot` mutex, not an atomic: a request must hold several buckets at once
-    /// to take from all or none, and the critical section is a few arithmetic operations.
-    slot: Mutex<Slot>,
-    /// When this bucket last refreshed its registration (store clock); read lock-free.
-    touched: AtomicU64,
-}
+/// One shard, alone on its cache lines so that cores working on different shards do not
+/// slow each other down. A `parking_lot` mutex, not a read-write lock: every decision
+/// writes, and the critical section is a lookup and a few arithmetic operations.
+#[repr(align(128))]
+struct Shard(Mutex<HashTable<Entry>>);
 
-#[derive(Default)]
-struct Slot {
+struct Entry {
+    key: Arc<str>,
+    hash: u64,
     state: Option<State>,
     /// `requests_per_unit` of the last limit applied, to know when the bucket is idle.
     requests_per_unit: u32,
-    /// Removed from the map: whoever holds it must look the key up again.
-    retired: bool,
-    /// Currently registered in moka (false for a new bucket, or after its registration
-    /// expired while it was still busy).
+    /// When this bucket last refreshed its registration (store clock).
+    touched: Nanos,
+    /// Currently registered in moka: false for a new bucket, or after its registration
+    /// expired while it was still busy.
     registered: bool,
     /// Bumped on every registration, so that the listener ignores stale ones.
     generation: u64,
@@ -78,9 +81,14 @@ struct Slot {
 
 #[derive(Clone)]
 struct Registration {
-    bucket: Arc<Bucket>,
     generation: u64,
     ttl: Duration,
+}
+
+/// What a decision leaves to do once its locks are released.
+enum FollowUp {
+    Register(Arc<str>, Registration),
+    Refresh(Arc<str>, Duration),
 }
 
 struct Lifetime;
@@ -132,7 +140,10 @@ impl MemoryStore {
                 })
                 .build_with_hasher(RandomState::default());
             Inner {
-                buckets: DashMap::with_hasher(RandomState::default()),
+                shards: (0..SHARDS)
+                    .map(|_| Shard(Mutex::new(HashTable::new())))
+                    .collect(),
+                hasher: RandomState::default(),
                 lifetimes,
                 clock,
             }
@@ -142,12 +153,12 @@ impl MemoryStore {
 
     /// Number of buckets held.
     pub fn len(&self) -> usize {
-        self.inner.buckets.len()
+        self.inner.shards.iter().map(|s| s.0.lock().len()).sum()
     }
 
     /// Whether no bucket is held.
     pub fn is_empty(&self) -> bool {
-        self.inner.buckets.is_empty()
+        self.len() == 0
     }
 
     /// Lets moka expire and evict now rather than on its next write.
@@ -157,79 +168,25 @@ impl MemoryStore {
 
     /// Decides `checks` at `now`, all or nothing (see [`super::Store::check`]).
     pub fn check(&self, checks: &[Check<'_>], now: Nanos) -> Reports {
-        if let [check] = checks {
-            return smallvec::smallvec![self.check_one(check, now)];
-        }
         let inner = &*self.inner;
-        let mut attempt = 0;
-        loop {
-            let buckets: SmallVec<[Arc<Bucket>; 4]> =
-                checks.iter().map(|c| inner.bucket(c.key, now)).collect();
-            let mut locked = Locked::new(&buckets);
-            attempt += 1;
-            if locked.any_retired() && attempt <= RETRIES {
-                continue;
+        let mut follow_ups: SmallVec<[FollowUp; 4]> = SmallVec::new();
+        let reports = match checks {
+            [check] => {
+                let hash = inner.hasher.hash_one(check.key);
+                let mut table = inner.shard(hash).lock();
+                let entry = entry(&mut table, check.key, hash, now);
+                let step = limiter::step(entry.state.as_ref(), &check.limit, check.hits, now);
+                let denied = limiter::request_denied([(check.mode, step.over())]);
+                let report = entry.keep(step.settle(denied), check, now, &mut follow_ups);
+                drop(table);
+                smallvec::smallvec![report]
             }
-            let reports = locked.decide(checks, now);
-            let unregistered = locked.unregistered();
-            drop(locked);
-            for i in unregistered {
-                inner.register(checks[i].key, &buckets[i], &checks[i].limit, now);
-            }
-            return reports;
+            _ => inner.check_many(checks, now, &mut follow_ups),
+        };
+        for follow_up in follow_ups {
+            inner.follow_up(follow_up);
         }
-    }
-}
-
-impl MemoryStore {
-    /// The common single-descriptor request: one bucket, one lock, no bookkeeping vectors.
-    fn check_one(&self, check: &Check<'_>, now: Nanos) -> limiter::Report {
-        let inner = &*self.inner;
-        // Fastest path: a known, registered bucket that needs no moka refresh is decided
-        // under the map's read guard. Safe from deadlock because nothing takes a shard lock
-        // while holding a bucket's lock (the listener lets go of the bucket first).
-        if let Some(entry) = inner.buckets.get(check.key) {
-            if !entry.needs_refresh(now) {
-                let mut slot = entry.slot.lock();
-                if slot.registered && !slot.retired {
-                    return slot.decide_alone(check, now);
-                }
-            }
-        }
-        let mut attempt = 0;
-        loop {
-            let bucket = inner.bucket(check.key, now);
-            let mut slot = bucket.slot.lock();
-            attempt += 1;
-            if slot.retired && attempt <= RETRIES {
-                continue;
-            }
-            let report = slot.decide_alone(check, now);
-            let register = !slot.registered && !slot.retired;
-            drop(slot);
-            if register {
-                inner.register(check.key, &bucket, &check.limit, now);
-            }
-            return report;
-        }
-    }
-}
-
-impl Bucket {
-    fn needs_refresh(&self, now: Nanos) -> bool {
-        now.saturating_sub(self.touched.load(Ordering::Relaxed)) > REFRESH.as_nanos() as u64
-    }
-}
-
-impl Slot {
-    /// Steps a request that has this one bucket only and keeps the outcome.
-    fn decide_alone(&mut self, check: &Check<'_>, now: Nanos) -> limiter::Report {
-        let step = limiter::step(self.state.as_ref(), &check.limit, check.hits, now);
-        let denied = limiter::request_denied([(check.mode, step.over())]);
-        let (state, report) = step.settle(denied);
-        self.state = Some(state);
-        self.requests_per_unit = check.limit.requests_per_unit;
-        report
+        reports
     }
 }
 
@@ -241,175 +198,195 @@ impl std::fmt::Debug for MemoryStore {
     }
 }
 
-impl Inner {
-    fn bucket(&self, key: &str, now: Nanos) -> Arc<Bucket> {
-        let bucket = match self.buckets.get(key) {
-            Some(found) => Arc::clone(&found),
-            None => Arc::clone(&self.buckets.entry(Arc::from(key)).or_insert_with(|| {
-                Arc::new(Bucket {
-                    slot: Mutex::new(Slot::default()),
-                    touched: AtomicU64::new(now),
-                })
-            })),
-        };
-        // Refresh moka's view of a busy bucket now and then; never with a lock held, as
-        // moka may run its listener on this thread.
-        if bucket.needs_refresh(now) {
-            bucket.touched.store(now, Ordering::Relaxed);
-            if self.lifetimes.get(key).is_none() {
-                bucket.slot.lock().registered = false;
-            }
-        }
-        bucket
-    }
+/// The entry for `key` in a locked shard, created empty (a full bucket) if missing.
+fn entry<'t>(table: &'t mut HashTable<Entry>, key: &str, hash: u64, now: Nanos) -> &'t mut Entry {
+    table
+        .entry(hash, |e| e.hash == hash && *e.key == *key, |e| e.hash)
+        .or_insert_with(|| Entry {
+            key: Arc::from(key),
+            hash,
+            state: None,
+            requests_per_unit: 0,
+            touched: now,
+            registered: false,
+            generation: 0,
+        })
+        .into_mut()
+}
 
-    fn register(&self, key: &str, bucket: &Arc<Bucket>, limit: &Limit, now: Nanos) {
-        let generation = {
-            let mut slot = bucket.slot.lock();
-            if slot.registered || slot.retired {
-                return;
-            }
-            slot.registered = true;
-            slot.generation += 1;
-            slot.generation
-        };
-        bucket.touched.store(now, Ordering::Relaxed);
-        let registration = Registration {
-            bucket: Arc::clone(bucket),
-            generation,
-            ttl: refill_time(limit) + 2 * REFRESH,
-        };
-        self.lifetimes.insert(Arc::from(key), registration);
-    }
-
-    fn on_removed(&self, key: &str, reg: &Registration, cause: RemovalCause) {
-        let mut slot = reg.bucket.slot.lock();
-        if slot.generation != reg.generation || slot.retired {
-            return; // re-registered since, or already gone
+impl Entry {
+    /// Stores the outcome of a decision and notes any moka work due for this bucket.
+    fn keep(
+        &mut self,
+        (state, report): (State, Report),
+        check: &Check<'_>,
+        now: Nanos,
+        follow_ups: &mut SmallVec<[FollowUp; 4]>,
+    ) -> Report {
+        self.state = Some(state);
+        self.requests_per_unit = check.limit.requests_per_unit;
+        if !self.registered {
+            let ttl = registration_ttl(&check.limit);
+            self.registered = true;
+            self.generation += 1;
+            self.touched = now;
+            let registration = Registration {
+                generation: self.generation,
+                ttl,
+            };
+            follow_ups.push(FollowUp::Register(self.key.clone(), registration));
+        } else if now.saturating_sub(self.touched) > REFRESH.as_nanos() as u64 {
+            self.touched = now;
+            let ttl = registration_ttl(&check.limit);
+            follow_ups.push(FollowUp::Refresh(self.key.clone(), ttl));
         }
-        let forget = match cause {
-            RemovalCause::Size => true,
-            RemovalCause::Expired => slot
-                .state
-                .is_none_or(|s| s.idle_in(self.clock.now(), slot.requests_per_unit) == 0),
-            RemovalCause::Explicit | RemovalCause::Replaced => false,
-        };
-        if !forget {
-            slot.registered = false;
-            return;
-        }
-        slot.retired = true;
-        drop(slot);
-        self.buckets
-            .remove_if(key, |_, held| Arc::ptr_eq(held, &reg.bucket));
+        report
     }
 }
 
-/// Time for an emptied bucket to be full again (or a window to pass).
-fn refill_time(limit: &Limit) -> Duration {
+impl Inner {
+    fn shard(&self, hash: u64) -> &Mutex<HashTable<Entry>> {
+        // The table inside uses the low bits of the hash; pick the shard by the high ones.
+        &self.shards[(hash >> 56) as usize % SHARDS].0
+    }
+
+    /// Several descriptors: all their shards locked in shard order, then two passes.
+    fn check_many(
+        &self,
+        checks: &[Check<'_>],
+        now: Nanos,
+        follow_ups: &mut SmallVec<[FollowUp; 4]>,
+    ) -> Reports {
+        let hashes: SmallVec<[u64; 4]> =
+            checks.iter().map(|c| self.hasher.hash_one(c.key)).collect();
+        let shard_of = |hash: u64| (hash >> 56) as usize % SHARDS;
+        let mut order: SmallVec<[usize; 4]> = hashes.iter().map(|&h| shard_of(h)).collect();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: SmallVec<[MutexGuard<'_, HashTable<Entry>>; 4]> =
+            order.iter().map(|&s| self.shards[s].0.lock()).collect();
+        let guard_of = |hash: u64| order.iter().position(|&s| s == shard_of(hash)).unwrap_or(0);
+        // The same key twice in one request is one bucket: `first[i]` is the first check
+        // with check i's key, and holds the bucket's evolving state.
+        let first: SmallVec<[usize; 4]> = (0..checks.len())
+            .map(|i| {
+                (0..=i)
+                    .find(|&j| checks[j].key == checks[i].key)
+                    .unwrap_or(i)
+            })
+            .collect();
+        let mut states: SmallVec<[Option<State>; 4]> = SmallVec::new();
+        for (check, &hash) in checks.iter().zip(&hashes) {
+            let table = &mut guards[guard_of(hash)];
+            states.push(entry(table, check.key, hash, now).state);
+        }
+        let stored = states.clone();
+
+        // Pass 1: as if the request passes, each check seeing the hits of earlier checks on
+        // the same bucket.
+        let mut steps: SmallVec<[Step; 4]> = SmallVec::with_capacity(checks.len());
+        for (i, check) in checks.iter().enumerate() {
+            let step = limiter::step(states[first[i]].as_ref(), &check.limit, check.hits, now);
+            states[first[i]] = Some(step.consumed().0);
+            steps.push(step);
+        }
+        let denied =
+            limiter::request_denied(checks.iter().zip(&steps).map(|(c, s)| (c.mode, s.over())));
+
+        // Pass 2: settle. A denied request replays without consumption (needed only when
+        // a bucket repeats); each check keeps its pass-1 verdict, which decided the request.
+        let mut reports = Reports::with_capacity(checks.len());
+        if denied {
+            states = stored;
+            for (i, check) in checks.iter().enumerate() {
+                let step = limiter::step(states[first[i]].as_ref(), &check.limit, check.hits, now);
+                let (state, report) = step.unconsumed();
+                states[first[i]] = Some(state);
+                reports.push(Report {
+                    over: steps[i].over(),
+                    ..report
+                });
+            }
+        } else {
+            reports.extend(steps.iter().map(|s| s.consumed().1));
+        }
+        for (i, (check, &hash)) in checks.iter().zip(&hashes).enumerate() {
+            if let (true, Some(state)) = (first[i] == i, states[i]) {
+                let table = &mut guards[guard_of(hash)];
+                entry(table, check.key, hash, now).keep(
+                    (state, reports[i]),
+                    check,
+                    now,
+                    follow_ups,
+                );
+            }
+        }
+        reports
+    }
+
+    /// moka work after the locks are released.
+    fn follow_up(&self, follow_up: FollowUp) {
+        match follow_up {
+            FollowUp::Register(key, registration) => self.lifetimes.insert(key, registration),
+            FollowUp::Refresh(key, ttl) => {
+                if self.lifetimes.get(&key).is_none() {
+                    // The registration expired, and the listener kept the busy bucket (or
+                    // has yet to run): register it again.
+                    let hash = self.hasher.hash_one(&*key);
+                    let registration = {
+                        let mut table = self.shard(hash).lock();
+                        let Some(entry) = table.find_mut(hash, |e| e.key == key) else {
+                            return;
+                        };
+                        entry.generation += 1;
+                        entry.registered = true;
+                        Registration {
+                            generation: entry.generation,
+                            ttl,
+                        }
+                    };
+                    self.lifetimes.insert(key, registration);
+                }
+            }
+        }
+    }
+
+    fn on_removed(&self, key: &Arc<str>, reg: &Registration, cause: RemovalCause) {
+        let hash = self.hasher.hash_one(&**key);
+        let mut table = self.shard(hash).lock();
+        let Ok(found) = table.find_entry(hash, |e| e.key == *key) else {
+            return;
+        };
+        let entry = found.get();
+        if entry.generation != reg.generation {
+            return; // registered again since
+        }
+        let forget = match cause {
+            RemovalCause::Size => true,
+            RemovalCause::Expired => entry
+                .state
+                .is_none_or(|s| s.idle_in(self.clock.now(), entry.requests_per_unit) == 0),
+            RemovalCause::Explicit | RemovalCause::Replaced => false,
+        };
+        if forget {
+            found.remove();
+        } else {
+            found.into_mut().registered = false;
+        }
+    }
+}
+
+/// How long a registration lives: the time an emptied bucket needs to be full again (or a
+/// window to pass), plus two refresh periods.
+fn registration_ttl(limit: &Limit) -> Duration {
     let unit = Duration::from_nanos(limit.unit.nanos());
-    match limit.algorithm {
+    let refill = match limit.algorithm {
         Algorithm::FixedWindow => unit,
         Algorithm::TokenBucket if limit.requests_per_unit == 0 => unit,
         Algorithm::TokenBucket => {
             unit.mul_f64(f64::from(limit.burst) / f64::from(limit.requests_per_unit))
                 + Duration::from_millis(1)
         }
-    }
-}
-
-/// The buckets of one request, each distinct one locked once, in address order.
-struct Locked<'a> {
-    guards: SmallVec<[MutexGuard<'a, Slot>; 4]>,
-    /// For each check, the index of its bucket's guard.
-    slot_of: SmallVec<[usize; 4]>,
-    /// Whether two checks share a bucket (the same descriptor twice in one request).
-    shared: bool,
-}
-
-impl<'a> Locked<'a> {
-    fn new(buckets: &'a [Arc<Bucket>]) -> Self {
-        let mut order: SmallVec<[usize; 4]> = (0..buckets.len()).collect();
-        order.sort_unstable_by_key(|&i| Arc::as_ptr(&buckets[i]) as usize);
-        let mut guards = SmallVec::new();
-        let mut slot_of: SmallVec<[usize; 4]> = SmallVec::from_elem(0, buckets.len());
-        let mut shared = false;
-        let mut previous: Option<*const Bucket> = None;
-        for i in order {
-            let ptr = Arc::as_ptr(&buckets[i]);
-            if previous == Some(ptr) {
-                shared = true;
-            } else {
-                guards.push(buckets[i].slot.lock());
-                previous = Some(ptr);
-            }
-            slot_of[i] = guards.len() - 1;
-        }
-        Self {
-            guards,
-            slot_of,
-            shared,
-        }
-    }
-
-    fn any_retired(&self) -> bool {
-        self.guards.iter().any(|g| g.retired)
-    }
-
-    fn unregistered(&self) -> SmallVec<[usize; 4]> {
-        let mut seen: SmallVec<[usize; 4]> = SmallVec::new();
-        let mut out = SmallVec::new();
-        for (i, &g) in self.slot_of.iter().enumerate() {
-            if !self.guards[g].registered && !self.guards[g].retired && !seen.contains(&g) {
-                seen.push(g);
-                out.push(i);
-            }
-        }
-        out
-    }
-
-    fn decide(&mut self, checks: &[Check<'_>], now: Nanos) -> Reports {
-        // Pass 1: every check in request order, each seeing the hits of earlier checks on
-        // the same bucket, as if the request passes.
-        let mut tentative: SmallVec<[Option<State>; 4]> =
-            self.guards.iter().map(|g| g.state).collect();
-        let mut steps: SmallVec<[Step; 4]> = SmallVec::with_capacity(checks.len());
-        for (check, &g) in checks.iter().zip(&self.slot_of) {
-            let step = limiter::step(tentative[g].as_ref(), &check.limit, check.hits, now);
-            tentative[g] = Some(step.consumed().0);
-            steps.push(step);
-        }
-        let denied =
-            limiter::request_denied(checks.iter().zip(&steps).map(|(c, s)| (c.mode, s.over())));
-        let mut reports = Reports::with_capacity(checks.len());
-        if !denied {
-            reports.extend(steps.iter().map(|s| s.consumed().1));
-        } else if !self.shared {
-            for (step, &g) in steps.iter().zip(&self.slot_of) {
-                tentative[g] = Some(step.unconsumed().0);
-                reports.push(step.unconsumed().1);
-            }
-        } else {
-            // Replay without consumption; keep each check's verdict from pass 1, which is
-            // what decided the request.
-            for (g, guard) in self.guards.iter().enumerate() {
-                tentative[g] = guard.state;
-            }
-            for ((check, &g), first) in checks.iter().zip(&self.slot_of).zip(&steps) {
-                let step = limiter::step(tentative[g].as_ref(), &check.limit, check.hits, now);
-                tentative[g] = Some(step.unconsumed().0);
-                reports.push(limiter::Report {
-                    over: first.over(),
-                    ..step.unconsumed().1
-                });
-            }
-        }
-        for (check, &g) in checks.iter().zip(&self.slot_of) {
-            self.guards[g].requests_per_unit = check.limit.requests_per_unit;
-        }
-        for (guard, state) in self.guards.iter_mut().zip(tentative) {
-            guard.state = state;
-        }
-        reports
-    }
+    };
+    refill + 2 * REFRESH
 }
