@@ -29,4 +29,9 @@ export MESHLIMIT_TEST_ENVOY="$PWD/.venv/bin/envoy"
 
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
-cargo test --locked --all-targets
+# Benches and examples only have to build and run once; then every test, with a total.
+cargo test --locked --benches --examples
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --locked --lib --bins --tests 2>&1 | tee "$log"
+awk '/^test result:/ { passed += $4; failed += $6 } END { printf "all tests: %d passed, %d failed\n", passed, failed }' "$log"

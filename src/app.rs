@@ -11,8 +11,6 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::TcpListenerStream;
 use tracing::info;
 
 use crate::clock::{Clock, SystemClock};
@@ -138,7 +136,7 @@ pub async fn run(
     let grpc_result = tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(Rls::new(service).into_server())
-        .serve_with_incoming_shutdown(incoming(grpc), grpc_stop)
+        .serve_with_incoming_shutdown(crate::grpc::incoming(grpc), grpc_stop)
         .await;
     maintenance.abort();
     let http_result = http_server.await;
@@ -149,16 +147,4 @@ pub async fn run(
     }
     info!("meshlimit stopped");
     Ok(())
-}
-
-/// Accepted gRPC connections, with Nagle's algorithm off: answers are small and must not
-/// wait for the peer's delayed acknowledgement (Go's net package does the same by default).
-fn incoming(
-    listener: TcpListener,
-) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    TcpListenerStream::new(listener).map(|accepted| {
-        let stream = accepted?;
-        stream.set_nodelay(true)?;
-        Ok(stream)
-    })
 }
