@@ -169,24 +169,20 @@ impl MemoryStore {
     /// Decides `checks` at `now`, all or nothing (see [`super::Store::check`]).
     pub fn check(&self, checks: &[Check<'_>], now: Nanos) -> Reports {
         let inner = &*self.inner;
-        let mut follow_ups: SmallVec<[FollowUp; 4]> = SmallVec::new();
-        let reports = match checks {
-            [check] => {
-                let hash = inner.hasher.hash_one(check.key);
-                let mut table = inner.shard(hash).lock();
-                let entry = entry(&mut table, check.key, hash, now);
-                let step = limiter::step(entry.state.as_ref(), &check.limit, check.hits, now);
-                let denied = limiter::request_denied([(check.mode, step.over())]);
-                let report = entry.keep(step.settle(denied), check, now, &mut follow_ups);
-                drop(table);
-                smallvec::smallvec![report]
-            }
-            _ => inner.check_many(checks, now, &mut follow_ups),
+        let [check] = checks else {
+            return inner.check_many(checks, now);
         };
-        for follow_up in follow_ups {
+        let hash = inner.hasher.hash_one(check.key);
+        let mut table = inner.shard(hash).lock();
+        let entry = entry(&mut table, check.key, hash, now);
+        let step = limiter::step(entry.state.as_ref(), &check.limit, check.hits, now);
+        let denied = limiter::request_denied([(check.mode, step.over())]);
+        let (report, follow_up) = entry.keep(step.settle(denied), check, now);
+        drop(table);
+        if let Some(follow_up) = follow_up {
             inner.follow_up(follow_up);
         }
-        reports
+        smallvec::smallvec![report]
     }
 }
 
@@ -200,29 +196,37 @@ impl std::fmt::Debug for MemoryStore {
 
 /// The entry for `key` in a locked shard, created empty (a full bucket) if missing.
 fn entry<'t>(table: &'t mut HashTable<Entry>, key: &str, hash: u64, now: Nanos) -> &'t mut Entry {
-    table
-        .entry(hash, |e| e.hash == hash && *e.key == *key, |e| e.hash)
-        .or_insert_with(|| Entry {
-            key: Arc::from(key),
-            hash,
-            state: None,
-            requests_per_unit: 0,
-            touched: now,
-            registered: false,
-            generation: 0,
-        })
-        .into_mut()
+    // `find_entry` rather than `entry`: a hit, the common case, then prepares no vacant slot.
+    match table.find_entry(hash, |e| e.hash == hash && *e.key == *key) {
+        Ok(found) => found.into_mut(),
+        Err(absent) => absent
+            .into_table()
+            .insert_unique(
+                hash,
+                Entry {
+                    key: Arc::from(key),
+                    hash,
+                    state: None,
+                    requests_per_unit: 0,
+                    touched: now,
+                    registered: false,
+                    generation: 0,
+                },
+                |e| e.hash,
+            )
+            .into_mut(),
+    }
 }
 
 impl Entry {
-    /// Stores the outcome of a decision and notes any moka work due for this bucket.
+    /// Stores the outcome of a decision; returns its report and any moka work now due
+    /// for this bucket.
     fn keep(
         &mut self,
         (state, report): (State, Report),
         check: &Check<'_>,
         now: Nanos,
-        follow_ups: &mut SmallVec<[FollowUp; 4]>,
-    ) -> Report {
+    ) -> (Report, Option<FollowUp>) {
         self.state = Some(state);
         self.requests_per_unit = check.limit.requests_per_unit;
         if !self.registered {
@@ -234,13 +238,16 @@ impl Entry {
                 generation: self.generation,
                 ttl,
             };
-            follow_ups.push(FollowUp::Register(self.key.clone(), registration));
+            return (
+                report,
+                Some(FollowUp::Register(self.key.clone(), registration)),
+            );
         } else if now.saturating_sub(self.touched) > REFRESH.as_nanos() as u64 {
             self.touched = now;
             let ttl = registration_ttl(&check.limit);
-            follow_ups.push(FollowUp::Refresh(self.key.clone(), ttl));
+            return (report, Some(FollowUp::Refresh(self.key.clone(), ttl)));
         }
-        report
+        (report, None)
     }
 }
 
@@ -251,12 +258,8 @@ impl Inner {
     }
 
     /// Several descriptors: all their shards locked in shard order, then two passes.
-    fn check_many(
-        &self,
-        checks: &[Check<'_>],
-        now: Nanos,
-        follow_ups: &mut SmallVec<[FollowUp; 4]>,
-    ) -> Reports {
+    fn check_many(&self, checks: &[Check<'_>], now: Nanos) -> Reports {
+        let mut follow_ups: SmallVec<[FollowUp; 4]> = SmallVec::new();
         let hashes: SmallVec<[u64; 4]> =
             checks.iter().map(|c| self.hasher.hash_one(c.key)).collect();
         let shard_of = |hash: u64| (hash >> 56) as usize % SHARDS;
@@ -313,13 +316,13 @@ impl Inner {
         for (i, (check, &hash)) in checks.iter().zip(&hashes).enumerate() {
             if let (true, Some(state)) = (first[i] == i, states[i]) {
                 let table = &mut guards[guard_of(hash)];
-                entry(table, check.key, hash, now).keep(
-                    (state, reports[i]),
-                    check,
-                    now,
-                    follow_ups,
-                );
+                let kept = entry(table, check.key, hash, now).keep((state, reports[i]), check, now);
+                follow_ups.extend(kept.1);
             }
+        }
+        drop(guards);
+        for follow_up in follow_ups {
+            self.follow_up(follow_up);
         }
         reports
     }
