@@ -146,6 +146,17 @@ enum Resolved<'c> {
     },
 }
 
+impl<'c> Resolved<'c> {
+    /// The config rule that matched, if any (overrides have none).
+    fn rule(&self) -> Option<&'c Rule> {
+        match *self {
+            Resolved::Limited { rule, .. } => rule,
+            Resolved::Unlimited(rule) => Some(rule),
+            Resolved::NoLimit => None,
+        }
+    }
+}
+
 impl Service {
     /// A service answering from `config` with `store`; rules without an `algorithm` use
     /// `default_algorithm`.
@@ -315,27 +326,15 @@ impl Service {
 fn apply_replaces<'c>(resolved: &mut [Resolved<'c>]) {
     let replaced: Vec<&'c str> = resolved
         .iter()
-        .filter_map(|r| match *r {
-            Resolved::Limited {
-                rule: Some(rule), ..
-            }
-            | Resolved::Unlimited(rule) => Some(rule),
-            _ => None,
-        })
+        .filter_map(Resolved::rule)
         .flat_map(|rule| rule.replaces.iter().map(String::as_str))
         .collect();
     if replaced.is_empty() {
         return;
     }
     for r in resolved.iter_mut() {
-        let name = match *r {
-            Resolved::Limited {
-                rule: Some(rule), ..
-            }
-            | Resolved::Unlimited(rule) => &rule.name,
-            _ => continue,
-        };
-        if !name.is_empty() && replaced.contains(&name.as_str()) {
+        let Some(rule) = r.rule() else { continue };
+        if !rule.name.is_empty() && replaced.contains(&rule.name.as_str()) {
             *r = Resolved::NoLimit;
         }
     }

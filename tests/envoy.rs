@@ -8,14 +8,6 @@ use std::time::Duration;
 use meshlimit::rules::Algorithm;
 use support::TestServer;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Envoy with examples/envoy/envoy.yaml, its ports moved to free ones; killed on drop.
 struct Envoy {
     child: std::process::Child,
@@ -39,7 +31,7 @@ async fn envoy_limits_through_meshlimit() {
     .await;
     let ports: Vec<(u16, u16)> = [9901, 10000, 10001, 10002]
         .into_iter()
-        .map(|p| (p, free_port()))
+        .map(|p| (p, support::free_port()))
         .chain([(8081, server.grpc.port())])
         .collect();
     let mut yaml = std::fs::read_to_string(format!("{repo}/examples/envoy/envoy.yaml")).unwrap();

@@ -323,8 +323,8 @@ async fn the_binary_serves_from_flags_and_environment() {
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--store redis"));
 
-    let grpc = free_port();
-    let http = free_port();
+    let grpc = support::free_port();
+    let http = support::free_port();
     let mut child = tokio::process::Command::new(exe)
         .arg("serve")
         .env("MESHLIMIT_CONFIG", config)
@@ -390,14 +390,6 @@ where
         out.push(h.await.expect("task"));
     }
     out
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Many concurrent calls over several connections against one limit: exactly the limit

@@ -253,8 +253,7 @@ impl Entry {
 
 impl Inner {
     fn shard(&self, hash: u64) -> &Mutex<HashTable<Entry>> {
-        // The table inside uses the low bits of the hash; pick the shard by the high ones.
-        &self.shards[(hash >> 56) as usize % SHARDS].0
+        &self.shards[shard_index(hash)].0
     }
 
     /// Several descriptors: all their shards locked in shard order, then two passes.
@@ -262,13 +261,17 @@ impl Inner {
         let mut follow_ups: SmallVec<[FollowUp; 4]> = SmallVec::new();
         let hashes: SmallVec<[u64; 4]> =
             checks.iter().map(|c| self.hasher.hash_one(c.key)).collect();
-        let shard_of = |hash: u64| (hash >> 56) as usize % SHARDS;
-        let mut order: SmallVec<[usize; 4]> = hashes.iter().map(|&h| shard_of(h)).collect();
+        let mut order: SmallVec<[usize; 4]> = hashes.iter().map(|&h| shard_index(h)).collect();
         order.sort_unstable();
         order.dedup();
         let mut guards: SmallVec<[MutexGuard<'_, HashTable<Entry>>; 4]> =
             order.iter().map(|&s| self.shards[s].0.lock()).collect();
-        let guard_of = |hash: u64| order.iter().position(|&s| s == shard_of(hash)).unwrap_or(0);
+        let guard_of = |hash: u64| {
+            order
+                .iter()
+                .position(|&s| s == shard_index(hash))
+                .unwrap_or(0)
+        };
         // The same key twice in one request is one bucket: `first[i]` is the first check
         // with check i's key, and holds the bucket's evolving state.
         let first: SmallVec<[usize; 4]> = (0..checks.len())
@@ -377,6 +380,12 @@ impl Inner {
             found.into_mut().registered = false;
         }
     }
+}
+
+/// The shard of a key's hash. The table inside a shard uses the hash's low bits; the shard
+/// is picked by the high ones.
+fn shard_index(hash: u64) -> usize {
+    (hash >> 56) as usize % SHARDS
 }
 
 /// How long a registration lives: the time an emptied bucket needs to be full again (or a

