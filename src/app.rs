@@ -19,7 +19,11 @@ use crate::grpc::{HEALTH_SERVICE_NAME, Rls};
 use crate::http::{self, Health};
 use crate::rules::Algorithm;
 use crate::service::Service;
-use crate::store::{MemoryStore, Store};
+use crate::store::redis::{RedisOptions, UrlError};
+use crate::store::{MemoryStore, RedisStore, Store};
+
+/// The full gRPC name of the rate-limit service, as health checks ask for it.
+const RLS_SERVICE_NAME: &str = <envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<Rls> as tonic::server::NamedService>::NAME;
 
 /// What `meshlimit serve` needs, whatever it was parsed from.
 #[derive(Debug, Clone)]
@@ -32,6 +36,8 @@ pub struct Settings {
     pub max_buckets: u64,
     /// Quiet time after the last file event before a reload.
     pub reload_debounce: Duration,
+    /// The Redis store, or `None` for the embedded one.
+    pub redis: Option<RedisOptions>,
 }
 
 /// Why the server could not start or stopped abnormally.
@@ -49,6 +55,9 @@ pub enum Error {
     /// The HTTP server failed.
     #[error("HTTP server: {0}")]
     Http(#[from] std::io::Error),
+    /// The Redis URL is invalid.
+    #[error("{0}")]
+    Redis(#[from] UrlError),
 }
 
 /// Builds the service for `settings` with the real clock; loads the config once.
@@ -58,7 +67,10 @@ pub enum Error {
 pub fn build_service(settings: &Settings) -> Result<Service, Error> {
     let config = config::load(&settings.config).map_err(|e| Error::Config(render_errors(&e)))?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let store = Store::Memory(MemoryStore::new(settings.max_buckets, clock.clone()));
+    let store = match &settings.redis {
+        None => Store::Memory(MemoryStore::new(settings.max_buckets, clock.clone())),
+        Some(options) => Store::Redis(RedisStore::new(options.clone(), clock.clone())?),
+    };
     Ok(Service::new(
         Arc::new(ArcSwap::from_pointee(config)),
         store,
@@ -91,13 +103,32 @@ pub async fn run(
         .await;
 
     let store = service.store().clone();
-    let maintenance = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        loop {
-            tick.tick().await;
-            store.maintain();
-        }
-    });
+    let maintenance = {
+        let store = store.clone();
+        let reporter = reporter.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            let mut serving = true;
+            for round in 0u64.. {
+                tick.tick().await;
+                if round % 4 == 0 {
+                    store.maintain();
+                }
+                // gRPC health follows the store: NOT_SERVING while nothing can answer.
+                if store.serving() != serving {
+                    serving = !serving;
+                    let status = if serving {
+                        tonic_health::ServingStatus::Serving
+                    } else {
+                        tonic_health::ServingStatus::NotServing
+                    };
+                    for name in ["", HEALTH_SERVICE_NAME, RLS_SERVICE_NAME] {
+                        reporter.set_service_status(name, status).await;
+                    }
+                }
+            }
+        })
+    };
 
     // One shutdown signal fanned out to both servers.
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -118,7 +149,7 @@ pub async fn run(
     let http_health = health.clone();
     let http_stop = stopped(stop_rx.clone());
     let http_server = tokio::spawn(async move {
-        axum::serve(http_listener, http::router(http_health))
+        axum::serve(http_listener, http::router(http_health, store))
             .with_graceful_shutdown(http_stop)
             .await
     });

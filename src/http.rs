@@ -8,6 +8,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 
+use crate::store::Store;
+
 /// Whether the server answers as healthy; cleared while draining.
 #[derive(Debug, Clone, Default)]
 pub struct Health(Arc<AtomicBool>);
@@ -30,16 +32,27 @@ impl Health {
 }
 
 /// `GET /healthcheck`: 200 `OK` when serving, 500 otherwise (the Go server's contract).
-pub fn router(health: Health) -> Router {
+/// While Redis is unreachable the body says so: 500 under `--redis-failure error`, 200
+/// under `allow` or `local`, which still answer.
+pub fn router(health: Health, store: Store) -> Router {
     Router::new()
         .route("/healthcheck", get(healthcheck))
-        .with_state(health)
+        .with_state((health, store))
 }
 
-async fn healthcheck(State(health): State<Health>) -> (StatusCode, &'static str) {
-    if health.healthy() {
-        (StatusCode::OK, "OK")
-    } else {
-        (StatusCode::INTERNAL_SERVER_ERROR, "draining")
+async fn healthcheck(State((health, store)): State<(Health, Store)>) -> (StatusCode, String) {
+    if !health.healthy() {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "draining".into());
+    }
+    match store.health() {
+        Ok(()) => (StatusCode::OK, "OK".into()),
+        Err(why) if store.serving() => (
+            StatusCode::OK,
+            format!("OK (degraded: Redis unreachable, answering by the failure policy: {why})"),
+        ),
+        Err(why) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("Redis unreachable: {why}"),
+        ),
     }
 }

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use meshlimit::app::{self, Settings};
 use meshlimit::config;
 use meshlimit::rules::Algorithm;
+use meshlimit::store::redis::{FailurePolicy, RedisOptions};
 
 #[derive(Parser)]
 #[command(version, about = "Global rate-limit service for Envoy and Istio")]
@@ -43,9 +44,32 @@ struct Serve {
     /// Where bucket state lives.
     #[arg(long, env = "MESHLIMIT_STORE", value_enum, default_value_t = StoreKind::Memory)]
     store: StoreKind,
-    /// Redis URL, for --store redis.
-    #[arg(long, env = "MESHLIMIT_REDIS_URL")]
+    /// Redis URL, for --store redis: redis://, rediss://, unix://,
+    /// redis+cluster://host:port,host:port, redis+sentinel://host:port,host:port/master.
+    #[arg(long, env = "MESHLIMIT_REDIS_URL", required_if_eq("store", "redis"))]
     redis_url: Option<String>,
+    /// Longest a request waits on Redis, connecting included (milliseconds).
+    #[arg(long, env = "MESHLIMIT_REDIS_TIMEOUT_MS", default_value_t = 100)]
+    redis_timeout_ms: u64,
+    /// What to answer when Redis is down or slower than the timeout: `error` (gRPC
+    /// UNAVAILABLE, so Envoy's failure_mode_deny decides), `allow` (OK), or `local` (each
+    /// replica decides alone with the embedded store until Redis is back).
+    #[arg(long, env = "MESHLIMIT_REDIS_FAILURE", value_enum, default_value_t = FailureArg::Error)]
+    redis_failure: FailureArg,
+    /// Tokens a replica leases from a hot token bucket beyond a request's own, spent
+    /// locally (0: every decision in Redis). Costs accuracy: up to replicas × N extra
+    /// admissions per refill period.
+    #[arg(long, env = "MESHLIMIT_REDIS_LEASE", default_value_t = 0)]
+    redis_lease: u32,
+    /// How long unused leased tokens stay usable (milliseconds).
+    #[arg(long, env = "MESHLIMIT_REDIS_LEASE_TTL_MS", default_value_t = 1000)]
+    redis_lease_ttl_ms: u64,
+    /// Entries in each local cache in front of Redis (over-limit answers, leases).
+    #[arg(long, env = "MESHLIMIT_REDIS_CACHE_SIZE", default_value_t = 100_000)]
+    redis_cache_size: u64,
+    /// Longest a cached over-limit answer is trusted (milliseconds).
+    #[arg(long, env = "MESHLIMIT_REDIS_CACHE_TTL_MS", default_value_t = 60_000)]
+    redis_cache_ttl_ms: u64,
     /// Algorithm for rules that do not set rate_limit.algorithm.
     #[arg(long, env = "MESHLIMIT_ALGORITHM", value_enum, default_value_t = AlgorithmArg::TokenBucket)]
     algorithm: AlgorithmArg,
@@ -67,6 +91,13 @@ enum StoreKind {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum FailureArg {
+    Error,
+    Allow,
+    Local,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum AlgorithmArg {
     TokenBucket,
     FixedWindow,
@@ -79,12 +110,6 @@ fn main() -> ExitCode {
             tracing_subscriber::fmt()
                 .with_env_filter(tracing_subscriber::EnvFilter::new(&serve.log))
                 .init();
-            if let StoreKind::Redis = serve.store {
-                eprintln!(
-                    "meshlimit: --store redis is not available in this version; use --store memory (the default)"
-                );
-                return ExitCode::from(2);
-            }
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(rt) => rt,
                 Err(e) => return fail(format_args!("cannot start the runtime: {e}")),
@@ -106,6 +131,23 @@ async fn serve_until_signal(serve: Serve) -> Result<(), Box<dyn std::error::Erro
         },
         max_buckets: serve.max_buckets,
         reload_debounce: Duration::from_millis(serve.reload_debounce_ms),
+        redis: match serve.store {
+            StoreKind::Memory => None,
+            StoreKind::Redis => Some(RedisOptions {
+                timeout: Duration::from_millis(serve.redis_timeout_ms.max(1)),
+                failure: match serve.redis_failure {
+                    FailureArg::Error => FailurePolicy::Error,
+                    FailureArg::Allow => FailurePolicy::Allow,
+                    FailureArg::Local => FailurePolicy::Local,
+                },
+                lease: serve.redis_lease,
+                lease_ttl: Duration::from_millis(serve.redis_lease_ttl_ms.max(1)),
+                cache_size: serve.redis_cache_size,
+                cache_ttl: Duration::from_millis(serve.redis_cache_ttl_ms),
+                fallback_buckets: serve.max_buckets,
+                ..RedisOptions::new(serve.redis_url.unwrap_or_default())
+            }),
+        },
     };
     let grpc = tokio::net::TcpListener::bind(serve.grpc_addr).await?;
     let http = tokio::net::TcpListener::bind(serve.http_addr).await?;

@@ -2,8 +2,10 @@
 //! decided together (see [`crate::limiter`] for the two-phase step it runs).
 
 mod memory;
+pub mod redis;
 
 pub use memory::MemoryStore;
+pub use redis::RedisStore;
 use smallvec::SmallVec;
 
 use crate::clock::Nanos;
@@ -32,6 +34,8 @@ pub type Reports = SmallVec<[Report; 4]>;
 pub enum Store {
     /// The embedded in-process store.
     Memory(MemoryStore),
+    /// Redis, shared by every replica, with local caches in front.
+    Redis(RedisStore),
 }
 
 impl Store {
@@ -43,6 +47,7 @@ impl Store {
     pub async fn check(&self, checks: &[Check<'_>], now: Nanos) -> Result<Reports, StoreError> {
         match self {
             Store::Memory(store) => Ok(store.check(checks, now)),
+            Store::Redis(store) => store.check(checks, now).await,
         }
     }
 
@@ -50,6 +55,29 @@ impl Store {
     pub fn maintain(&self) {
         match self {
             Store::Memory(store) => store.maintain(),
+            Store::Redis(store) => store.maintain(),
+        }
+    }
+
+    /// Whether requests get real answers: the store is healthy, or a failure policy other
+    /// than `error` answers for it.
+    pub fn serving(&self) -> bool {
+        match self {
+            Store::Memory(_) => true,
+            Store::Redis(store) => {
+                store.health().is_ok() || store.failure_policy() != redis::FailurePolicy::Error
+            }
+        }
+    }
+
+    /// Whether the store can decide; the reason when it cannot (Redis unreachable).
+    ///
+    /// # Errors
+    /// The store's backend is unreachable.
+    pub fn health(&self) -> Result<(), String> {
+        match self {
+            Store::Memory(_) => Ok(()),
+            Store::Redis(store) => store.health(),
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Shared helpers for the integration tests.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod redis;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -17,6 +19,17 @@ pub const START: u64 = 1_767_225_600 * NANOS_PER_SEC;
 /// A service over in-memory files `(name, yaml)`, the embedded store and a manual clock
 /// standing at [`START`].
 pub fn service(files: &[(&str, &str)], algorithm: Algorithm) -> (Service, ManualClock) {
+    service_on(files, algorithm, |clock| {
+        Store::Memory(MemoryStore::new(100_000, clock))
+    })
+}
+
+/// [`service`] on the store `make` builds around the manual clock.
+pub fn service_on(
+    files: &[(&str, &str)],
+    algorithm: Algorithm,
+    make: impl FnOnce(Arc<dyn Clock>) -> Store,
+) -> (Service, ManualClock) {
     let clock = ManualClock::new(START);
     let sources: Vec<(PathBuf, String)> = files
         .iter()
@@ -26,7 +39,7 @@ pub fn service(files: &[(&str, &str)], algorithm: Algorithm) -> (Service, Manual
         panic!("test config is invalid: {e:?}");
     });
     let shared: Arc<dyn Clock> = Arc::new(clock.clone());
-    let store = Store::Memory(MemoryStore::new(100_000, shared.clone()));
+    let store = make(shared.clone());
     let service = Service::new(
         Arc::new(ArcSwap::from_pointee(config)),
         store,
@@ -79,6 +92,7 @@ impl TestServer {
             algorithm,
             max_buckets: 100_000,
             reload_debounce: std::time::Duration::from_millis(50),
+            redis: None,
         };
         let task = tokio::spawn(meshlimit::app::run(settings, grpc, http, async {
             let _ = stopped.await;

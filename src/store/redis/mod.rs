@@ -1,0 +1,792 @@
+//! The Redis store: one limit shared by every replica.
+//!
+//! Every request that needs Redis is one `EVALSHA` of [`decide.lua`](./decide.lua), which
+//! decides all its limited descriptors atomically with the same two-pass rule as the
+//! embedded store, on Redis' own clock (`TIME`), so replicas' clocks never matter.
+//! Concurrent requests share one multiplexed connection and are pipelined on it.
+//!
+//! Keys are `ml1:{<domain>}<bucket>`: a versioned prefix, then the domain as the Cluster
+//! hash tag, so every key of one request (they share the domain) lives in one slot while
+//! different domains spread over the nodes. Every key carries a TTL: the time until its
+//! bucket would be full again, or its window's end.
+//!
+//! Two caches in front answer what they safely can without Redis:
+//! - over-limit (always on): when Redis says a bucket cannot pass, its state is kept as a
+//!   snapshot taken at the moment the request was *sent*, and later requests run
+//!   [`limiter::step`] on it. Redis' state can only have less refill than the snapshot
+//!   assumes and more consumption (other replicas), so a request the snapshot refuses
+//!   Redis would refuse too; one it would admit goes to Redis.
+//! - leases (opt-in, [`RedisOptions::lease`]): a replica takes up to N whole tokens of a
+//!   token bucket beyond a request's own, when the bucket holds them, and spends them
+//!   locally until they run out or their TTL ends (unused ones then expire).
+//!
+//! Token-bucket arithmetic in Lua runs on doubles, exact below 2^53: [`Scale`] expresses
+//! a limit in integers (microsecond quanta, a token reduced by the gcd of unit and rate)
+//! that stay below that for any practical limit.
+
+mod conn;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use foldhash::fast::RandomState;
+use parking_lot::Mutex;
+use redis::{ErrorKind, RedisError, ServerErrorKind};
+use tracing::{info, warn};
+
+pub use conn::UrlError;
+use conn::{Backend, Target};
+
+use super::{Check, MemoryStore, Reports, StoreError};
+use crate::clock::{Clock, Nanos};
+use crate::limiter::{self, Report, State};
+use crate::rules::{Algorithm, Limit, Mode};
+
+/// Prefix of every key; bumped whenever the stored format changes.
+pub const KEY_PREFIX: &str = "ml1:";
+
+const SCRIPT: &str = include_str!("decide.lua");
+
+/// What to answer when Redis cannot decide (down, or slower than the timeout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// gRPC `UNAVAILABLE`, so that Envoy's `failure_mode_deny` decides.
+    Error,
+    /// OK for every descriptor.
+    Allow,
+    /// Each replica decides alone with an embedded store until Redis is back.
+    Local,
+}
+
+/// Where the scripts read the time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeSource {
+    /// Redis' own clock (`TIME` in the script): the only choice for a real deployment.
+    Redis,
+    /// The `now` the caller passes: for tests that drive a manual clock against a real
+    /// Redis.
+    Caller,
+}
+
+/// How to reach Redis and how to use it.
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    /// `redis://`, `rediss://`, `unix://`, `redis+cluster://` or `redis+sentinel://` URL.
+    pub url: String,
+    /// Longest any request waits on Redis, connecting included.
+    pub timeout: Duration,
+    /// What to answer when Redis cannot decide.
+    pub failure: FailurePolicy,
+    /// Tokens a replica leases beyond a request's own (0: every decision in Redis).
+    pub lease: u32,
+    /// How long unused leased tokens stay usable.
+    pub lease_ttl: Duration,
+    /// Entries in each local cache (over-limit snapshots, leases).
+    pub cache_size: u64,
+    /// Longest an over-limit snapshot answers for its bucket.
+    pub cache_ttl: Duration,
+    /// Where the time comes from.
+    pub time: TimeSource,
+    /// Buckets the embedded fallback store holds ([`FailurePolicy::Local`]).
+    pub fallback_buckets: u64,
+}
+
+impl RedisOptions {
+    /// Defaults for `url`: 100 ms timeout, `error` policy, no leases, 100k cached entries.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            timeout: Duration::from_millis(100),
+            failure: FailurePolicy::Error,
+            lease: 0,
+            lease_ttl: Duration::from_secs(1),
+            cache_size: 100_000,
+            cache_ttl: Duration::from_secs(60),
+            time: TimeSource::Redis,
+            fallback_buckets: 1_000_000,
+        }
+    }
+}
+
+/// Counts of where decisions were made; for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RedisStats {
+    /// Requests answered from the over-limit cache.
+    pub over_limit_hits: u64,
+    /// Requests answered from leased tokens.
+    pub lease_hits: u64,
+    /// Requests sent to Redis (cache misses).
+    pub misses: u64,
+    /// Requests Redis failed to decide.
+    pub errors: u64,
+    /// Requests answered by the failure policy.
+    pub fallbacks: u64,
+}
+
+/// The Redis store. Cheap to clone; clones share connection and caches.
+#[derive(Clone, Debug)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    backend: Backend,
+    /// SHA1 of [`SCRIPT`], for `EVALSHA`.
+    sha: String,
+    options: RedisOptions,
+    blocked: moka::sync::Cache<Arc<str>, Blocked, RandomState>,
+    leases: moka::sync::Cache<Arc<str>, Arc<Lease>, RandomState>,
+    fallback: Option<MemoryStore>,
+    /// False from a connection failure until a probe reaches Redis again.
+    up: AtomicBool,
+    probing: AtomicBool,
+    last_error: Mutex<String>,
+    counts: [AtomicU64; 5],
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("backend", &self.backend)
+            .field("url", &conn::redact(&self.options.url))
+            .field("up", &self.up.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+const OVER_LIMIT_HITS: usize = 0;
+const LEASE_HITS: usize = 1;
+const MISSES: usize = 2;
+const ERRORS: usize = 3;
+const FALLBACKS: usize = 4;
+
+/// An over-limit answer kept locally.
+#[derive(Debug, Clone)]
+enum Blocked {
+    /// A token bucket's state as of the moment the deciding request was sent.
+    Bucket {
+        limit: Limit,
+        state: State,
+        ttl: Duration,
+    },
+    /// A full fixed window: `count` hits until `until` (local clock).
+    Window {
+        limit: Limit,
+        count: u64,
+        until: Nanos,
+        ttl: Duration,
+    },
+}
+
+impl Blocked {
+    /// The over-limit report for `check` at `now`, if this snapshot is sure of it.
+    fn refuses(&self, check: &Check<'_>, now: Nanos) -> Option<Report> {
+        match self {
+            Blocked::Bucket { limit, state, .. } if *limit == check.limit => {
+                let step = limiter::step(Some(state), limit, check.hits, now);
+                step.over().then(|| step.unconsumed().1)
+            }
+            Blocked::Window {
+                limit,
+                count,
+                until,
+                ..
+            } if *limit == check.limit
+                && now < *until
+                && count.saturating_add(check.hits) > u64::from(limit.requests_per_unit) =>
+            {
+                Some(Report {
+                    over: true,
+                    remaining: 0,
+                    reset: (until - now).div_ceil(crate::clock::NANOS_PER_SEC)
+                        * crate::clock::NANOS_PER_SEC,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    fn ttl(&self) -> Duration {
+        match self {
+            Blocked::Bucket { ttl, .. } | Blocked::Window { ttl, .. } => *ttl,
+        }
+    }
+}
+
+struct BlockedExpiry;
+
+impl moka::Expiry<Arc<str>, Blocked> for BlockedExpiry {
+    fn expire_after_create(
+        &self,
+        _: &Arc<str>,
+        value: &Blocked,
+        _: std::time::Instant,
+    ) -> Option<Duration> {
+        Some(value.ttl())
+    }
+
+    fn expire_after_update(
+        &self,
+        _: &Arc<str>,
+        value: &Blocked,
+        _: std::time::Instant,
+        _: Option<Duration>,
+    ) -> Option<Duration> {
+        Some(value.ttl())
+    }
+}
+
+/// Tokens this replica took from a bucket ahead of use.
+#[derive(Debug)]
+struct Lease {
+    limit: Limit,
+    tokens: AtomicU64,
+    /// The bucket's remaining tokens when the lease was taken, for reports.
+    remaining: u32,
+}
+
+impl Lease {
+    /// Takes `hits` tokens if held; a check (0 hits) passes when one more hit would.
+    fn take(&self, hits: u64) -> bool {
+        self.tokens
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                (t >= hits.max(1)).then(|| t - hits)
+            })
+            .is_ok()
+    }
+}
+
+/// A token-bucket limit as the script's exact integers: time in quanta of `q`
+/// microseconds, one token worth `token`, refill `rate` per quantum, capacity `cap`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Scale {
+    q: u64,
+    token: u64,
+    rate: u64,
+    cap: u64,
+    /// Nanoseconds per scaled unit of debt, to turn the script's debt into
+    /// [`limiter::State`]'s (a token worth the unit in nanoseconds).
+    debt_nanos: u128,
+}
+
+/// Below this, Lua's doubles hold integers exactly.
+const EXACT: u64 = 1 << 53;
+
+impl Scale {
+    fn of(limit: &Limit) -> Scale {
+        let unit_us = limit.unit.nanos() / 1000;
+        let rpu = u64::from(limit.requests_per_unit);
+        let mut q = 1;
+        loop {
+            let unit_q = unit_us / q;
+            let g = gcd(unit_q, rpu);
+            let token = unit_q / g;
+            let cap = u64::from(limit.burst).saturating_mul(token);
+            // Coarser quanta only while they divide the unit and the capacity is inexact.
+            if cap < EXACT || unit_us % (q * 10) != 0 {
+                return Scale {
+                    q,
+                    token,
+                    rate: rpu / g,
+                    cap,
+                    debt_nanos: u128::from(g) * u128::from(q) * 1000,
+                };
+            }
+            q *= 10;
+        }
+    }
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a.max(1)
+}
+
+impl RedisStore {
+    /// A store for `options`; connects on first use, so it starts while Redis is down.
+    ///
+    /// # Errors
+    /// The URL is invalid.
+    pub fn new(options: RedisOptions, clock: Arc<dyn Clock>) -> Result<Self, UrlError> {
+        let target = Target::parse(&options.url, options.timeout)?;
+        let cache = |ttl: Option<Duration>| {
+            let builder = moka::sync::Cache::builder().max_capacity(options.cache_size);
+            match ttl {
+                Some(ttl) => builder
+                    .time_to_live(ttl)
+                    .build_with_hasher(RandomState::default()),
+                None => builder.build_with_hasher(RandomState::default()),
+            }
+        };
+        let blocked = moka::sync::Cache::builder()
+            .max_capacity(options.cache_size)
+            .expire_after(BlockedExpiry)
+            .build_with_hasher(RandomState::default());
+        let fallback = (options.failure == FailurePolicy::Local)
+            .then(|| MemoryStore::new(options.fallback_buckets, clock));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                backend: Backend::new(target, options.timeout),
+                sha: redis::Script::new(SCRIPT).get_hash().to_string(),
+                blocked,
+                leases: cache(Some(options.lease_ttl)),
+                fallback,
+                up: AtomicBool::new(true),
+                probing: AtomicBool::new(false),
+                last_error: Mutex::new(String::new()),
+                counts: Default::default(),
+                options,
+            }),
+        })
+    }
+
+    /// Decides `checks` atomically; see the module docs.
+    ///
+    /// # Errors
+    /// Redis could not decide and the failure policy is [`FailurePolicy::Error`].
+    pub async fn check(&self, checks: &[Check<'_>], now: Nanos) -> Result<Reports, StoreError> {
+        let inner = &*self.inner;
+        if let Some(reports) = inner.answer_locally(checks, now) {
+            return Ok(reports);
+        }
+        if !inner.up.load(Ordering::Acquire) {
+            self.spawn_probe();
+            return inner.fail(checks, now, &inner.last_error.lock().clone());
+        }
+        inner.counts[MISSES].fetch_add(1, Ordering::Relaxed);
+        let leases: smallvec::SmallVec<[u64; 4]> =
+            checks.iter().map(|c| inner.lease_want(c)).collect();
+        let reply = tokio::time::timeout(inner.options.timeout, inner.decide(checks, &leases, now))
+            .await
+            .unwrap_or_else(|_| Err(conn::timed_out("deciding")));
+        match reply {
+            Ok(values) => match inner.settle(checks, now, &values) {
+                Some(reports) => Ok(reports),
+                None => inner.fail(checks, now, "Redis sent a malformed reply"),
+            },
+            Err(e) => {
+                inner.counts[ERRORS].fetch_add(1, Ordering::Relaxed);
+                let message = format!("Redis: {e}");
+                if breaks_connection(&e) {
+                    inner.backend.reset();
+                    *inner.last_error.lock() = message.clone();
+                    if inner.up.swap(false, Ordering::AcqRel) {
+                        warn!(error = %e, policy = ?inner.options.failure, "Redis unreachable");
+                    }
+                    self.spawn_probe();
+                }
+                inner.fail(checks, now, &message)
+            }
+        }
+    }
+
+    /// Whether Redis is reachable; the reason when not.
+    ///
+    /// # Errors
+    /// The last connection error while Redis is unreachable.
+    pub fn health(&self) -> Result<(), String> {
+        if self.inner.up.load(Ordering::Acquire) {
+            Ok(())
+        } else {
+            Err(self.inner.last_error.lock().clone())
+        }
+    }
+
+    /// What the store does when Redis cannot decide.
+    pub fn failure_policy(&self) -> FailurePolicy {
+        self.inner.options.failure
+    }
+
+    /// Where decisions were made so far.
+    pub fn stats(&self) -> RedisStats {
+        let c = |i: usize| self.inner.counts[i].load(Ordering::Relaxed);
+        RedisStats {
+            over_limit_hits: c(OVER_LIMIT_HITS),
+            lease_hits: c(LEASE_HITS),
+            misses: c(MISSES),
+            errors: c(ERRORS),
+            fallbacks: c(FALLBACKS),
+        }
+    }
+
+    /// Cache upkeep; call about once a second.
+    pub fn maintain(&self) {
+        self.inner.blocked.run_pending_tasks();
+        self.inner.leases.run_pending_tasks();
+        if let Some(fallback) = &self.inner.fallback {
+            fallback.maintain();
+        }
+    }
+
+    /// The Redis key of bucket `key` (see the module docs).
+    pub fn redis_key(key: &str) -> String {
+        // The bucket key starts with the domain as `<len>:<domain>`.
+        let end = key
+            .split_once(':')
+            .and_then(|(len, _)| Some(len.len() + 1 + len.parse::<usize>().ok()?))
+            .filter(|&end| key.is_char_boundary(end) && end <= key.len())
+            .unwrap_or(key.len());
+        let mut out = String::with_capacity(KEY_PREFIX.len() + key.len() + 2);
+        out.push_str(KEY_PREFIX);
+        out.push('{');
+        out.push_str(&key[..end]);
+        out.push('}');
+        out.push_str(&key[end..]);
+        out
+    }
+
+    /// Until Redis answers again: one probe at a time, backing off to once a second.
+    fn spawn_probe(&self) {
+        if self.inner.probing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            let mut delay = Duration::from_millis(50);
+            loop {
+                tokio::time::sleep(delay).await;
+                let ping = async {
+                    let mut conn = inner.backend.conn().await?;
+                    redis::cmd("PING").query_async::<String>(&mut conn).await
+                };
+                match tokio::time::timeout(inner.options.timeout, ping).await {
+                    Ok(Ok(_)) => {
+                        inner.up.store(true, Ordering::Release);
+                        info!("Redis reachable again");
+                        break;
+                    }
+                    Ok(Err(e)) => {
+                        inner.backend.reset();
+                        *inner.last_error.lock() = format!("Redis: {e}");
+                    }
+                    Err(_) => inner.backend.reset(),
+                }
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
+            inner.probing.store(false, Ordering::Release);
+        });
+    }
+}
+
+impl Inner {
+    /// Answers from the caches when they are sure: every check refused by an over-limit
+    /// snapshot, or every check covered by leased tokens.
+    fn answer_locally(&self, checks: &[Check<'_>], now: Nanos) -> Option<Reports> {
+        let mut reports = Reports::new();
+        for check in checks {
+            match self
+                .blocked
+                .get(check.key)
+                .and_then(|b| b.refuses(check, now))
+            {
+                Some(report) => reports.push(report),
+                None => break,
+            }
+        }
+        if reports.len() == checks.len() {
+            self.counts[OVER_LIMIT_HITS].fetch_add(1, Ordering::Relaxed);
+            return Some(reports);
+        }
+        if self.options.lease == 0
+            || checks
+                .iter()
+                .any(|c| c.limit.algorithm != Algorithm::TokenBucket)
+        {
+            return None;
+        }
+        reports.clear();
+        let mut taken: smallvec::SmallVec<[Arc<Lease>; 4]> = smallvec::SmallVec::new();
+        for check in checks {
+            match self.leases.get(check.key) {
+                Some(lease) if lease.limit == check.limit && lease.take(check.hits) => {
+                    reports.push(Report {
+                        over: false,
+                        remaining: lease.remaining.saturating_add(
+                            u32::try_from(lease.tokens.load(Ordering::Relaxed)).unwrap_or(u32::MAX),
+                        ),
+                        reset: 0,
+                    });
+                    taken.push(lease);
+                }
+                _ => {
+                    for (lease, check) in taken.iter().zip(checks) {
+                        lease.tokens.fetch_add(check.hits, Ordering::AcqRel);
+                    }
+                    return None;
+                }
+            }
+        }
+        self.counts[LEASE_HITS].fetch_add(1, Ordering::Relaxed);
+        Some(reports)
+    }
+
+    /// Extra tokens to ask for `check`: enough to hold `lease` again.
+    fn lease_want(&self, check: &Check<'_>) -> u64 {
+        if self.options.lease == 0
+            || check.limit.algorithm != Algorithm::TokenBucket
+            || check.hits == 0
+        {
+            return 0;
+        }
+        let held = self
+            .leases
+            .get(check.key)
+            .filter(|l| l.limit == check.limit)
+            .map_or(0, |l| l.tokens.load(Ordering::Relaxed));
+        u64::from(self.options.lease).saturating_sub(held)
+    }
+
+    /// One script call for the request.
+    async fn decide(
+        &self,
+        checks: &[Check<'_>],
+        leases: &[u64],
+        now: Nanos,
+    ) -> Result<Vec<i64>, RedisError> {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.sha).arg(checks.len());
+        for check in checks {
+            cmd.arg(RedisStore::redis_key(check.key));
+        }
+        match self.options.time {
+            TimeSource::Redis => cmd.arg(""),
+            TimeSource::Caller => cmd.arg(now / 1000),
+        };
+        for (check, &lease) in checks.iter().zip(leases) {
+            let mode = match check.mode {
+                Mode::Enforce => "e",
+                Mode::Shadow => "s",
+                Mode::Quota => "q",
+                Mode::ShadowQuota => "x",
+            };
+            match check.limit.algorithm {
+                Algorithm::TokenBucket => {
+                    let s = Scale::of(&check.limit);
+                    cmd.arg("t")
+                        .arg(check.hits)
+                        .arg(mode)
+                        .arg(s.token)
+                        .arg(s.rate)
+                        .arg(s.cap)
+                        .arg(s.q)
+                        .arg(lease);
+                }
+                Algorithm::FixedWindow => {
+                    cmd.arg("w")
+                        .arg(check.hits)
+                        .arg(mode)
+                        .arg(check.limit.requests_per_unit)
+                        .arg(check.limit.unit.seconds())
+                        .arg(0)
+                        .arg(0)
+                        .arg(0);
+                }
+            }
+        }
+        let mut conn = self.backend.conn().await?;
+        match cmd.query_async::<Vec<i64>>(&mut conn).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                // Flushed, restarted or failed over: EVAL loads the script as it runs.
+                let mut eval = redis::cmd("EVAL");
+                eval.arg(SCRIPT);
+                for arg in cmd.args_iter().skip(2) {
+                    if let redis::Arg::Simple(bytes) = arg {
+                        eval.arg(bytes);
+                    }
+                }
+                eval.query_async(&mut conn).await
+            }
+            other => other,
+        }
+    }
+
+    /// Reports from the script's reply; caches what it says about the future.
+    fn settle(&self, checks: &[Check<'_>], now: Nanos, values: &[i64]) -> Option<Reports> {
+        let per = values.get(1..)?;
+        if per.len() != checks.len() * 5 {
+            return None;
+        }
+        let mut reports = Reports::with_capacity(checks.len());
+        for (check, v) in checks.iter().zip(per.chunks_exact(5)) {
+            let &[over, remaining, reset_us, a, b] = v else {
+                return None;
+            };
+            let (over, a, b) = (over != 0, a.max(0) as u64, b.max(0) as u64);
+            let mut report = Report {
+                over,
+                remaining: u32::try_from(remaining.max(0)).unwrap_or(u32::MAX),
+                reset: (reset_us.max(0) as u64).saturating_mul(1000),
+            };
+            let limit = check.limit;
+            match limit.algorithm {
+                Algorithm::TokenBucket => {
+                    if limit.requests_per_unit == 0 {
+                        report.reset = limit.unit.nanos();
+                    }
+                    if over {
+                        let scale = Scale::of(&limit);
+                        let state = State::TokenBucket {
+                            debt: u128::from(a) * scale.debt_nanos,
+                            at: now,
+                            unit: limit.unit,
+                        };
+                        let one = limiter::step(Some(&state), &limit, 1, now);
+                        let ttl = if limit.requests_per_unit == 0 {
+                            self.options.cache_ttl
+                        } else {
+                            Duration::from_nanos(one.unconsumed().1.reset)
+                                .min(self.options.cache_ttl)
+                        };
+                        if one.over() && !ttl.is_zero() {
+                            self.blocked
+                                .insert(check.key.into(), Blocked::Bucket { limit, state, ttl });
+                        }
+                    } else if b > 0 {
+                        self.add_lease(check, b, report.remaining);
+                    }
+                }
+                Algorithm::FixedWindow => {
+                    // Only once over: from then on every hit, and every check, is over
+                    // until the window ends (at the limit exactly, a check still passes).
+                    if over && b > 0 {
+                        let until = now.saturating_add(b.saturating_mul(1000));
+                        let ttl = Duration::from_micros(b).min(self.options.cache_ttl);
+                        self.blocked.insert(
+                            check.key.into(),
+                            Blocked::Window {
+                                limit,
+                                count: a,
+                                until,
+                                ttl,
+                            },
+                        );
+                    }
+                }
+            }
+            reports.push(report);
+        }
+        Some(reports)
+    }
+
+    fn add_lease(&self, check: &Check<'_>, tokens: u64, remaining: u32) {
+        if let Some(lease) = self.leases.get(check.key)
+            && lease.limit == check.limit
+        {
+            lease.tokens.fetch_add(tokens, Ordering::AcqRel);
+            return;
+        }
+        self.leases.insert(
+            check.key.into(),
+            Arc::new(Lease {
+                limit: check.limit,
+                tokens: AtomicU64::new(tokens),
+                remaining,
+            }),
+        );
+    }
+
+    /// The failure policy's answer.
+    fn fail(&self, checks: &[Check<'_>], now: Nanos, why: &str) -> Result<Reports, StoreError> {
+        match self.options.failure {
+            FailurePolicy::Error => Err(StoreError(why.to_string())),
+            FailurePolicy::Allow => {
+                self.counts[FALLBACKS].fetch_add(1, Ordering::Relaxed);
+                Ok(checks
+                    .iter()
+                    .map(|c| Report {
+                        over: false,
+                        remaining: c.limit.burst,
+                        reset: 0,
+                    })
+                    .collect())
+            }
+            FailurePolicy::Local => {
+                self.counts[FALLBACKS].fetch_add(1, Ordering::Relaxed);
+                match &self.fallback {
+                    Some(store) => Ok(store.check(checks, now)),
+                    None => Err(StoreError(why.to_string())),
+                }
+            }
+        }
+    }
+}
+
+/// Errors after which the connection is replaced and Redis counts as unreachable.
+fn breaks_connection(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_unrecoverable_error()
+        || matches!(
+            e.kind(),
+            ErrorKind::Server(
+                ServerErrorKind::ReadOnly
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::BusyLoading
+                    | ServerErrorKind::TryAgain
+            )
+        )
+        || e.to_string().contains("READONLY")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::Unit;
+
+    fn limit(rpu: u32, unit: Unit, burst: u32) -> Limit {
+        Limit {
+            requests_per_unit: rpu,
+            unit,
+            burst,
+            algorithm: Algorithm::TokenBucket,
+        }
+    }
+
+    #[test]
+    fn scales_are_exact_integers_below_two_to_the_53() {
+        let s = Scale::of(&limit(100, Unit::Second, 10));
+        assert_eq!((s.q, s.token, s.rate, s.cap), (1, 10_000, 1, 100_000));
+        let s = Scale::of(&limit(5, Unit::Minute, 1));
+        assert_eq!(
+            (s.q, s.token, s.rate, s.cap),
+            (1, 12_000_000, 1, 12_000_000)
+        );
+        // A token is worth the unit in nanoseconds in the embedded store's debt.
+        assert_eq!(
+            u128::from(s.token) * s.debt_nanos,
+            u128::from(Unit::Minute.nanos())
+        );
+        // Large bursts on long units take coarser quanta instead of losing exactness.
+        for l in [
+            limit(u32::MAX, Unit::Year, u32::MAX),
+            limit(999_999, Unit::Year, 999_999),
+            limit(7, Unit::Day, u32::MAX),
+            limit(0, Unit::Week, 3),
+        ] {
+            let s = Scale::of(&l);
+            assert!(s.cap < EXACT, "{l:?} → {s:?}");
+            assert_eq!(
+                u128::from(s.token) * s.debt_nanos,
+                u128::from(l.unit.nanos()),
+                "{l:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_key_of_a_domain_shares_one_hash_tag() {
+        assert_eq!(
+            RedisStore::redis_key("7:trading7:user_id5:alice"),
+            "ml1:{7:trading}7:user_id5:alice"
+        );
+        assert_eq!(RedisStore::redis_key("3:a}b1:k"), "ml1:{3:a}b}1:k");
+        // Not a bucket key: kept whole, still prefixed.
+        assert_eq!(RedisStore::redis_key("junk"), "ml1:{junk}");
+    }
+}

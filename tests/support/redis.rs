@@ -1,0 +1,911 @@
+//! Real Redis processes for the integration tests: standalone servers, clusters and
+//! sentinel setups. Every process belongs to the test that started it, listens on its own
+//! free loopback port (127.0.0.1 only), works in its own temporary directory and is
+//! killed (SIGKILL) when its guard is dropped.
+//!
+//! Everything is blocking (`std::process`) and bounded in time: a wait that does not
+//! finish panics with what it last saw. The helpers are safe to call from parallel tests
+//! and from inside `#[tokio::test]` functions, where they block that test's thread while
+//! the processes come up (milliseconds for a server, seconds for a cluster or a sentinel
+//! setup). A missing Redis installation fails the test; it is never skipped.
+
+use std::collections::BTreeSet;
+use std::fs::{self, OpenOptions};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+/// How to install the binaries this module runs.
+const INSTALL: &str = "apt-get install -y redis-server redis-tools redis-sentinel";
+/// Bound on a process answering PING after it was spawned.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// Bound on one `redis-cli` run (including `--cluster create`).
+const CLI_TIMEOUT: Duration = Duration::from_secs(20);
+/// Bound on a cluster or a sentinel setup converging, and on a failover.
+const CONVERGE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Poll interval for a single process coming up.
+const FAST_POLL: Duration = Duration::from_millis(10);
+/// Poll interval for multi-process states, each poll running several `redis-cli`.
+const SLOW_POLL: Duration = Duration::from_millis(50);
+/// Log file (stdout and stderr) of every process, in its directory.
+const LOG_FILE: &str = "redis.log";
+/// Arguments of a cluster node, on top of the standalone ones.
+const CLUSTER_ARGS: [&str; 6] = [
+    "--cluster-enabled",
+    "yes",
+    "--cluster-config-file",
+    "nodes.conf",
+    "--cluster-node-timeout",
+    "2000",
+];
+
+/// A `redis-server` (or sentinel) process of this test, on its own loopback port and in its
+/// own temporary working directory (which also holds its log, `redis.log`). Killed when
+/// dropped.
+pub struct RedisServer {
+    program: &'static str,
+    /// Everything after the program name; `restart` runs exactly this again.
+    argv: Vec<String>,
+    port: u16,
+    /// The `--requirepass` value, which [`RedisServer::cli`] authenticates with.
+    cli_auth: Option<String>,
+    child: Option<Child>,
+    dir: TempDir,
+}
+
+impl RedisServer {
+    /// A standalone server without persistence
+    /// (`--save '' --appendonly no --bind 127.0.0.1 --port P`), answering PING.
+    pub fn start() -> RedisServer {
+        Self::start_with(&[])
+    }
+
+    /// [`RedisServer::start`] with extra arguments appended (later ones win), e.g.
+    /// `["--requirepass", "s3cret"]` or `["--unixsocket", path]`.
+    pub fn start_with(args: &[&str]) -> RedisServer {
+        Self::launch("redis-server", |port, _dir| {
+            let mut argv = standalone_argv(port);
+            argv.extend(args.iter().map(|a| a.to_string()));
+            argv
+        })
+    }
+
+    /// A standalone server that also listens on `<dir>/redis.sock` (mode 700); see
+    /// [`RedisServer::unix_socket`].
+    pub fn start_unix() -> RedisServer {
+        Self::launch("redis-server", |port, dir| {
+            let mut argv = standalone_argv(port);
+            let socket = dir.join("redis.sock").display().to_string();
+            argv.extend(strings(&[
+                "--unixsocket",
+                &socket,
+                "--unixsocketperm",
+                "700",
+            ]));
+            argv
+        })
+    }
+
+    /// A sentinel on its own port watching `name` at `127.0.0.1:master_port` with quorum 2,
+    /// its config file (which it rewrites) in its own directory.
+    fn start_sentinel(name: &str, master_port: u16) -> RedisServer {
+        Self::launch("redis-sentinel", |port, dir| {
+            let conf = dir.join("sentinel.conf");
+            let text = format!(
+                "port {port}\n\
+                 bind 127.0.0.1\n\
+                 dir {dir}\n\
+                 sentinel monitor {name} 127.0.0.1 {master_port} 2\n\
+                 sentinel down-after-milliseconds {name} 1000\n\
+                 sentinel failover-timeout {name} 5000\n",
+                dir = dir.display(),
+            );
+            fs::write(&conf, text).unwrap_or_else(|e| panic!("writing {}: {e}", conf.display()));
+            vec![conf.display().to_string()]
+        })
+    }
+
+    /// Starts `program` with the argument list `argv(port, dir)` for a fresh port and
+    /// directory, and waits until it answers PING. Tries again elsewhere if another
+    /// process took the port between our probe and the server's bind.
+    fn launch(program: &'static str, make_argv: impl Fn(u16, &Path) -> Vec<String>) -> RedisServer {
+        require("redis-server");
+        require("redis-cli");
+        require(program);
+        const ATTEMPTS: usize = 5;
+        for _ in 0..ATTEMPTS {
+            let dir = tempfile::Builder::new()
+                .prefix("meshlimit-redis-")
+                .tempdir()
+                .expect("creating a temporary directory for a Redis process");
+            let port = reserve_port();
+            let argv = make_argv(port, dir.path());
+            let mut server = RedisServer {
+                program,
+                cli_auth: flag_value(&argv, "--requirepass").map(str::to_string),
+                argv,
+                port,
+                child: None,
+                dir,
+            };
+            if server.spawn().is_ok() {
+                return server;
+            }
+        }
+        panic!("{program}: the port was taken by another process {ATTEMPTS} times in a row");
+    }
+
+    /// Spawns the process on `self.port` and waits until it, and not some other process,
+    /// answers PING there. `Err` when the port turned out to be in use.
+    fn spawn(&mut self) -> Result<(), PortTaken> {
+        let log_path = self.dir.path().join(LOG_FILE);
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .unwrap_or_else(|e| panic!("opening {}: {e}", log_path.display()));
+        let log_start = log.metadata().map_or(0, |m| m.len() as usize);
+        let child = Command::new(self.program)
+            .args(&self.argv)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("duplicating the log file handle"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot run {}: {e}; install Redis: `{INSTALL}`",
+                    self.program
+                )
+            });
+        let pid = child.id();
+        self.child = Some(child);
+        let started = now();
+        loop {
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if let Some(status) = exited {
+                self.child = None;
+                let log = self.log();
+                let new = log.get(log_start..).unwrap_or(&log);
+                if new.contains("Address already in use") {
+                    return Err(PortTaken);
+                }
+                panic!(
+                    "{} on port {} exited with {status} while starting; its log:\n{}",
+                    self.program,
+                    self.port,
+                    tail(new),
+                );
+            }
+            let last = match ping(self.port, self.cli_auth.as_deref()) {
+                Ok(answered) if answered == pid => return Ok(()),
+                Ok(other) => format!(
+                    "port {} is answered by another process ({other})",
+                    self.port
+                ),
+                Err(e) => e,
+            };
+            if started.elapsed() > START_TIMEOUT {
+                panic!(
+                    "{} on port {} did not answer PING within {START_TIMEOUT:?} ({last}); its log:\n{}",
+                    self.program,
+                    self.port,
+                    tail(&self.log()),
+                );
+            }
+            thread::sleep(FAST_POLL);
+        }
+    }
+
+    /// Its TCP port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `"127.0.0.1:P"`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `"redis://127.0.0.1:P"` (without the password, see [`RedisServer::password`]).
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Its working directory (a temporary directory removed on drop).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The `--requirepass` it was started with.
+    pub fn password(&self) -> Option<&str> {
+        self.cli_auth.as_deref()
+    }
+
+    /// The `--unixsocket` it was started with (see [`RedisServer::start_unix`]).
+    pub fn unix_socket(&self) -> Option<PathBuf> {
+        flag_value(&self.argv, "--unixsocket").map(|path| self.dir.path().join(path))
+    }
+
+    /// Everything the process (and its earlier incarnations) wrote to stdout and stderr.
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.dir.path().join(LOG_FILE)).unwrap_or_default()
+    }
+
+    /// Runs `redis-cli -h 127.0.0.1 -p P [-a password] args...` and returns its trimmed
+    /// stdout. Panics when redis-cli fails (e.g. cannot connect); note that error replies
+    /// such as `ERR ...` or `NOAUTH ...` are printed, not failures.
+    pub fn cli(&self, args: &[&str]) -> String {
+        self.try_cli(args).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`RedisServer::cli`] returning the failure instead of panicking (for polling, or a
+    /// server that is meant to be down).
+    pub fn try_cli(&self, args: &[&str]) -> Result<String, String> {
+        run(
+            &mut self.cli_command(self.cli_auth.as_deref(), args),
+            CLI_TIMEOUT,
+        )
+    }
+
+    /// [`RedisServer::cli`] authenticating with `password` (`None`: not at all) instead of
+    /// the server's own password.
+    pub fn cli_as(&self, password: Option<&str>, args: &[&str]) -> String {
+        run(&mut self.cli_command(password, args), CLI_TIMEOUT).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn cli_command(&self, password: Option<&str>, args: &[&str]) -> Command {
+        let mut command = Command::new(require("redis-cli"));
+        command.args(["-h", "127.0.0.1", "-p", &self.port.to_string()]);
+        if let Some(password) = password {
+            command.args(["--no-auth-warning", "-a", password]);
+        }
+        command.args(args);
+        command
+    }
+
+    /// Kills the process (SIGKILL) and reaps it; does nothing if it is not running.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the process if it runs, then starts it again with the same arguments, on the
+    /// same port and in the same directory, and waits until it answers PING. Without
+    /// persistence the data is gone; a cluster node keeps its identity (`nodes.conf`).
+    pub fn restart(&mut self) {
+        self.kill();
+        const ATTEMPTS: usize = 50;
+        for _ in 0..ATTEMPTS {
+            if self.spawn().is_ok() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "cannot restart {} on port {}: another process holds the port",
+            self.program, self.port
+        );
+    }
+
+    /// Whether the process is alive (not killed, not exited).
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Makes the next [`RedisServer::restart`] start it as a replica of `127.0.0.1:port`
+    /// (`None`: as a master).
+    fn set_replicaof(&mut self, port: Option<u16>) {
+        if let Some(i) = self.argv.iter().position(|a| a == "--replicaof") {
+            self.argv.drain(i..(i + 3).min(self.argv.len()));
+        }
+        if let Some(port) = port {
+            self.argv
+                .extend(strings(&["--replicaof", "127.0.0.1", &port.to_string()]));
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A Redis Cluster of masters without replicas, one [`RedisServer`] per node.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// `masters` (at least 3) cluster nodes joined by `redis-cli --cluster create`; returns
+    /// once every node reports `cluster_state:ok`, all 16384 slots assigned and all nodes
+    /// known.
+    pub fn start(masters: usize) -> RedisCluster {
+        assert!(
+            masters >= 3,
+            "redis-cli --cluster create needs at least 3 masters, asked for {masters}"
+        );
+        let started = now();
+        let nodes: Vec<RedisServer> = (0..masters)
+            .map(|_| RedisServer::start_with(&CLUSTER_ARGS))
+            .collect();
+        let cluster = RedisCluster { nodes };
+        let mut create = Command::new(require("redis-cli"));
+        create.arg("--cluster").arg("create");
+        create.args(cluster.nodes.iter().map(RedisServer::addr));
+        create.args(["--cluster-replicas", "0", "--cluster-yes"]);
+        if let Err(e) = run(&mut create, CLI_TIMEOUT) {
+            panic!("creating the cluster failed: {e}");
+        }
+        let known = masters.to_string();
+        wait_for(
+            "every cluster node to report a full, ok cluster",
+            SLOW_POLL,
+            || {
+                for node in &cluster.nodes {
+                    let info = node.try_cli(&["CLUSTER", "INFO"])?;
+                    let ok = info_field(&info, "cluster_state") == Some("ok")
+                        && info_field(&info, "cluster_slots_assigned") == Some("16384")
+                        && info_field(&info, "cluster_known_nodes") == Some(known.as_str());
+                    if !ok {
+                        return Err(format!("node {}: {info}", node.addr()));
+                    }
+                }
+                Ok(())
+            },
+        );
+        eprintln!(
+            "redis harness: {masters}-master cluster up in {:?}",
+            started.elapsed()
+        );
+        cluster
+    }
+
+    /// `"redis+cluster://127.0.0.1:P1,127.0.0.1:P2,..."`.
+    pub fn url(&self) -> String {
+        let addrs: Vec<String> = self.nodes.iter().map(RedisServer::addr).collect();
+        format!("redis+cluster://{}", addrs.join(","))
+    }
+
+    /// Index in `nodes` of the master serving `key`'s slot, as the first node that answers
+    /// sees it (`CLUSTER KEYSLOT`, `CLUSTER NODES`).
+    pub fn node_for_key(&self, key: &str) -> usize {
+        let node = self
+            .nodes
+            .iter()
+            .find(|n| n.try_cli(&["PING"]).is_ok_and(|r| r == "PONG"))
+            .expect("no cluster node answers PING");
+        let slot_text = node.cli(&["CLUSTER", "KEYSLOT", key]);
+        let slot: u16 = slot_text
+            .parse()
+            .unwrap_or_else(|_| panic!("CLUSTER KEYSLOT {key:?} answered {slot_text:?}"));
+        let nodes_text = node.cli(&["CLUSTER", "NODES"]);
+        let port = master_port_for_slot(&nodes_text, slot)
+            .unwrap_or_else(|| panic!("no master serves slot {slot} in:\n{nodes_text}"));
+        self.nodes
+            .iter()
+            .position(|n| n.port == port)
+            .unwrap_or_else(|| panic!("slot {slot} is served by port {port}, not one of ours"))
+    }
+}
+
+/// A master, one replica and three sentinels (quorum 2, down after 1 s).
+pub struct RedisSentinel {
+    /// The server started as master (it stays in this field after a failover).
+    pub master: RedisServer,
+    /// The server started as its replica.
+    pub replica: RedisServer,
+    pub sentinels: Vec<RedisServer>,
+    /// The monitored master's name.
+    pub name: String,
+    /// Whether `replica` is the current master (after an odd number of failovers).
+    swapped: bool,
+}
+
+impl RedisSentinel {
+    /// Starts the master, the replica (synced) and the sentinels, and returns once every
+    /// sentinel knows the master, the replica and the two other sentinels.
+    pub fn start() -> RedisSentinel {
+        let started = now();
+        let name = "meshlimit".to_string();
+        // No 5 s wait for more replicas before a (diskless) full sync, on either server:
+        // either may be the master of the other.
+        let sync_now = ["--repl-diskless-sync-delay", "0"];
+        let master = RedisServer::start_with(&sync_now);
+        let master_port = master.port.to_string();
+        let mut replica_args = sync_now.to_vec();
+        replica_args.extend(["--replicaof", "127.0.0.1", &master_port]);
+        let replica = RedisServer::start_with(&replica_args);
+        wait_for("the replica to sync with the master", FAST_POLL, || {
+            replica_link_up(&replica, master.port)
+        });
+        // Started after the sync, so that their first INFO of the master lists the replica
+        // (the next one would be 10 s later).
+        let sentinels = (0..3)
+            .map(|_| RedisServer::start_sentinel(&name, master.port))
+            .collect();
+        let setup = RedisSentinel {
+            master,
+            replica,
+            sentinels,
+            name,
+            swapped: false,
+        };
+        wait_for(
+            "every sentinel to know the master, the replica and the other sentinels",
+            SLOW_POLL,
+            || {
+                for sentinel in &setup.sentinels {
+                    let addr = sentinel_master_addr(sentinel, &setup.name)?;
+                    if addr != setup.master.addr() {
+                        return Err(format!("sentinel {} names {addr}", sentinel.addr()));
+                    }
+                    sentinel_knows_replica(sentinel, &setup.name, &setup.replica)?;
+                    let others = sentinel.try_cli(&["SENTINEL", "SENTINELS", &setup.name])?;
+                    let count = entries(&others).len();
+                    if count != setup.sentinels.len() - 1 {
+                        return Err(format!(
+                            "sentinel {} knows {count} other sentinels",
+                            sentinel.addr()
+                        ));
+                    }
+                }
+                Ok(())
+            },
+        );
+        eprintln!(
+            "redis harness: sentinel setup up in {:?}",
+            started.elapsed()
+        );
+        setup
+    }
+
+    /// `"redis+sentinel://127.0.0.1:S1,127.0.0.1:S2,127.0.0.1:S3/NAME"`.
+    pub fn url(&self) -> String {
+        let addrs: Vec<String> = self.sentinels.iter().map(RedisServer::addr).collect();
+        format!("redis+sentinel://{}/{}", addrs.join(","), self.name)
+    }
+
+    /// The master's address according to the first sentinel that answers
+    /// (`SENTINEL get-master-addr-by-name`), `"127.0.0.1:P"`.
+    pub fn master_addr(&self) -> String {
+        let mut failures = Vec::new();
+        for sentinel in &self.sentinels {
+            match sentinel_master_addr(sentinel, &self.name) {
+                Ok(addr) => return addr,
+                Err(e) => failures.push(e),
+            }
+        }
+        panic!("no sentinel names the master: {failures:?}");
+    }
+
+    /// The server that is master now.
+    pub fn current_master(&self) -> &RedisServer {
+        if self.swapped {
+            &self.replica
+        } else {
+            &self.master
+        }
+    }
+
+    /// The server that is (or, once restarted, will be) the replica now.
+    pub fn current_replica(&self) -> &RedisServer {
+        if self.swapped {
+            &self.master
+        } else {
+            &self.replica
+        }
+    }
+
+    /// Kills the current master and waits until every running sentinel names the other
+    /// server as master and that server's ROLE says `master`. The killed server stays down
+    /// (see [`RedisSentinel::restart_old_master`]).
+    pub fn fail_over(&mut self) {
+        let started = now();
+        let (old, new) = if self.swapped {
+            (&mut self.replica, &mut self.master)
+        } else {
+            (&mut self.master, &mut self.replica)
+        };
+        assert!(
+            new.is_running(),
+            "fail_over: the replica on port {} is down (call restart_old_master first)",
+            new.port
+        );
+        old.kill();
+        let (sentinels, name) = (&self.sentinels, &self.name);
+        wait_for("the sentinels to promote the replica", SLOW_POLL, || {
+            for sentinel in sentinels.iter() {
+                let addr = sentinel_master_addr(sentinel, name)?;
+                if addr != new.addr() {
+                    return Err(format!("sentinel {} still names {addr}", sentinel.addr()));
+                }
+            }
+            let role = new.try_cli(&["ROLE"])?;
+            match role.lines().next() {
+                Some("master") => Ok(()),
+                _ => Err(format!("{} answers ROLE with {role:?}", new.addr())),
+            }
+        });
+        // Sentinels rewrite their config; do the same for the promoted server's argv, so a
+        // restart keeps it master.
+        new.set_replicaof(None);
+        self.swapped = !self.swapped;
+        eprintln!(
+            "redis harness: sentinel failover took {:?}",
+            started.elapsed()
+        );
+    }
+
+    /// Restarts the master killed by [`RedisSentinel::fail_over`] as a replica of the
+    /// current master (what the sentinels would otherwise reconfigure it to, seconds
+    /// later), and waits until it is synced and every sentinel sees it as a healthy
+    /// replica, so that another failover can promote it.
+    pub fn restart_old_master(&mut self) {
+        let started = now();
+        let (old, current) = if self.swapped {
+            (&mut self.master, &self.replica)
+        } else {
+            (&mut self.replica, &self.master)
+        };
+        assert!(
+            !old.is_running(),
+            "restart_old_master: port {} is running (call fail_over first)",
+            old.port
+        );
+        old.set_replicaof(Some(current.port));
+        old.restart();
+        let old = &*old;
+        wait_for("the old master to sync as a replica", FAST_POLL, || {
+            replica_link_up(old, current.port)
+        });
+        wait_for(
+            "every sentinel to see the old master as a replica",
+            SLOW_POLL,
+            || {
+                for sentinel in &self.sentinels {
+                    sentinel_knows_replica(sentinel, &self.name, old)?;
+                }
+                Ok(())
+            },
+        );
+        eprintln!(
+            "redis harness: old master back as a replica in {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+/// The process refused to start because its port was in use.
+struct PortTaken;
+
+/// The arguments of a standalone server on `port`.
+fn standalone_argv(port: u16) -> Vec<String> {
+    strings(&[
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        &port.to_string(),
+    ])
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|a| a.to_string()).collect()
+}
+
+/// The value after the last `flag` in `argv`.
+fn flag_value<'a>(argv: &'a [String], flag: &str) -> Option<&'a str> {
+    let i = argv.iter().rposition(|a| a == flag)?;
+    argv.get(i + 1).map(String::as_str)
+}
+
+/// The wall clock, for deadlines on real processes (the crate's code takes time from its
+/// `Clock` instead, hence the lint).
+#[allow(clippy::disallowed_methods)]
+fn now() -> Instant {
+    Instant::now()
+}
+
+/// Returns `program`, after checking once per test binary that it runs; panics with how
+/// to install Redis otherwise.
+fn require(program: &'static str) -> &'static str {
+    static FOUND: Mutex<BTreeSet<&str>> = Mutex::new(BTreeSet::new());
+    if FOUND
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .contains(program)
+    {
+        return program;
+    }
+    let runs = Command::new(program)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        runs,
+        "`{program}` is missing (or does not run); these tests need real Redis processes: `{INSTALL}`"
+    );
+    FOUND
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(program);
+    program
+}
+
+/// A loopback port P that is free, with P + 10000 (its cluster bus port) free too, and
+/// neither handed out before by this test binary: ports are never reused, so parallel
+/// tests cannot pick the same one between the probe and the server's bind.
+fn reserve_port() -> u16 {
+    static TAKEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    for _ in 0..1000 {
+        let port = super::free_port();
+        let Some(bus) = port.checked_add(10_000) else {
+            continue;
+        };
+        if std::net::TcpListener::bind(("127.0.0.1", bus)).is_err() {
+            continue;
+        }
+        let mut taken = TAKEN.lock().unwrap_or_else(PoisonError::into_inner);
+        if taken.contains(&port) || taken.contains(&bus) {
+            continue;
+        }
+        taken.insert(port);
+        taken.insert(bus);
+        return port;
+    }
+    panic!("found no free loopback port P with P + 10000 free in 1000 tries");
+}
+
+/// Polls `probe` every `every` until it returns `Ok`, panicking after
+/// [`CONVERGE_TIMEOUT`] with `what` and the probe's last `Err`.
+fn wait_for<T>(what: &str, every: Duration, mut probe: impl FnMut() -> Result<T, String>) -> T {
+    let started = now();
+    loop {
+        match probe() {
+            Ok(value) => return value,
+            Err(last) if started.elapsed() > CONVERGE_TIMEOUT => {
+                panic!("timed out after {CONVERGE_TIMEOUT:?} waiting for {what}; last seen: {last}")
+            }
+            Err(_) => thread::sleep(every),
+        }
+    }
+}
+
+/// Runs `command` within `timeout` (killing it after); its trimmed stdout, or a description
+/// of the failure (cannot spawn, non-zero exit, timeout) with its output.
+fn run(command: &mut Command, timeout: Duration) -> Result<String, String> {
+    let what = format!("{command:?}");
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {what}: {e}; install Redis: `{INSTALL}`"))?;
+    let (mut stdout, mut stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    thread::scope(|scope| {
+        // Drained concurrently so that a chatty command cannot block on a full pipe.
+        let out = scope.spawn(move || {
+            let mut text = String::new();
+            let _ = stdout.read_to_string(&mut text);
+            text
+        });
+        let err = scope.spawn(move || {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text);
+            text
+        });
+        let started = now();
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if started.elapsed() < timeout => thread::sleep(Duration::from_millis(2)),
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+            }
+        };
+        let (out, err) = (out.join().unwrap(), err.join().unwrap());
+        match status {
+            Some(status) if status.success() => Ok(out.trim().to_string()),
+            Some(status) => Err(format!(
+                "{what} exited with {status}: {}\n{}",
+                err.trim(),
+                out.trim()
+            )),
+            None => Err(format!(
+                "{what} timed out after {timeout:?}: {}\n{}",
+                err.trim(),
+                out.trim()
+            )),
+        }
+    })
+}
+
+/// Over a fresh connection to `127.0.0.1:port`: AUTH (if `password`), PING (which must
+/// answer PONG) and `INFO server`; returns the answering process's id.
+fn ping(port: u16, password: Option<&str>) -> Result<u32, String> {
+    let talk = || -> io::Result<u32> {
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+        stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+        stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+        let mut reader = BufReader::new(stream.try_clone()?);
+        let mut writer = stream;
+        let mut ask = |args: &[&str]| -> io::Result<String> {
+            let mut request = format!("*{}\r\n", args.len());
+            for arg in args {
+                request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+            }
+            writer.write_all(request.as_bytes())?;
+            read_reply(&mut reader)
+        };
+        if let Some(password) = password {
+            ask(&["AUTH", password])?;
+        }
+        let pong = ask(&["PING"])?;
+        if pong != "PONG" {
+            return Err(io::Error::other(format!("PING answered {pong:?}")));
+        }
+        let info = ask(&["INFO", "server"])?;
+        info_field(&info, "process_id")
+            .and_then(|pid| pid.parse().ok())
+            .ok_or_else(|| io::Error::other("INFO server without process_id"))
+    };
+    talk().map_err(|e| format!("127.0.0.1:{port}: {e}"))
+}
+
+/// One RESP reply: a simple string, integer or bulk string as text; an error reply as
+/// `Err`.
+fn read_reply(reader: &mut impl BufRead) -> io::Result<String> {
+    let mut line = String::new();
+    if reader.read_line(&mut line)? == 0 {
+        return Err(io::Error::other("connection closed"));
+    }
+    let line = line.trim_end();
+    match line.split_at_checked(1) {
+        Some(("+" | ":", text)) => Ok(text.to_string()),
+        Some(("-", error)) => Err(io::Error::other(error.to_string())),
+        Some(("$", len)) => {
+            let len: usize = len
+                .parse()
+                .map_err(|_| io::Error::other(format!("bulk reply {line:?}")))?;
+            let mut body = vec![0; len + 2];
+            reader.read_exact(&mut body)?;
+            body.truncate(len);
+            Ok(String::from_utf8_lossy(&body).into_owned())
+        }
+        _ => Err(io::Error::other(format!("unexpected reply {line:?}"))),
+    }
+}
+
+/// The value of `key:value` in INFO-style text.
+fn info_field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    text.lines()
+        .filter_map(|line| line.trim().split_once(':'))
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v)
+}
+
+/// `Ok` once `replica` reports itself a replica of `127.0.0.1:master_port` with its link
+/// up.
+fn replica_link_up(replica: &RedisServer, master_port: u16) -> Result<(), String> {
+    let info = replica.try_cli(&["INFO", "replication"])?;
+    let port = master_port.to_string();
+    let up = info_field(&info, "role") == Some("slave")
+        && info_field(&info, "master_port") == Some(port.as_str())
+        && info_field(&info, "master_link_status") == Some("up");
+    if up {
+        Ok(())
+    } else {
+        Err(format!("{}: {info}", replica.addr()))
+    }
+}
+
+/// `Ok` when `sentinel` lists `replica` as a replica of master `name`, neither down nor
+/// disconnected.
+fn sentinel_knows_replica(
+    sentinel: &RedisServer,
+    name: &str,
+    replica: &RedisServer,
+) -> Result<(), String> {
+    let text = sentinel.try_cli(&["SENTINEL", "REPLICAS", name])?;
+    let port = replica.port.to_string();
+    let healthy = entries(&text).iter().any(|entry| {
+        let field = |key: &str| entry.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+        field("port") == Some(port.as_str())
+            && field("flags").is_some_and(|f| !f.contains("down") && !f.contains("disconnected"))
+    });
+    if healthy {
+        Ok(())
+    } else {
+        Err(format!(
+            "sentinel {} does not list {} as a healthy replica: {text}",
+            sentinel.addr(),
+            replica.addr()
+        ))
+    }
+}
+
+/// What `sentinel` answers to `SENTINEL get-master-addr-by-name name`, as `"ip:port"`.
+fn sentinel_master_addr(sentinel: &RedisServer, name: &str) -> Result<String, String> {
+    let text = sentinel.try_cli(&["SENTINEL", "get-master-addr-by-name", name])?;
+    match text.lines().collect::<Vec<_>>()[..] {
+        [ip, port] => Ok(format!("{ip}:{port}")),
+        _ => Err(format!("sentinel {} answered {text:?}", sentinel.addr())),
+    }
+}
+
+/// The entries of a reply listing instances (`SENTINEL replicas`, `SENTINEL sentinels`),
+/// which redis-cli prints flattened, one line per field name and value: each entry is the
+/// run of pairs starting at a `name` field.
+fn entries(text: &str) -> Vec<Vec<(&str, &str)>> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut entries: Vec<Vec<(&str, &str)>> = Vec::new();
+    for pair in lines.chunks_exact(2) {
+        let (key, value) = (pair[0], pair[1]);
+        if key == "name" {
+            entries.push(Vec::new());
+        }
+        if let Some(entry) = entries.last_mut() {
+            entry.push((key, value));
+        }
+    }
+    entries
+}
+
+/// The port of the master that `CLUSTER NODES` text says serves `slot`.
+fn master_port_for_slot(nodes: &str, slot: u16) -> Option<u16> {
+    nodes.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // <id> <ip:port@cport[,hostname]> <flags> <master> <ping> <pong> <epoch> <link> <slot>...
+        let flags = fields.get(2)?;
+        if !flags.split(',').any(|f| f == "master") {
+            return None;
+        }
+        let serves = fields.iter().skip(8).any(|range| {
+            // Migrating and importing slots look like `[slot->-id]`: not served here yet.
+            let (start, end) = range.split_once('-').unwrap_or((range, range));
+            match (start.parse::<u16>(), end.parse::<u16>()) {
+                (Ok(start), Ok(end)) => (start..=end).contains(&slot),
+                _ => false,
+            }
+        });
+        if !serves {
+            return None;
+        }
+        let addr = fields[1].split(['@', ',']).next()?;
+        addr.rsplit_once(':')?.1.parse().ok()
+    })
+}
+
+/// The last 4000 bytes of a log, for panic messages.
+fn tail(log: &str) -> &str {
+    let mut start = log.len().saturating_sub(4000);
+    while !log.is_char_boundary(start) {
+        start += 1;
+    }
+    &log[start..]
+}
