@@ -72,6 +72,22 @@ pub async fn eventually(seconds: u64, what: &str, mut condition: impl FnMut() ->
     }
 }
 
+/// [`eventually`] for a condition that must await (a request, say).
+pub async fn eventually_async<F, Fut>(seconds: u64, what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    while !condition().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// A meshlimit server run in-process by `app::run` on loopback port 0.
 pub struct TestServer {
     pub grpc: std::net::SocketAddr,

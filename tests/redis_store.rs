@@ -1,0 +1,376 @@
+//! The Redis store in process, against real `redis-server` processes of its own: several
+//! replicas (services with their own store and caches) sharing one Redis, Redis' clock,
+//! keys and TTLs, scripts surviving flushes and restarts, the over-limit cache, leases,
+//! and each failure policy while Redis is killed and restarted.
+
+mod support;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use meshlimit::clock::{Clock, ManualClock, SystemClock};
+use meshlimit::config::Config;
+use meshlimit::rules::Algorithm;
+use meshlimit::service::{Descriptor, RequestError, Response, Service};
+use meshlimit::store::redis::{FailurePolicy, RedisOptions, RedisStats, TimeSource};
+use meshlimit::store::{RedisStore, Store};
+use support::START;
+use support::redis::RedisServer;
+
+const LIMITS: &str = "
+domain: shared
+descriptors:
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 50}
+  - key: tight
+    rate_limit: {unit: day, requests_per_unit: 30}
+  - key: pair
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: hourly
+    rate_limit: {unit: hour, requests_per_unit: 40, algorithm: fixed_window}
+  - key: hot
+    rate_limit: {unit: second, requests_per_unit: 10}
+";
+
+/// One replica: a service with its own Redis store (and caches) on `url`.
+fn replica(url: &str, clock: Arc<dyn Clock>, tweak: impl FnOnce(&mut RedisOptions)) -> Service {
+    let mut options = RedisOptions {
+        timeout: Duration::from_secs(10),
+        ..RedisOptions::new(url)
+    };
+    tweak(&mut options);
+    let config = Config::from_sources(&[(PathBuf::from("limits.yaml"), LIMITS.to_string())])
+        .expect("valid config");
+    let store = RedisStore::new(options, clock.clone()).expect("valid URL");
+    Service::new(
+        Arc::new(ArcSwap::from_pointee(config)),
+        Store::Redis(store),
+        clock,
+        Algorithm::TokenBucket,
+    )
+}
+
+fn system() -> Arc<dyn Clock> {
+    Arc::new(SystemClock)
+}
+
+async fn ask(service: &Service, entries: &[(&str, &str)]) -> Result<Response, RequestError> {
+    service
+        .should_rate_limit("shared", &[Descriptor::new(entries)], 0)
+        .await
+}
+
+async fn passes(service: &Service, entries: &[(&str, &str)]) -> bool {
+    !ask(service, entries).await.expect("decided").over_limit
+}
+
+fn stats(service: &Service) -> RedisStats {
+    match service.store() {
+        Store::Redis(store) => store.stats(),
+        Store::Memory(_) => unreachable!("a Redis replica"),
+    }
+}
+
+/// `n` concurrent requests for `descriptors`, spread round-robin over `replicas`; how
+/// many were allowed.
+async fn concurrent(replicas: &[Arc<Service>], n: usize, descriptors: &[&[(&str, &str)]]) -> usize {
+    let descriptors: Vec<Descriptor> = descriptors.iter().map(|d| Descriptor::new(d)).collect();
+    let descriptors = Arc::new(descriptors);
+    let barrier = Arc::new(tokio::sync::Barrier::new(n));
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let service = replicas[i % replicas.len()].clone();
+            let (descriptors, barrier) = (descriptors.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let r = service
+                    .should_rate_limit("shared", &descriptors, 0)
+                    .await
+                    .expect("decided");
+                !r.over_limit
+            })
+        })
+        .collect();
+    let mut allowed = 0;
+    for task in tasks {
+        allowed += usize::from(task.await.expect("task"));
+    }
+    allowed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replicas_sharing_one_redis_admit_exactly_the_limit() {
+    let redis = RedisServer::start();
+    let replicas: Vec<Arc<Service>> = (0..3)
+        .map(|_| Arc::new(replica(&redis.url(), system(), |_| {})))
+        .collect();
+    // 50 a day: no token refills within the test.
+    assert_eq!(concurrent(&replicas, 200, &[&[("user", "a")]]).await, 50);
+
+    // Two descriptors, all-or-nothing: the tighter one decides, the other loses only
+    // what passed.
+    let both: [&[(&str, &str)]; 2] = [&[("user", "b")], &[("tight", "b")]];
+    assert_eq!(concurrent(&replicas, 100, &both).await, 30);
+    assert_eq!(concurrent(&replicas, 100, &[&[("user", "b")]]).await, 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fixed_windows_are_exact_across_replicas() {
+    let redis = RedisServer::start();
+    let replicas: Vec<Arc<Service>> = (0..2)
+        .map(|_| Arc::new(replica(&redis.url(), system(), |_| {})))
+        .collect();
+    // An hourly window; should the hour turn during the burst, the count restarts, so
+    // try again in the new hour (it cannot turn twice).
+    for attempt in 0..2 {
+        let hour = |r: &RedisServer| redis_time(r) / 3600;
+        let before = hour(&redis);
+        let key = format!("k{attempt}");
+        let allowed = concurrent(&replicas, 120, &[&[("hourly", &key)]]).await;
+        if hour(&redis) == before {
+            assert_eq!(allowed, 40);
+            return;
+        }
+    }
+    panic!("the hour turned twice");
+}
+
+/// Redis' clock in seconds.
+fn redis_time(redis: &RedisServer) -> u64 {
+    let time = redis.cli(&["TIME"]);
+    time.split_whitespace()
+        .next()
+        .and_then(|s| s.parse().ok())
+        .expect("TIME")
+}
+
+#[tokio::test]
+async fn replica_clocks_do_not_matter() {
+    let redis = RedisServer::start();
+    // Two replicas whose clocks disagree by a day: Redis' clock decides.
+    let early = replica(&redis.url(), Arc::new(ManualClock::new(START)), |_| {});
+    let late = replica(
+        &redis.url(),
+        Arc::new(ManualClock::new(START + 86_400 * 1_000_000_000)),
+        |_| {},
+    );
+    assert!(passes(&early, &[("pair", "x")]).await);
+    assert!(passes(&late, &[("pair", "x")]).await);
+    assert!(!passes(&early, &[("pair", "x")]).await);
+    assert!(!passes(&late, &[("pair", "x")]).await);
+}
+
+#[tokio::test]
+async fn keys_are_prefixed_and_all_expire() {
+    let redis = RedisServer::start();
+    let service = replica(&redis.url(), system(), |_| {});
+    assert!(passes(&service, &[("pair", "ttl")]).await);
+    assert!(passes(&service, &[("hourly", "ttl")]).await);
+    assert!(passes(&service, &[("user", "ttl")]).await);
+    let keys = redis.cli(&["--scan"]);
+    let keys: Vec<&str> = keys.lines().collect();
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    for key in keys {
+        assert!(key.starts_with("ml1:{6:shared}"), "{key}");
+        let ttl: i64 = redis.cli(&["PTTL", key]).parse().expect("PTTL");
+        let bound = if key.contains("pair") {
+            30_000 // one token of 2/min
+        } else if key.contains("hourly") {
+            3_600_000 // the window's end
+        } else {
+            1_728_000 // one token of 50/day
+        };
+        assert!(ttl > 0 && ttl <= bound, "{key}: PTTL {ttl} (bound {bound})");
+    }
+}
+
+#[tokio::test]
+async fn scripts_survive_script_flush_and_restarts() {
+    let mut redis = RedisServer::start();
+    let service = replica(&redis.url(), system(), |o| {
+        o.timeout = Duration::from_secs(2);
+    });
+    assert!(passes(&service, &[("user", "s")]).await);
+    redis.cli(&["SCRIPT", "FLUSH"]);
+    assert!(
+        passes(&service, &[("user", "s")]).await,
+        "after SCRIPT FLUSH"
+    );
+
+    redis.restart();
+    // The first request after the restart may find the old connection broken; the store
+    // reconnects on its own, without a restart of meshlimit.
+    support::eventually_async(20, "decisions after a Redis restart", || async {
+        ask(&service, &[("user", "s")]).await.is_ok()
+    })
+    .await;
+    assert!(passes(&service, &[("user", "s")]).await);
+}
+
+#[tokio::test]
+async fn over_limit_answers_come_from_the_cache_until_the_bucket_could_pass() {
+    let mut redis = RedisServer::start();
+    let clock = ManualClock::new(START);
+    let service = replica(&redis.url(), Arc::new(clock.clone()), |o| {
+        o.time = TimeSource::Caller;
+    });
+    assert!(passes(&service, &[("pair", "c")]).await);
+    assert!(passes(&service, &[("pair", "c")]).await);
+    assert!(!passes(&service, &[("pair", "c")]).await, "Redis says over");
+    let before = stats(&service);
+    assert_eq!(before.over_limit_hits, 0);
+
+    // Redis is gone, and the cache still answers, without asking it.
+    redis.kill();
+    for _ in 0..5 {
+        let r = ask(&service, &[("pair", "c")])
+            .await
+            .expect("from the cache");
+        assert!(r.over_limit);
+        assert_eq!(r.statuses[0].remaining, 0);
+    }
+    let after = stats(&service);
+    assert_eq!(after.over_limit_hits, 5);
+    assert_eq!(after.misses, before.misses);
+
+    // Once a token could have refilled (30 s for 2/min), the cache steps aside: Redis is
+    // asked again (and, being down, the error policy answers).
+    clock.advance(Duration::from_secs(30));
+    assert!(ask(&service, &[("pair", "c")]).await.is_err());
+}
+
+#[tokio::test]
+async fn leased_tokens_cost_one_redis_call_per_lease_and_never_overdraw() {
+    let redis = RedisServer::start();
+    let clock = ManualClock::new(START);
+    let lease = |o: &mut RedisOptions| {
+        o.time = TimeSource::Caller;
+        o.lease = 5;
+        o.lease_ttl = Duration::from_secs(600);
+    };
+    let a = replica(&redis.url(), Arc::new(clock.clone()), lease);
+    let b = replica(&redis.url(), Arc::new(clock.clone()), lease);
+    let strict = replica(&redis.url(), Arc::new(clock.clone()), |o| {
+        o.time = TimeSource::Caller;
+    });
+
+    // 10/s, burst 10. a takes 1 and leases 5; b takes 1 and leases only the 3 left.
+    assert!(passes(&a, &[("hot", "k")]).await);
+    assert!(passes(&b, &[("hot", "k")]).await);
+    assert!(
+        !passes(&strict, &[("hot", "k")]).await,
+        "the leases emptied the bucket"
+    );
+    let mut allowed = 0;
+    for _ in 0..10 {
+        allowed += usize::from(passes(&a, &[("hot", "k")]).await);
+        allowed += usize::from(passes(&b, &[("hot", "k")]).await);
+    }
+    assert_eq!(allowed, 5 + 3, "each replica spends exactly its lease");
+    assert_eq!(stats(&a).lease_hits, 5);
+    assert_eq!(stats(&b).lease_hits, 3);
+
+    // The accuracy bound: a full bucket again, and leases taken earlier still held, admit
+    // at most burst + replicas × lease within one refill period.
+    clock.advance(Duration::from_secs(1));
+    assert!(passes(&a, &[("hot", "k")]).await); // a: 1 + lease 5 of the refilled 10
+    assert!(passes(&b, &[("hot", "k")]).await); // b: 1 + lease 3 (all that is left)
+    clock.advance(Duration::from_secs(1)); // full again; a holds 5, b holds 3
+    let mut burst = 0;
+    for _ in 0..20 {
+        burst += usize::from(passes(&a, &[("hot", "k")]).await);
+        burst += usize::from(passes(&b, &[("hot", "k")]).await);
+    }
+    assert!(burst <= 10 + 2 * 5, "{burst} admitted");
+    assert!(burst >= 10, "{burst} admitted");
+}
+
+#[tokio::test]
+async fn the_error_policy_answers_unavailable_then_recovers() {
+    let mut redis = RedisServer::start();
+    let service = replica(&redis.url(), system(), |o| {
+        o.timeout = Duration::from_millis(500);
+    });
+    assert!(passes(&service, &[("user", "e")]).await);
+    redis.kill();
+    match ask(&service, &[("user", "e")]).await {
+        Err(RequestError::Store(e)) => assert!(e.to_string().contains("Redis"), "{e}"),
+        other => panic!("expected a store error, got {other:?}"),
+    }
+    assert!(service.store().health().is_err());
+    assert!(!service.store().serving());
+    redis.restart();
+    support::eventually_async(20, "Redis reachable again", || async {
+        ask(&service, &[("user", "e")]).await.is_ok()
+    })
+    .await;
+    assert!(service.store().health().is_ok());
+}
+
+#[tokio::test]
+async fn the_allow_policy_answers_ok_while_redis_is_down() {
+    let mut redis = RedisServer::start();
+    let service = replica(&redis.url(), system(), |o| {
+        o.timeout = Duration::from_millis(500);
+        o.failure = FailurePolicy::Allow;
+    });
+    redis.kill();
+    for _ in 0..5 {
+        assert!(passes(&service, &[("pair", "a")]).await);
+    }
+    assert!(service.store().serving());
+    assert!(stats(&service).fallbacks >= 5);
+    redis.restart();
+    support::eventually_async(20, "Redis reachable again", || async {
+        service.store().health().is_ok()
+    })
+    .await;
+    assert!(passes(&service, &[("pair", "a")]).await);
+    assert!(passes(&service, &[("pair", "a")]).await);
+    assert!(
+        !passes(&service, &[("pair", "a")]).await,
+        "Redis decides again"
+    );
+}
+
+#[tokio::test]
+async fn the_local_policy_limits_alone_then_returns_to_redis() {
+    let mut redis = RedisServer::start();
+    let service = replica(&redis.url(), system(), |o| {
+        o.timeout = Duration::from_millis(500);
+        o.failure = FailurePolicy::Local;
+    });
+    redis.kill();
+    assert!(passes(&service, &[("pair", "l")]).await);
+    assert!(passes(&service, &[("pair", "l")]).await);
+    assert!(!passes(&service, &[("pair", "l")]).await, "limited locally");
+    redis.restart();
+    support::eventually_async(20, "Redis reachable again", || async {
+        service.store().health().is_ok()
+    })
+    .await;
+    // Redis (restarted empty) decides again: a fresh bucket there.
+    let misses = stats(&service).misses;
+    assert!(passes(&service, &[("pair", "l")]).await);
+    assert_eq!(stats(&service).misses, misses + 1);
+    assert_eq!(redis.cli(&["DBSIZE"]), "1");
+}
+
+#[tokio::test]
+async fn a_stalled_redis_never_holds_a_request_past_the_timeout() {
+    let redis = RedisServer::start();
+    let service = replica(&redis.url(), system(), |o| {
+        o.timeout = Duration::from_millis(200);
+    });
+    assert!(passes(&service, &[("user", "t")]).await);
+    // Redis holds every client for 5 s: the request must give up long before.
+    redis.cli(&["CLIENT", "PAUSE", "5000", "ALL"]);
+    #[allow(clippy::disallowed_methods)] // measuring a bound, not taking a time for logic
+    let started = Instant::now();
+    let r = ask(&service, &[("user", "t")]).await;
+    let waited = started.elapsed();
+    assert!(r.is_err(), "{r:?}");
+    assert!(waited < Duration::from_secs(4), "waited {waited:?}");
+}
