@@ -111,7 +111,7 @@ impl RedisServer {
         })
     }
 
-    /// Starts `program` with the argument list `argv(port, dir)` for a fresh port and
+    /// Starts `program` with the arguments `make_argv(port, dir)` for a fresh port and
     /// directory, and waits until it answers PING. Tries again elsewhere if another
     /// process took the port between our probe and the server's bind.
     fn launch(program: &'static str, make_argv: impl Fn(u16, &Path) -> Vec<String>) -> RedisServer {
@@ -286,17 +286,18 @@ impl RedisServer {
     /// persistence the data is gone; a cluster node keeps its identity (`nodes.conf`).
     pub fn restart(&mut self) {
         self.kill();
-        const ATTEMPTS: usize = 50;
-        for _ in 0..ATTEMPTS {
-            if self.spawn().is_ok() {
-                return;
+        // Another process may hold the port for a moment; not for long.
+        const PORT_WAIT: Duration = Duration::from_secs(5);
+        let started = now();
+        while self.spawn().is_err() {
+            if started.elapsed() > PORT_WAIT {
+                panic!(
+                    "cannot restart {} on port {}: another process has held the port for {PORT_WAIT:?}",
+                    self.program, self.port
+                );
             }
             thread::sleep(Duration::from_millis(100));
         }
-        panic!(
-            "cannot restart {} on port {}: another process holds the port",
-            self.program, self.port
-        );
     }
 
     /// Whether the process is alive (not killed, not exited).
@@ -382,20 +383,25 @@ impl RedisCluster {
     }
 
     /// Index in `nodes` of the master serving `key`'s slot, as the first node that answers
-    /// sees it (`CLUSTER KEYSLOT`, `CLUSTER NODES`).
+    /// sees it (`CLUSTER KEYSLOT`, `CLUSTER NODES`, sent over a plain connection: cheap
+    /// enough to call for every key of a test).
     pub fn node_for_key(&self, key: &str) -> usize {
-        let node = self
+        let mut failures = Vec::new();
+        let replies = self
             .nodes
             .iter()
-            .find(|n| n.try_cli(&["PING"]).is_ok_and(|r| r == "PONG"))
-            .expect("no cluster node answers PING");
-        let slot_text = node.cli(&["CLUSTER", "KEYSLOT", key]);
-        let slot: u16 = slot_text
+            .find_map(|node| {
+                let commands: [&[&str]; 2] = [&["CLUSTER", "KEYSLOT", key], &["CLUSTER", "NODES"]];
+                query(node.port, node.cli_auth.as_deref(), &commands)
+                    .map_err(|e| failures.push(e))
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no cluster node answers: {failures:?}"));
+        let slot: u16 = replies[0]
             .parse()
-            .unwrap_or_else(|_| panic!("CLUSTER KEYSLOT {key:?} answered {slot_text:?}"));
-        let nodes_text = node.cli(&["CLUSTER", "NODES"]);
-        let port = master_port_for_slot(&nodes_text, slot)
-            .unwrap_or_else(|| panic!("no master serves slot {slot} in:\n{nodes_text}"));
+            .unwrap_or_else(|_| panic!("CLUSTER KEYSLOT {key:?} answered {:?}", replies[0]));
+        let port = master_port_for_slot(&replies[1], slot)
+            .unwrap_or_else(|| panic!("no master serves slot {slot} in:\n{}", replies[1]));
         self.nodes
             .iter()
             .position(|n| n.port == port)
@@ -747,11 +753,26 @@ fn run(command: &mut Command, timeout: Duration) -> Result<String, String> {
 /// Over a fresh connection to `127.0.0.1:port`: AUTH (if `password`), PING (which must
 /// answer PONG) and `INFO server`; returns the answering process's id.
 fn ping(port: u16, password: Option<&str>) -> Result<u32, String> {
-    let talk = || -> io::Result<u32> {
+    let replies = query(port, password, &[&["PING"], &["INFO", "server"]])?;
+    if replies[0] != "PONG" {
+        return Err(format!("127.0.0.1:{port}: PING answered {:?}", replies[0]));
+    }
+    info_field(&replies[1], "process_id")
+        .and_then(|pid| pid.parse().ok())
+        .ok_or_else(|| format!("127.0.0.1:{port}: INFO server without process_id"))
+}
+
+/// Sends `commands` over a fresh connection to `127.0.0.1:port` (after AUTH if
+/// `password`) and returns their replies, which must be simple strings, integers or bulk
+/// strings. Much faster than a `redis-cli` process per command.
+fn query(port: u16, password: Option<&str>, commands: &[&[&str]]) -> Result<Vec<String>, String> {
+    let talk = || -> io::Result<Vec<String>> {
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
-        stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-        stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+        // Short: a local server answers in microseconds, and callers poll again.
+        let timeout = Duration::from_millis(500);
+        let stream = TcpStream::connect_timeout(&addr, timeout)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
         let mut reader = BufReader::new(stream.try_clone()?);
         let mut writer = stream;
         let mut ask = |args: &[&str]| -> io::Result<String> {
@@ -765,14 +786,7 @@ fn ping(port: u16, password: Option<&str>) -> Result<u32, String> {
         if let Some(password) = password {
             ask(&["AUTH", password])?;
         }
-        let pong = ask(&["PING"])?;
-        if pong != "PONG" {
-            return Err(io::Error::other(format!("PING answered {pong:?}")));
-        }
-        let info = ask(&["INFO", "server"])?;
-        info_field(&info, "process_id")
-            .and_then(|pid| pid.parse().ok())
-            .ok_or_else(|| io::Error::other("INFO server without process_id"))
+        commands.iter().map(|args| ask(args)).collect()
     };
     talk().map_err(|e| format!("127.0.0.1:{port}: {e}"))
 }
