@@ -9,6 +9,10 @@ need_apt=()
 command -v cc >/dev/null || need_apt+=(build-essential)
 command -v curl >/dev/null || need_apt+=(curl)
 python3 -m venv --help >/dev/null 2>&1 || need_apt+=(python3-venv)
+# Real Redis servers, clusters and sentinels for the Redis store's tests.
+command -v redis-server >/dev/null || need_apt+=(redis-server)
+command -v redis-cli >/dev/null || need_apt+=(redis-tools)
+command -v redis-sentinel >/dev/null || need_apt+=(redis-sentinel)
 if ((${#need_apt[@]})); then
     apt-get update -qq
     apt-get install -y -qq "${need_apt[@]}"
