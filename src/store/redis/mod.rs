@@ -69,8 +69,8 @@ pub enum TimeSource {
     Caller,
 }
 
-/// How to reach Redis and how to use it.
-#[derive(Debug, Clone)]
+/// How to reach Redis and how to use it. `Debug` shows the URL without its password.
+#[derive(Clone)]
 pub struct RedisOptions {
     /// `redis://`, `rediss://`, `unix://`, `redis+cluster://` or `redis+sentinel://` URL.
     pub url: String,
@@ -90,6 +90,22 @@ pub struct RedisOptions {
     pub time: TimeSource,
     /// Buckets the embedded fallback store holds ([`FailurePolicy::Local`]).
     pub fallback_buckets: u64,
+}
+
+impl std::fmt::Debug for RedisOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisOptions")
+            .field("url", &conn::redact(&self.url))
+            .field("timeout", &self.timeout)
+            .field("failure", &self.failure)
+            .field("lease", &self.lease)
+            .field("lease_ttl", &self.lease_ttl)
+            .field("cache_size", &self.cache_size)
+            .field("cache_ttl", &self.cache_ttl)
+            .field("time", &self.time)
+            .field("fallback_buckets", &self.fallback_buckets)
+            .finish()
+    }
 }
 
 impl RedisOptions {
@@ -149,7 +165,7 @@ impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
             .field("backend", &self.backend)
-            .field("url", &conn::redact(&self.options.url))
+            .field("options", &self.options)
             .field("up", &self.up.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
@@ -777,6 +793,12 @@ mod tests {
                 "{l:?}"
             );
         }
+    }
+
+    #[test]
+    fn options_never_show_the_password() {
+        let shown = format!("{:?}", RedisOptions::new("redis://u:secret@h:1"));
+        assert!(!shown.contains("secret") && shown.contains("u:***@h:1"), "{shown}");
     }
 
     #[test]
