@@ -428,8 +428,12 @@ impl RedisStore {
         }
     }
 
-    /// Cache upkeep; call about once a second.
+    /// Cache upkeep, and a reconnection probe while Redis is unreachable even without
+    /// traffic (so health recovers by itself); call about once a second, on the runtime.
     pub fn maintain(&self) {
+        if !self.inner.up.load(Ordering::Acquire) {
+            self.spawn_probe();
+        }
         self.inner.blocked.run_pending_tasks();
         self.inner.leases.run_pending_tasks();
         if let Some(fallback) = &self.inner.fallback {
