@@ -1,0 +1,598 @@
+//! The `meshlimit` binary on the Redis store, end to end over gRPC and HTTP: two processes
+//! sharing one Redis, each failure policy while Redis is killed and restarted under
+//! traffic (answers, /healthcheck, grpc.health.v1), password and unix-socket URLs, and
+//! startup refusals.
+
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use meshlimit::store::RedisStore;
+use support::process::Meshlimit;
+use support::redis::RedisServer;
+use tempfile::TempDir;
+use tonic::transport::Channel;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+
+/// Day limits: no token refills within a test.
+const LIMITS: &str = "
+domain: bin
+descriptors:
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 50}
+  - key: three
+    rate_limit: {unit: day, requests_per_unit: 3}
+  - key: big
+    rate_limit: {unit: day, requests_per_unit: 1000000}
+";
+
+/// The names gRPC health checks ask for.
+const HEALTH_NAMES: [&str; 3] = [
+    "",
+    "ratelimit",
+    "envoy.service.ratelimit.v3.RateLimitService",
+];
+
+/// Bound on any one call: far above every timeout meshlimit is given here, so exceeding it
+/// means a hang.
+const CALL_BOUND: Duration = Duration::from_secs(10);
+
+fn config() -> TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("bin.yaml"), LIMITS).expect("writing the config");
+    dir
+}
+
+/// `serve --store redis --redis-url url --redis-timeout-ms timeout --redis-failure policy`.
+async fn serve(config: &Path, url: &str, policy: &str, timeout_ms: u64) -> Meshlimit {
+    let timeout = timeout_ms.to_string();
+    Meshlimit::start(
+        config,
+        &[
+            "--store",
+            "redis",
+            "--redis-url",
+            url,
+            "--redis-timeout-ms",
+            &timeout,
+            "--redis-failure",
+            policy,
+        ],
+    )
+    .await
+}
+
+fn request(key: &str, value: &str) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "bin".to_string(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: key.to_string(),
+                value: value.to_string(),
+            }],
+            ..Default::default()
+        }],
+        hits_addend: 0,
+    }
+}
+
+/// What a ShouldRateLimit call got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Answer {
+    Ok,
+    OverLimit,
+    /// gRPC UNAVAILABLE, with its message.
+    Unavailable(String),
+}
+
+/// One call, bounded by [`CALL_BOUND`]; any status but UNAVAILABLE fails the test.
+async fn call(client: &mut RateLimitServiceClient<Channel>, key: &str, value: &str) -> Answer {
+    let reply = tokio::time::timeout(CALL_BOUND, client.should_rate_limit(request(key, value)))
+        .await
+        .unwrap_or_else(|_| panic!("ShouldRateLimit {key}={value} hung for {CALL_BOUND:?}"));
+    match reply {
+        Ok(r) => match Code::try_from(r.into_inner().overall_code) {
+            Ok(Code::Ok) => Answer::Ok,
+            Ok(Code::OverLimit) => Answer::OverLimit,
+            other => panic!("{key}={value}: overall code {other:?}"),
+        },
+        Err(status) if status.code() == tonic::Code::Unavailable => {
+            Answer::Unavailable(status.message().to_string())
+        }
+        Err(status) => panic!("{key}={value}: {status:?}"),
+    }
+}
+
+/// `n` concurrent calls for `key=value`, round-robin over `clients`, released together;
+/// how many passed. Every call must be decided (OK or OVER_LIMIT).
+async fn concurrent(
+    clients: &[RateLimitServiceClient<Channel>],
+    n: usize,
+    key: &str,
+    value: &str,
+) -> usize {
+    let barrier = Arc::new(tokio::sync::Barrier::new(n));
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let mut client = clients[i % clients.len()].clone();
+            let (key, value, barrier) = (key.to_string(), value.to_string(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                call(&mut client, &key, &value).await
+            })
+        })
+        .collect();
+    let mut passed = 0;
+    for task in tasks {
+        match task.await.expect("call task") {
+            Answer::Ok => passed += 1,
+            Answer::OverLimit => {}
+            Answer::Unavailable(why) => panic!("{key}={value} not decided: {why}"),
+        }
+    }
+    passed
+}
+
+async fn health_status(process: &Meshlimit, service: &str) -> i32 {
+    let mut health = process.health().await;
+    let check = health.check(HealthCheckRequest {
+        service: service.to_string(),
+    });
+    tokio::time::timeout(CALL_BOUND, check)
+        .await
+        .unwrap_or_else(|_| panic!("health check {service:?} hung"))
+        .unwrap_or_else(|e| panic!("health check {service:?}: {e}"))
+        .into_inner()
+        .status
+}
+
+/// Waits (bounded) until grpc.health.v1 answers `status` for every name.
+async fn health_becomes(process: &Meshlimit, status: ServingStatus) {
+    for name in HEALTH_NAMES {
+        support::eventually_async(10, &format!("gRPC health {name:?}: {status:?}"), || async {
+            health_status(process, name).await == status as i32
+        })
+        .await;
+    }
+}
+
+async fn healthcheck(process: &Meshlimit) -> (u16, String) {
+    tokio::time::timeout(CALL_BOUND, support::http_get(process.http, "/healthcheck"))
+        .await
+        .expect("/healthcheck hung")
+}
+
+/// The Redis key of `bin`'s bucket `key=value` (the store's public key format).
+fn redis_key(key: &str, value: &str) -> String {
+    let part = |s: &str| format!("{}:{s}", s.len());
+    RedisStore::redis_key(&format!("{}{}{}", part("bin"), part(key), part(value)))
+}
+
+/// Phases of an outage, as the traffic sees them.
+const UP: usize = 0;
+const DOWN: usize = 1;
+const BACK: usize = 2;
+
+/// Background calls for `big=<value>` (never over its limit) until stopped, at most 5000,
+/// each bounded; what each got, with the phase it started in.
+struct Traffic {
+    phase: Arc<AtomicUsize>,
+    /// Calls answered, by the phase they started in.
+    answered: Arc<[AtomicUsize; 3]>,
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Vec<(usize, Answer)>>,
+}
+
+impl Traffic {
+    fn start(client: RateLimitServiceClient<Channel>, value: &str) -> Traffic {
+        let phase = Arc::new(AtomicUsize::new(UP));
+        let answered: Arc<[AtomicUsize; 3]> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (p, a, s, value) = (
+            phase.clone(),
+            answered.clone(),
+            stop.clone(),
+            value.to_string(),
+        );
+        let task = tokio::spawn(async move {
+            let mut client = client;
+            let mut seen = Vec::new();
+            for _ in 0..5000 {
+                if s.load(Ordering::Acquire) {
+                    break;
+                }
+                let phase = p.load(Ordering::Acquire);
+                seen.push((phase, call(&mut client, "big", &value).await));
+                a[phase].fetch_add(1, Ordering::AcqRel);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            seen
+        });
+        Traffic {
+            phase,
+            answered,
+            stop,
+            task,
+        }
+    }
+
+    /// Moves the traffic to `phase`, then waits (bounded) until `n` calls started in it
+    /// were answered.
+    async fn enter(&self, phase: usize, n: usize) {
+        self.phase.store(phase, Ordering::Release);
+        self.wait(phase, n).await;
+    }
+
+    /// Waits (bounded) until `n` calls started in `phase` were answered.
+    async fn wait(&self, phase: usize, n: usize) {
+        support::eventually(20, &format!("{n} calls in phase {phase}"), || {
+            self.answered[phase].load(Ordering::Acquire) >= n
+        })
+        .await;
+    }
+
+    /// Waits (bounded) until `n` more calls started in `phase` were answered.
+    async fn more(&self, phase: usize, n: usize) {
+        let now = self.answered[phase].load(Ordering::Acquire);
+        self.wait(phase, now + n).await;
+    }
+
+    async fn stop(self) -> Vec<(usize, Answer)> {
+        self.stop.store(true, Ordering::Release);
+        tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("traffic stops")
+            .expect("traffic task")
+    }
+}
+
+/// The answers to calls started in `phase`, in order.
+fn in_phase(seen: &[(usize, Answer)], phase: usize) -> Vec<&Answer> {
+    seen.iter()
+        .filter(|(p, _)| *p == phase)
+        .map(|(_, a)| a)
+        .collect()
+}
+
+fn summary(seen: &[(usize, Answer)]) -> String {
+    let mut counts = [[0usize; 3]; 3];
+    for (phase, answer) in seen {
+        let kind = match answer {
+            Answer::Ok => 0,
+            Answer::OverLimit => 1,
+            Answer::Unavailable(_) => 2,
+        };
+        counts[*phase][kind] += 1;
+    }
+    format!("[ok, over, unavailable] by phase up/down/back: {counts:?}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_processes_sharing_one_redis_admit_exactly_the_limit() {
+    let redis = RedisServer::start();
+    let config = config();
+    let a = serve(config.path(), &redis.url(), "error", 5000).await;
+    let b = serve(config.path(), &redis.url(), "error", 5000).await;
+    // Two connections to each process.
+    let clients = vec![
+        a.client().await,
+        b.client().await,
+        a.client().await,
+        b.client().await,
+    ];
+    assert_eq!(concurrent(&clients, 200, "user", "shared").await, 50);
+    assert_eq!(concurrent(&clients, 20, "user", "shared").await, 0);
+    assert_eq!(
+        redis.cli(&["EXISTS", &redis_key("user", "shared")]),
+        "1",
+        "the bucket lives in Redis"
+    );
+    assert!(a.terminate().await.success());
+    assert!(b.terminate().await.success());
+}
+
+/// What the background traffic got through an outage: never OVER_LIMIT; before the kill
+/// OK (the call in flight at the kill aside); the first 10 calls while Redis was down all
+/// `down` (OK under allow/local, UNAVAILABLE under error); once answered again after the
+/// restart, only OK.
+fn check_traffic(policy: &str, seen: &[(usize, Answer)]) {
+    eprintln!("{policy} policy traffic: {}", summary(seen));
+    assert!(
+        seen.iter().all(|(_, a)| *a != Answer::OverLimit),
+        "{}",
+        summary(seen)
+    );
+    let up = in_phase(seen, UP);
+    let in_flight_at_kill = up.len().saturating_sub(1);
+    assert!(
+        up[..in_flight_at_kill].iter().all(|a| **a == Answer::Ok),
+        "{up:?}"
+    );
+    let down = in_phase(seen, DOWN);
+    for answer in &down[..10] {
+        match (policy, answer) {
+            ("error", Answer::Unavailable(why)) => assert!(why.contains("Redis"), "{why}"),
+            ("allow" | "local", Answer::Ok) => {}
+            _ => panic!("{policy} policy, Redis down: {answer:?} in {down:?}"),
+        }
+    }
+    let back = in_phase(seen, BACK);
+    let first_ok = back
+        .iter()
+        .position(|a| **a == Answer::Ok)
+        .expect("answers after the restart");
+    assert!(
+        back[first_ok..].iter().all(|a| **a == Answer::Ok),
+        "an error after recovering: {back:?}"
+    );
+    if policy != "error" {
+        assert!(
+            seen.iter().all(|(_, a)| *a == Answer::Ok),
+            "{policy} policy: {}",
+            summary(seen)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn error_policy_answers_unavailable_while_redis_is_down_then_recovers() {
+    let mut redis = RedisServer::start();
+    let config = config();
+    let mut process = serve(config.path(), &redis.url(), "error", 1000).await;
+    let mut rls = process.client().await;
+    assert_eq!(call(&mut rls, "big", "warm").await, Answer::Ok);
+    assert_eq!(healthcheck(&process).await, (200, "OK".to_string()));
+    health_becomes(&process, ServingStatus::Serving).await;
+    let traffic = Traffic::start(process.client().await, "bg");
+    traffic.wait(UP, 10).await;
+
+    redis.kill();
+    traffic.enter(DOWN, 10).await;
+    for i in 0..5 {
+        match call(&mut rls, "big", &format!("down{i}")).await {
+            Answer::Unavailable(why) => assert!(why.contains("Redis"), "{why}"),
+            other => panic!("call {i} while Redis is down: {other:?}"),
+        }
+    }
+    let (status, body) = healthcheck(&process).await;
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("Redis unreachable"), "{body}");
+    health_becomes(&process, ServingStatus::NotServing).await;
+
+    // Back on the same port, empty; meshlimit reconnects by itself.
+    redis.restart();
+    traffic.enter(BACK, 0).await;
+    support::eventually_async(20, "decisions after the restart", || async {
+        call(&mut rls.clone(), "big", "back").await == Answer::Ok
+    })
+    .await;
+    assert_eq!(healthcheck(&process).await, (200, "OK".to_string()));
+    health_becomes(&process, ServingStatus::Serving).await;
+    assert_eq!(
+        concurrent(std::slice::from_ref(&rls), 10, "three", "back").await,
+        3
+    );
+    assert_eq!(redis.cli(&["EXISTS", &redis_key("three", "back")]), "1");
+    traffic.more(BACK, 10).await;
+
+    check_traffic("error", &traffic.stop().await);
+    assert!(process.is_running());
+    assert!(process.terminate().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn allow_policy_answers_ok_while_redis_is_down_then_limits_again() {
+    let mut redis = RedisServer::start();
+    let config = config();
+    let mut process = serve(config.path(), &redis.url(), "allow", 1000).await;
+    let mut rls = process.client().await;
+    assert_eq!(
+        concurrent(std::slice::from_ref(&rls), 5, "three", "before").await,
+        3
+    );
+    let traffic = Traffic::start(process.client().await, "bg");
+    traffic.wait(UP, 10).await;
+
+    redis.kill();
+    traffic.enter(DOWN, 10).await;
+    assert_eq!(
+        concurrent(std::slice::from_ref(&rls), 10, "three", "down").await,
+        10
+    );
+    // A bucket Redis said was over stays over: the over-limit cache answers, not the policy.
+    assert_eq!(call(&mut rls, "three", "before").await, Answer::OverLimit);
+    let (status, body) = healthcheck(&process).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("degraded"), "{body}");
+    // Still serving, after the poller (every 250 ms) had time to look at the store.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    for name in HEALTH_NAMES {
+        assert_eq!(
+            health_status(&process, name).await,
+            ServingStatus::Serving as i32,
+            "{name:?}"
+        );
+    }
+
+    redis.restart();
+    traffic.enter(BACK, 0).await;
+    support::eventually_async(20, "/healthcheck OK after the restart", || async {
+        healthcheck(&process).await == (200, "OK".to_string())
+    })
+    .await;
+    // Redis decides again: 3 of 10 where the policy would pass all.
+    assert_eq!(
+        concurrent(std::slice::from_ref(&rls), 10, "three", "back").await,
+        3
+    );
+    assert_eq!(redis.cli(&["EXISTS", &redis_key("three", "back")]), "1");
+    traffic.more(BACK, 10).await;
+
+    check_traffic("allow", &traffic.stop().await);
+    assert!(process.is_running());
+    assert!(process.terminate().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn local_policy_limits_alone_while_redis_is_down_then_returns_to_redis() {
+    let mut redis = RedisServer::start();
+    let config = config();
+    let mut process = serve(config.path(), &redis.url(), "local", 1000).await;
+    let rls = process.client().await;
+    assert_eq!(
+        concurrent(std::slice::from_ref(&rls), 5, "three", "before").await,
+        3
+    );
+    let traffic = Traffic::start(process.client().await, "bg");
+    traffic.wait(UP, 10).await;
+
+    redis.kill();
+    traffic.enter(DOWN, 10).await;
+    assert_eq!(
+        concurrent(std::slice::from_ref(&rls), 10, "three", "down").await,
+        3
+    );
+    let (status, body) = healthcheck(&process).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("degraded"), "{body}");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    for name in HEALTH_NAMES {
+        assert_eq!(
+            health_status(&process, name).await,
+            ServingStatus::Serving as i32,
+            "{name:?}"
+        );
+    }
+
+    redis.restart();
+    traffic.enter(BACK, 0).await;
+    support::eventually_async(20, "/healthcheck OK after the restart", || async {
+        healthcheck(&process).await == (200, "OK".to_string())
+    })
+    .await;
+    // The bucket spent locally is fresh in the restarted Redis, which decides again.
+    assert_eq!(
+        concurrent(std::slice::from_ref(&rls), 10, "three", "down").await,
+        3
+    );
+    assert_eq!(redis.cli(&["EXISTS", &redis_key("three", "down")]), "1");
+    traffic.more(BACK, 10).await;
+
+    check_traffic("local", &traffic.stop().await);
+    assert!(process.is_running());
+    assert!(process.terminate().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn password_urls_authenticate_and_a_wrong_password_is_unavailable() {
+    let redis = RedisServer::start_with(&["--requirepass", "s3cret"]);
+    let config = config();
+    let url = format!("redis://:s3cret@{}", redis.addr());
+    let good = serve(config.path(), &url, "error", 5000).await;
+    assert_eq!(
+        concurrent(&[good.client().await], 5, "three", "pw").await,
+        3
+    );
+    assert_eq!(redis.cli(&["EXISTS", &redis_key("three", "pw")]), "1");
+
+    let url = format!("redis://:wrong-pw@{}", redis.addr());
+    let mut bad = serve(config.path(), &url, "error", 1000).await;
+    let mut rls = bad.client().await;
+    for i in 0..3 {
+        match call(&mut rls, "three", &format!("bad{i}")).await {
+            Answer::Unavailable(why) => {
+                assert!(why.contains("Redis"), "{why}");
+                assert!(!why.contains("wrong-pw"), "the password leaked: {why}");
+            }
+            other => panic!("with a wrong password: {other:?}"),
+        }
+    }
+    let (status, body) = healthcheck(&bad).await;
+    assert_eq!(status, 500, "{body}");
+    assert!(!body.contains("wrong-pw"), "the password leaked: {body}");
+    health_becomes(&bad, ServingStatus::NotServing).await;
+    assert!(bad.is_running());
+    assert!(
+        !bad.log().contains("wrong-pw"),
+        "the password leaked:\n{}",
+        bad.log()
+    );
+    assert!(
+        !good.log().contains("s3cret"),
+        "the password leaked:\n{}",
+        good.log()
+    );
+    assert!(bad.terminate().await.success());
+    assert!(good.terminate().await.success());
+}
+
+#[tokio::test]
+async fn unix_socket_urls_work() {
+    let redis = RedisServer::start_unix();
+    let socket = redis.unix_socket().expect("a unix socket");
+    let config = config();
+    let url = format!("unix://{}", socket.display());
+    let process = serve(config.path(), &url, "error", 5000).await;
+    assert_eq!(
+        concurrent(&[process.client().await], 5, "three", "unix").await,
+        3
+    );
+    assert_eq!(redis.cli(&["EXISTS", &redis_key("three", "unix")]), "1");
+    assert!(process.terminate().await.success());
+}
+
+#[tokio::test]
+async fn bad_redis_settings_stop_serve_at_startup() {
+    let config = config();
+    let config = config.path().display().to_string();
+    let serve = |url: &'static str| {
+        let config = config.clone();
+        async move {
+            support::process::run(&[
+                "serve",
+                "--config",
+                &config,
+                "--grpc-addr",
+                "127.0.0.1:0",
+                "--http-addr",
+                "127.0.0.1:0",
+                "--store",
+                "redis",
+                "--redis-url",
+                url,
+            ])
+            .await
+        }
+    };
+    for (url, why) in [
+        ("nope://x", "unknown scheme"),
+        ("127.0.0.1:6379", "no scheme"),
+        ("redis+cluster://", "no cluster nodes"),
+        ("redis+sentinel://127.0.0.1:26379", "master"),
+        ("nope://user:hunter2@x", "unknown scheme"),
+    ] {
+        let out = serve(url).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{url}: {:?}", out.status);
+        assert!(stderr.contains("invalid Redis URL"), "{url}: {stderr}");
+        assert!(stderr.contains(why), "{url}: {stderr}");
+        assert!(
+            !stderr.contains("hunter2"),
+            "{url}: the password leaked: {stderr}"
+        );
+    }
+
+    let out = support::process::run(&["serve", "--config", &config, "--store", "redis"]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "a usage error: {stderr}");
+    assert!(stderr.contains("--redis-url"), "{stderr}");
+}

@@ -1,0 +1,211 @@
+//! The `meshlimit` binary as a child process of a test: `serve` on loopback port 0 (the
+//! addresses are read from its log, so no port can be taken between a probe and its
+//! bind), its output kept in a log file that is printed when the test fails, stopped with
+//! SIGTERM.
+
+use std::fs::File;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Output, Stdio};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use tempfile::TempDir;
+use tonic::transport::Channel;
+use tonic_health::pb::health_client::HealthClient;
+
+/// Bound on the process starting to serve, and on it stopping after SIGTERM.
+const PROCESS_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The binary under test.
+pub fn exe() -> &'static str {
+    env!("CARGO_BIN_EXE_meshlimit")
+}
+
+/// `meshlimit args...` with none of the caller's `MESHLIMIT_*` settings and no colours.
+pub fn command(args: &[&str]) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(exe());
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("MESHLIMIT_") {
+            command.env_remove(name);
+        }
+    }
+    command
+        .env("NO_COLOR", "1")
+        .args(args)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+/// Runs `meshlimit args...` to its end (bounded: a process still running after 20 s fails
+/// the test) and returns its status and output.
+pub async fn run(args: &[&str]) -> Output {
+    let child = command(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running meshlimit");
+    tokio::time::timeout(PROCESS_TIMEOUT, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("meshlimit {args:?} still runs after {PROCESS_TIMEOUT:?}"))
+        .expect("waiting for meshlimit")
+}
+
+/// A running `meshlimit serve`; killed when dropped (its log printed if the test failed).
+pub struct Meshlimit {
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    child: tokio::process::Child,
+    dir: TempDir,
+}
+
+impl Meshlimit {
+    /// Starts `meshlimit serve --config <config> --grpc-addr 127.0.0.1:0 --http-addr
+    /// 127.0.0.1:0 --log info <args>` and waits until it serves.
+    pub async fn start(config: &Path, args: &[&str]) -> Meshlimit {
+        let dir = tempfile::Builder::new()
+            .prefix("meshlimit-bin-")
+            .tempdir()
+            .expect("creating a temporary directory");
+        let log = File::create(dir.path().join("meshlimit.log")).expect("creating the log");
+        let config = config.display().to_string();
+        let mut argv = vec![
+            "serve",
+            "--config",
+            &config,
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--log",
+            "info",
+        ];
+        argv.extend_from_slice(args);
+        let child = command(&argv)
+            .stdout(log.try_clone().expect("duplicating the log handle"))
+            .stderr(log)
+            .spawn()
+            .expect("starting meshlimit");
+        let mut process = Meshlimit {
+            grpc: SocketAddr::from(([127, 0, 0, 1], 0)),
+            http: SocketAddr::from(([127, 0, 0, 1], 0)),
+            child,
+            dir,
+        };
+        let deadline = tokio::time::Instant::now() + PROCESS_TIMEOUT;
+        loop {
+            if let Some((grpc, http)) = serving_addresses(&process.log()) {
+                (process.grpc, process.http) = (grpc, http);
+                return process;
+            }
+            if let Some(status) = process.child.try_wait().expect("polling meshlimit") {
+                panic!(
+                    "meshlimit {args:?} exited with {status} before serving:\n{}",
+                    process.log()
+                );
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "meshlimit {args:?} did not serve within {PROCESS_TIMEOUT:?}:\n{}",
+                process.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Everything the process wrote so far (stdout and stderr), without colour codes.
+    pub fn log(&self) -> String {
+        let raw = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        strip_ansi(&raw)
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("meshlimit.log")
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// A RateLimitService client on a fresh connection.
+    pub async fn client(&self) -> RateLimitServiceClient<Channel> {
+        RateLimitServiceClient::new(self.channel().await)
+    }
+
+    /// A grpc.health.v1 client on a fresh connection.
+    pub async fn health(&self) -> HealthClient<Channel> {
+        HealthClient::new(self.channel().await)
+    }
+
+    async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.grpc))
+            .expect("gRPC URI")
+            .connect_timeout(Duration::from_secs(5))
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("connecting to meshlimit at {}: {e}", self.grpc))
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the process to end; its exit status.
+    pub async fn terminate(mut self) -> ExitStatus {
+        let pid = self
+            .child
+            .id()
+            .expect("meshlimit still running")
+            .to_string();
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("running kill");
+        assert!(sent.success(), "kill -TERM {pid}: {sent}");
+        tokio::time::timeout(PROCESS_TIMEOUT, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("meshlimit ignored SIGTERM for {PROCESS_TIMEOUT:?}"))
+            .expect("waiting for meshlimit")
+    }
+}
+
+impl Drop for Meshlimit {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- log of meshlimit (gRPC {}, HTTP {}) ---\n{}",
+                self.grpc,
+                self.http,
+                self.log()
+            );
+        }
+        // kill_on_drop ends a process still running.
+    }
+}
+
+/// The addresses in the `meshlimit serving grpc=… http=…` line, once logged.
+fn serving_addresses(log: &str) -> Option<(SocketAddr, SocketAddr)> {
+    let line = log.lines().find(|l| l.contains("meshlimit serving"))?;
+    let field = |name: &str| {
+        line.split_whitespace()
+            .find_map(|word| word.strip_prefix(name))
+            .and_then(|addr| addr.parse().ok())
+    };
+    Some((field("grpc=")?, field("http=")?))
+}
+
+/// `text` without ANSI escape sequences (`ESC [ … letter`).
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
