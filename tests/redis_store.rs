@@ -374,3 +374,42 @@ async fn a_stalled_redis_never_holds_a_request_past_the_timeout() {
     assert!(r.is_err(), "{r:?}");
     assert!(waited < Duration::from_secs(4), "waited {waited:?}");
 }
+
+#[tokio::test]
+async fn a_redis_that_refuses_the_connection_counts_as_unreachable() {
+    let redis = RedisServer::start();
+    // Database 99 does not exist: every connection attempt is refused.
+    let service = replica(&format!("{}/99", redis.url()), system(), |o| {
+        o.timeout = Duration::from_secs(2);
+    });
+    match ask(&service, &[("user", "db")]).await {
+        Err(RequestError::Store(e)) => assert!(e.to_string().contains("DB index"), "{e}"),
+        other => panic!("expected a store error, got {other:?}"),
+    }
+    let health = service.store().health().expect_err("unreachable");
+    assert!(health.contains("DB index"), "{health}");
+}
+
+#[tokio::test]
+async fn health_notices_an_unreachable_redis_without_traffic() {
+    let mut redis = RedisServer::start();
+    let service = replica(&redis.url(), system(), |o| {
+        o.timeout = Duration::from_millis(500);
+    });
+    redis.kill();
+    assert!(service.store().health().is_ok(), "nothing asked yet");
+    // What the server's maintenance tick does, once a second.
+    support::eventually_async(20, "health to say Redis is unreachable", || async {
+        service.store().maintain();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        service.store().health().is_err()
+    })
+    .await;
+    redis.restart();
+    support::eventually_async(20, "health to recover", || async {
+        service.store().maintain();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        service.store().health().is_ok()
+    })
+    .await;
+}

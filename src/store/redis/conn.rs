@@ -271,6 +271,11 @@ impl Backend {
         Ok(conn)
     }
 
+    /// Whether this is a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.target, Target::Cluster(_))
+    }
+
     /// Drops the shared connection (it failed); the next call connects anew. Sentinel
     /// targets ask the sentinels for the master again then.
     pub(crate) fn reset(&self) {

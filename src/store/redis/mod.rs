@@ -156,7 +156,10 @@ struct Inner {
     fallback: Option<MemoryStore>,
     /// False from a connection failure until a probe reaches Redis again.
     up: AtomicBool,
+    /// A probe or a check is running.
     probing: AtomicBool,
+    /// Failed requests since the last success (Cluster only).
+    failures_in_a_row: std::sync::atomic::AtomicU32,
     last_error: Mutex<String>,
     counts: [AtomicU64; 5],
 }
@@ -352,6 +355,7 @@ impl RedisStore {
                 fallback,
                 up: AtomicBool::new(true),
                 probing: AtomicBool::new(false),
+                failures_in_a_row: Default::default(),
                 last_error: Mutex::new(String::new()),
                 counts: Default::default(),
                 options,
@@ -377,26 +381,35 @@ impl RedisStore {
             checks.iter().map(|c| inner.lease_want(c)).collect();
         let reply = tokio::time::timeout(inner.options.timeout, inner.decide(checks, &leases, now))
             .await
-            .unwrap_or_else(|_| Err(conn::timed_out("deciding")));
+            .unwrap_or(Err(Failure::Call(conn::timed_out("deciding"))));
         match reply {
-            Ok(values) => match inner.settle(checks, now, &values) {
-                Some(reports) => Ok(reports),
-                None => inner.fail(checks, now, "Redis sent a malformed reply"),
-            },
-            Err(e) => {
+            Ok(values) => {
+                inner.failures_in_a_row.store(0, Ordering::Relaxed);
+                match inner.settle(checks, now, &values) {
+                    Some(reports) => Ok(reports),
+                    None => inner.fail(checks, now, "Redis sent a malformed reply"),
+                }
+            }
+            Err(failure) => {
                 inner.counts[ERRORS].fetch_add(1, Ordering::Relaxed);
-                let message = format!("Redis: {e}");
-                if breaks_connection(&e) {
-                    inner.backend.reset();
-                    *inner.last_error.lock() = message.clone();
-                    if inner.up.swap(false, Ordering::AcqRel) {
-                        warn!(error = %e, policy = ?inner.options.failure, "Redis unreachable");
-                    }
-                    self.spawn_probe();
+                let message = format!("Redis: {}", failure.error());
+                if inner.unreachable(&failure) {
+                    self.trip(&message);
                 }
                 inner.fail(checks, now, &message)
             }
         }
+    }
+
+    /// Redis counts as unreachable: requests stop asking it, and a probe reconnects.
+    fn trip(&self, message: &str) {
+        let inner = &*self.inner;
+        inner.backend.reset();
+        *inner.last_error.lock() = message.to_string();
+        if inner.up.swap(false, Ordering::AcqRel) {
+            warn!(error = message, policy = ?inner.options.failure, "Redis unreachable");
+        }
+        self.spawn_probe();
     }
 
     /// Whether Redis is reachable; the reason when not.
@@ -431,7 +444,9 @@ impl RedisStore {
     /// Cache upkeep, and a reconnection probe while Redis is unreachable even without
     /// traffic (so health recovers by itself); call about once a second, on the runtime.
     pub fn maintain(&self) {
-        if !self.inner.up.load(Ordering::Acquire) {
+        if self.inner.up.load(Ordering::Acquire) {
+            self.spawn_check();
+        } else {
             self.spawn_probe();
         }
         self.inner.blocked.run_pending_tasks();
@@ -468,30 +483,99 @@ impl RedisStore {
             let mut delay = Duration::from_millis(50);
             loop {
                 tokio::time::sleep(delay).await;
-                let ping = async {
-                    let mut conn = inner.backend.conn().await?;
-                    redis::cmd("PING").query_async::<String>(&mut conn).await
-                };
-                match tokio::time::timeout(inner.options.timeout, ping).await {
-                    Ok(Ok(_)) => {
+                match inner.ping().await {
+                    Ok(()) => {
+                        // Done probing before up: a failure from here on starts a new probe.
+                        inner.probing.store(false, Ordering::Release);
+                        inner.failures_in_a_row.store(0, Ordering::Relaxed);
                         inner.up.store(true, Ordering::Release);
                         info!("Redis reachable again");
-                        break;
+                        return;
                     }
-                    Ok(Err(e)) => {
+                    Err(e) => {
                         inner.backend.reset();
-                        *inner.last_error.lock() = format!("Redis: {e}");
+                        *inner.last_error.lock() = format!("Redis: {}", e.error());
                     }
-                    Err(_) => inner.backend.reset(),
                 }
-                delay = (delay * 2).min(Duration::from_secs(1));
+                delay = (delay * 2).min(PROBE_EVERY);
             }
-            inner.probing.store(false, Ordering::Release);
+        });
+    }
+
+    /// While Redis counts as reachable: one background round trip, so that health notices
+    /// an unreachable Redis without waiting for traffic (at startup too).
+    fn spawn_check(&self) {
+        if self.inner.probing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let store = self.clone();
+        tokio::spawn(async move {
+            let result = store.inner.ping().await;
+            store.inner.probing.store(false, Ordering::Release);
+            if let Err(e) = result {
+                // In a Cluster a dead node fails only its own slots' requests; the check
+                // trips only when no connection to the cluster can be made at all.
+                if !store.inner.backend.is_cluster() || matches!(e, Failure::Connect(_)) {
+                    store.trip(&format!("Redis: {}", e.error()));
+                }
+            }
         });
     }
 }
 
+/// How often, at most, an unreachable Redis is probed.
+const PROBE_EVERY: Duration = Duration::from_millis(250);
+
+/// Consecutive failed requests after which a Cluster counts as unreachable (a single dead
+/// node fails only the requests for its slots, among successes that reset the count).
+const CLUSTER_TRIP: u32 = 8;
+
+/// Why Redis did not decide.
+#[derive(Debug)]
+enum Failure {
+    /// No connection could be made (refused, auth, bad database, sentinel without a
+    /// master, ...).
+    Connect(RedisError),
+    /// The call failed or timed out.
+    Call(RedisError),
+}
+
+impl Failure {
+    fn error(&self) -> &RedisError {
+        match self {
+            Failure::Connect(e) | Failure::Call(e) => e,
+        }
+    }
+}
+
 impl Inner {
+    /// Whether `failure` means Redis is unreachable rather than one call failing.
+    fn unreachable(&self, failure: &Failure) -> bool {
+        match failure {
+            Failure::Connect(_) => true,
+            Failure::Call(e) if breaks_connection(e) => {
+                !self.backend.is_cluster()
+                    || self.failures_in_a_row.fetch_add(1, Ordering::Relaxed) + 1 >= CLUSTER_TRIP
+            }
+            Failure::Call(_) => false,
+        }
+    }
+
+    /// One round trip (`TIME`: a random node in a Cluster), bounded by the timeout.
+    async fn ping(&self) -> Result<(), Failure> {
+        let round_trip = async {
+            let mut conn = self.backend.conn().await.map_err(Failure::Connect)?;
+            redis::cmd("TIME")
+                .query_async::<Vec<String>>(&mut conn)
+                .await
+                .map(drop)
+                .map_err(Failure::Call)
+        };
+        tokio::time::timeout(self.options.timeout, round_trip)
+            .await
+            .unwrap_or(Err(Failure::Call(conn::timed_out("answering"))))
+    }
+
     /// Answers from the caches when they are sure: every check refused by an over-limit
     /// snapshot, or every check covered by leased tokens.
     fn answer_locally(&self, checks: &[Check<'_>], now: Nanos) -> Option<Reports> {
@@ -565,7 +649,7 @@ impl Inner {
         checks: &[Check<'_>],
         leases: &[u64],
         now: Nanos,
-    ) -> Result<Vec<i64>, RedisError> {
+    ) -> Result<Vec<i64>, Failure> {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(&self.sha).arg(checks.len());
         for check in checks {
@@ -606,8 +690,8 @@ impl Inner {
                 }
             }
         }
-        let mut conn = self.backend.conn().await?;
-        match cmd.query_async::<Vec<i64>>(&mut conn).await {
+        let mut conn = self.backend.conn().await.map_err(Failure::Connect)?;
+        let reply = match cmd.query_async::<Vec<i64>>(&mut conn).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 // Flushed, restarted or failed over: EVAL loads the script as it runs.
                 let mut eval = redis::cmd("EVAL");
@@ -620,7 +704,8 @@ impl Inner {
                 eval.query_async(&mut conn).await
             }
             other => other,
-        }
+        };
+        reply.map_err(Failure::Call)
     }
 
     /// Reports from the script's reply; caches what it says about the future.
