@@ -535,6 +535,28 @@ async fn password_urls_authenticate_and_a_wrong_password_is_unavailable() {
     assert!(good.terminate().await.success());
 }
 
+/// Health tells the truth from the start: an unreachable Redis shows before any request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_reports_an_unreachable_redis_before_any_request() {
+    let mut redis = RedisServer::start();
+    let url = redis.url();
+    redis.kill();
+    let config = config();
+    let process = serve(config.path(), &url, "error", 500).await;
+    support::eventually_async(10, "/healthcheck 500 with no traffic", || async {
+        healthcheck(&process).await.0 == 500
+    })
+    .await;
+    health_becomes(&process, ServingStatus::NotServing).await;
+    redis.restart();
+    support::eventually_async(10, "/healthcheck 200 once Redis is up", || async {
+        healthcheck(&process).await == (200, "OK".to_string())
+    })
+    .await;
+    health_becomes(&process, ServingStatus::Serving).await;
+    assert!(process.terminate().await.success());
+}
+
 #[tokio::test]
 async fn unix_socket_urls_work() {
     let redis = RedisServer::start_unix();
