@@ -32,6 +32,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 40, algorithm: fixed_window}
   - key: hot
     rate_limit: {unit: second, requests_per_unit: 10}
+  - key: hundred
+    rate_limit: {unit: day, requests_per_unit: 100}
 ";
 
 /// One replica: a service with its own Redis store (and caches) on `url`.
@@ -412,4 +414,27 @@ async fn health_notices_an_unreachable_redis_without_traffic() {
         service.store().health().is_ok()
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_never_holds_more_than_one_lease() {
+    let redis = RedisServer::start();
+    let leasing = Arc::new(replica(&redis.url(), system(), |o| {
+        o.lease = 5;
+        o.lease_ttl = Duration::from_secs(600);
+    }));
+    // 40 concurrent requests on a fresh bucket: one top-up at a time, the others wait for
+    // it, so Redis gave out at most the admitted tokens plus one lease.
+    assert_eq!(
+        concurrent(&[leasing.clone()], 40, &[&[("hundred", "h")]]).await,
+        40
+    );
+    let strict = replica(&redis.url(), system(), |_| {});
+    let r = ask(&strict, &[("hundred", "h")]).await.expect("decided");
+    let taken = 100 - r.statuses[0].remaining - 1;
+    assert!(
+        (40..=40 + 5).contains(&taken),
+        "Redis gave out {taken} tokens"
+    );
+    assert!(stats(&leasing).lease_hits > 0);
 }

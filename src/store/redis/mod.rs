@@ -152,7 +152,7 @@ struct Inner {
     sha: String,
     options: RedisOptions,
     blocked: moka::sync::Cache<Arc<str>, Blocked, RandomState>,
-    leases: moka::sync::Cache<Arc<str>, Arc<Lease>, RandomState>,
+    leases: moka::sync::Cache<String, Arc<Lease>, RandomState>,
     fallback: Option<MemoryStore>,
     /// False from a connection failure until a probe reaches Redis again.
     up: AtomicBool,
@@ -261,11 +261,36 @@ impl moka::Expiry<Arc<str>, Blocked> for BlockedExpiry {
 struct Lease {
     limit: Limit,
     tokens: AtomicU64,
-    /// The bucket's remaining tokens when the lease was taken, for reports.
-    remaining: u32,
+    /// The bucket's remaining tokens when the lease was last topped up, for reports.
+    remaining: std::sync::atomic::AtomicU32,
+    /// A request is topping this lease up in Redis: one at a time, so that a replica never
+    /// holds more than the lease size, and others wait for it rather than race it.
+    refilling: AtomicBool,
+    refilled: tokio::sync::Notify,
+}
+
+/// The right to top a lease up; ends (waking the waiters) when dropped, whatever happens
+/// to the request.
+struct Refill(Arc<Lease>);
+
+impl Drop for Refill {
+    fn drop(&mut self) {
+        self.0.refilling.store(false, Ordering::Release);
+        self.0.refilled.notify_waiters();
+    }
 }
 
 impl Lease {
+    fn new(limit: Limit) -> Self {
+        Self {
+            limit,
+            tokens: AtomicU64::new(0),
+            remaining: Default::default(),
+            refilling: AtomicBool::new(false),
+            refilled: tokio::sync::Notify::new(),
+        }
+    }
+
     /// Takes `hits` tokens if held; a check (0 hits) passes when one more hit would.
     fn take(&self, hits: u64) -> bool {
         self.tokens
@@ -376,16 +401,30 @@ impl RedisStore {
             self.spawn_probe();
             return inner.fail(checks, now, &inner.last_error.lock().clone());
         }
+        if let [check] = checks
+            && let Some(lease) = inner.leases.get(check.key)
+            && lease.limit == check.limit
+        {
+            // Its lease is being topped up: wait for that instead of racing it to Redis.
+            let refilled = lease.refilled.notified();
+            if lease.refilling.load(Ordering::Acquire) {
+                let _ = tokio::time::timeout(inner.options.timeout, refilled).await;
+                if let Some(reports) = inner.answer_locally(checks, now) {
+                    return Ok(reports);
+                }
+            }
+        }
         inner.counts[MISSES].fetch_add(1, Ordering::Relaxed);
-        let leases: smallvec::SmallVec<[u64; 4]> =
+        let refills: smallvec::SmallVec<[(u64, Option<Refill>); 4]> =
             checks.iter().map(|c| inner.lease_want(c)).collect();
-        let reply = tokio::time::timeout(inner.options.timeout, inner.decide(checks, &leases, now))
-            .await
-            .unwrap_or(Err(Failure::Call(conn::timed_out("deciding"))));
+        let reply =
+            tokio::time::timeout(inner.options.timeout, inner.decide(checks, &refills, now))
+                .await
+                .unwrap_or(Err(Failure::Call(conn::timed_out("deciding"))));
         match reply {
             Ok(values) => {
                 inner.failures_in_a_row.store(0, Ordering::Relaxed);
-                match inner.settle(checks, now, &values) {
+                match inner.settle(checks, &refills, now, &values) {
                     Some(reports) => Ok(reports),
                     None => inner.fail(checks, now, "Redis sent a malformed reply"),
                 }
@@ -608,7 +647,7 @@ impl Inner {
                 Some(lease) if lease.limit == check.limit && lease.take(check.hits) => {
                     reports.push(Report {
                         over: false,
-                        remaining: lease.remaining.saturating_add(
+                        remaining: lease.remaining.load(Ordering::Relaxed).saturating_add(
                             u32::try_from(lease.tokens.load(Ordering::Relaxed)).unwrap_or(u32::MAX),
                         ),
                         reset: 0,
@@ -627,27 +666,41 @@ impl Inner {
         Some(reports)
     }
 
-    /// Extra tokens to ask for `check`: enough to hold `lease` again.
-    fn lease_want(&self, check: &Check<'_>) -> u64 {
+    /// Extra tokens to ask for with `check` (enough to hold the lease size again) and the
+    /// right to add them, unless leasing is off or another request is topping it up.
+    fn lease_want(&self, check: &Check<'_>) -> (u64, Option<Refill>) {
         if self.options.lease == 0
             || check.limit.algorithm != Algorithm::TokenBucket
             || check.hits == 0
         {
-            return 0;
+            return (0, None);
         }
-        let held = self
+        // Created atomically: two first requests must not each top up a lease of their own.
+        let mut lease = self
             .leases
-            .get(check.key)
-            .filter(|l| l.limit == check.limit)
-            .map_or(0, |l| l.tokens.load(Ordering::Relaxed));
-        u64::from(self.options.lease).saturating_sub(held)
+            .entry_by_ref(check.key)
+            .or_insert_with(|| Arc::new(Lease::new(check.limit)))
+            .into_value();
+        if lease.limit != check.limit {
+            // The limit changed (a reload or an override): start over.
+            lease = Arc::new(Lease::new(check.limit));
+            self.leases.insert(check.key.into(), lease.clone());
+        }
+        if lease.refilling.swap(true, Ordering::AcqRel) {
+            return (0, None);
+        }
+        let held = lease.tokens.load(Ordering::Acquire);
+        (
+            u64::from(self.options.lease).saturating_sub(held),
+            Some(Refill(lease)),
+        )
     }
 
     /// One script call for the request.
     async fn decide(
         &self,
         checks: &[Check<'_>],
-        leases: &[u64],
+        leases: &[(u64, Option<Refill>)],
         now: Nanos,
     ) -> Result<Vec<i64>, Failure> {
         let mut cmd = redis::cmd("EVALSHA");
@@ -659,7 +712,7 @@ impl Inner {
             TimeSource::Redis => cmd.arg(""),
             TimeSource::Caller => cmd.arg(now / 1000),
         };
-        for (check, &lease) in checks.iter().zip(leases) {
+        for (check, &(lease, _)) in checks.iter().zip(leases) {
             let mode = match check.mode {
                 Mode::Enforce => "e",
                 Mode::Shadow => "s",
@@ -709,13 +762,19 @@ impl Inner {
     }
 
     /// Reports from the script's reply; caches what it says about the future.
-    fn settle(&self, checks: &[Check<'_>], now: Nanos, values: &[i64]) -> Option<Reports> {
+    fn settle(
+        &self,
+        checks: &[Check<'_>],
+        refills: &[(u64, Option<Refill>)],
+        now: Nanos,
+        values: &[i64],
+    ) -> Option<Reports> {
         let per = values.get(1..)?;
         if per.len() != checks.len() * 5 {
             return None;
         }
         let mut reports = Reports::with_capacity(checks.len());
-        for (check, v) in checks.iter().zip(per.chunks_exact(5)) {
+        for ((check, v), (_, refill)) in checks.iter().zip(per.chunks_exact(5)).zip(refills) {
             let &[over, remaining, reset_us, a, b] = v else {
                 return None;
             };
@@ -749,8 +808,9 @@ impl Inner {
                             self.blocked
                                 .insert(check.key.into(), Blocked::Bucket { limit, state, ttl });
                         }
-                    } else if b > 0 {
-                        self.add_lease(check, b, report.remaining);
+                    } else if let Some(Refill(lease)) = refill {
+                        lease.remaining.store(report.remaining, Ordering::Relaxed);
+                        lease.tokens.fetch_add(b, Ordering::AcqRel);
                     }
                 }
                 Algorithm::FixedWindow => {
@@ -774,23 +834,6 @@ impl Inner {
             reports.push(report);
         }
         Some(reports)
-    }
-
-    fn add_lease(&self, check: &Check<'_>, tokens: u64, remaining: u32) {
-        if let Some(lease) = self.leases.get(check.key)
-            && lease.limit == check.limit
-        {
-            lease.tokens.fetch_add(tokens, Ordering::AcqRel);
-            return;
-        }
-        self.leases.insert(
-            check.key.into(),
-            Arc::new(Lease {
-                limit: check.limit,
-                tokens: AtomicU64::new(tokens),
-                remaining,
-            }),
-        );
     }
 
     /// The failure policy's answer.
@@ -887,7 +930,10 @@ mod tests {
     #[test]
     fn options_never_show_the_password() {
         let shown = format!("{:?}", RedisOptions::new("redis://u:secret@h:1"));
-        assert!(!shown.contains("secret") && shown.contains("u:***@h:1"), "{shown}");
+        assert!(
+            !shown.contains("secret") && shown.contains("u:***@h:1"),
+            "{shown}"
+        );
     }
 
     #[test]
