@@ -426,7 +426,7 @@ async fn a_replica_never_holds_more_than_one_lease() {
     // 40 concurrent requests on a fresh bucket: one top-up at a time, the others wait for
     // it, so Redis gave out at most the admitted tokens plus one lease.
     assert_eq!(
-        concurrent(&[leasing.clone()], 40, &[&[("hundred", "h")]]).await,
+        concurrent(std::slice::from_ref(&leasing), 40, &[&[("hundred", "h")]]).await,
         40
     );
     let strict = replica(&redis.url(), system(), |_| {});
