@@ -394,7 +394,13 @@ impl RedisStore {
     /// Redis could not decide and the failure policy is [`FailurePolicy::Error`].
     pub async fn check(&self, checks: &[Check<'_>], now: Nanos) -> Result<Reports, StoreError> {
         let inner = &*self.inner;
-        if let Some(reports) = inner.answer_locally(checks, now) {
+        let mut prefetch = None;
+        if let Some(reports) = inner.answer_locally(checks, now, &mut prefetch) {
+            if let (Some(refill), [check]) = (prefetch, checks) {
+                let store = self.clone();
+                let (key, limit) = (check.key.to_owned(), check.limit);
+                tokio::spawn(async move { store.top_up(&key, limit, refill, now).await });
+            }
             return Ok(reports);
         }
         if !inner.up.load(Ordering::Acquire) {
@@ -409,7 +415,7 @@ impl RedisStore {
             let refilled = lease.refilled.notified();
             if lease.refilling.load(Ordering::Acquire) {
                 let _ = tokio::time::timeout(inner.options.timeout, refilled).await;
-                if let Some(reports) = inner.answer_locally(checks, now) {
+                if let Some(reports) = inner.answer_locally(checks, now, &mut None) {
                     return Ok(reports);
                 }
             }
@@ -437,6 +443,29 @@ impl RedisStore {
                 }
                 inner.fail(checks, now, &message)
             }
+        }
+    }
+
+    /// Tops a lease up ahead of need: a check of 0 hits that leases what is missing.
+    async fn top_up(&self, key: &str, limit: Limit, refill: Refill, now: Nanos) {
+        let inner = &*self.inner;
+        if !inner.up.load(Ordering::Acquire) {
+            return;
+        }
+        let want =
+            u64::from(inner.options.lease).saturating_sub(refill.0.tokens.load(Ordering::Acquire));
+        let checks = [Check {
+            key,
+            limit,
+            hits: 0,
+            mode: Mode::Enforce,
+        }];
+        let refills = [(want, Some(refill))];
+        // A failure here costs nothing: the next request without tokens asks Redis itself.
+        if let Ok(Ok(values)) =
+            tokio::time::timeout(inner.options.timeout, inner.decide(&checks, &refills, now)).await
+        {
+            inner.settle(&checks, &refills, now, &values);
         }
     }
 
@@ -615,24 +644,36 @@ impl Inner {
             .unwrap_or(Err(Failure::Call(conn::timed_out("answering"))))
     }
 
-    /// Answers from the caches when they are sure: every check refused by an over-limit
-    /// snapshot, or every check covered by leased tokens.
-    fn answer_locally(&self, checks: &[Check<'_>], now: Nanos) -> Option<Reports> {
-        let mut reports = Reports::new();
-        for check in checks {
-            match self
-                .blocked
-                .get(check.key)
-                .and_then(|b| b.refuses(check, now))
-            {
-                Some(report) => reports.push(report),
-                None => break,
-            }
-        }
-        if reports.len() == checks.len() {
-            self.counts[OVER_LIMIT_HITS].fetch_add(1, Ordering::Relaxed);
-            return Some(reports);
-        }
+    /// Answers from the caches when they are sure: every check covered by leased tokens
+    /// (ours to spend, whatever Redis says of the bucket now), or every check refused by an
+    /// over-limit snapshot.
+    ///
+    /// A one-descriptor request that leaves its lease half spent also gets the right to top
+    /// it up in the background (`prefetch`), so that hot keys do not wait for Redis.
+    fn answer_locally(
+        &self,
+        checks: &[Check<'_>],
+        now: Nanos,
+        prefetch: &mut Option<Refill>,
+    ) -> Option<Reports> {
+        self.spend_leases(checks, prefetch)
+            .or_else(|| self.refuse_blocked(checks, now))
+    }
+
+    fn refuse_blocked(&self, checks: &[Check<'_>], now: Nanos) -> Option<Reports> {
+        let reports = checks
+            .iter()
+            .map(|check| {
+                self.blocked
+                    .get(check.key)
+                    .and_then(|b| b.refuses(check, now))
+            })
+            .collect::<Option<Reports>>()?;
+        self.counts[OVER_LIMIT_HITS].fetch_add(1, Ordering::Relaxed);
+        Some(reports)
+    }
+
+    fn spend_leases(&self, checks: &[Check<'_>], prefetch: &mut Option<Refill>) -> Option<Reports> {
         if self.options.lease == 0
             || checks
                 .iter()
@@ -640,7 +681,7 @@ impl Inner {
         {
             return None;
         }
-        reports.clear();
+        let mut reports = Reports::new();
         let mut taken: smallvec::SmallVec<[Arc<Lease>; 4]> = smallvec::SmallVec::new();
         for check in checks {
             match self.leases.get(check.key) {
@@ -661,6 +702,12 @@ impl Inner {
                     return None;
                 }
             }
+        }
+        if let [lease] = &taken[..]
+            && lease.tokens.load(Ordering::Acquire) <= u64::from(self.options.lease / 2)
+            && !lease.refilling.swap(true, Ordering::AcqRel)
+        {
+            *prefetch = Some(Refill(lease.clone()));
         }
         self.counts[LEASE_HITS].fetch_add(1, Ordering::Relaxed);
         Some(reports)
