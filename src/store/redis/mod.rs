@@ -403,6 +403,14 @@ impl RedisStore {
             }
             return Ok(reports);
         }
+        // Boxed: the way to Redis is a large future, and the local answers above (most of
+        // them) should not carry it, nor have it copied, in every request's future.
+        Box::pin(self.ask_redis(checks, now)).await
+    }
+
+    /// [`RedisStore::check`] when the caches cannot answer.
+    async fn ask_redis(&self, checks: &[Check<'_>], now: Nanos) -> Result<Reports, StoreError> {
+        let inner = &*self.inner;
         if !inner.up.load(Ordering::Acquire) {
             self.spawn_probe();
             return inner.fail(checks, now, &inner.last_error.lock().clone());
