@@ -411,6 +411,9 @@ impl RedisStore {
     /// [`RedisStore::check`] when the caches cannot answer.
     async fn ask_redis(&self, checks: &[Check<'_>], now: Nanos) -> Result<Reports, StoreError> {
         let inner = &*self.inner;
+        // One budget for the whole request, waiting for a lease included (a deadline for
+        // the runtime's timers, not a time any decision depends on).
+        let deadline = tokio::time::Instant::now() + inner.options.timeout;
         if !inner.up.load(Ordering::Acquire) {
             self.spawn_probe();
             return inner.fail(checks, now, &inner.last_error.lock().clone());
@@ -422,7 +425,7 @@ impl RedisStore {
             // Its lease is being topped up: wait for that instead of racing it to Redis.
             let refilled = lease.refilled.notified();
             if lease.refilling.load(Ordering::Acquire) {
-                let _ = tokio::time::timeout(inner.options.timeout, refilled).await;
+                let _ = tokio::time::timeout_at(deadline, refilled).await;
                 if let Some(reports) = inner.answer_locally(checks, now, &mut None) {
                     return Ok(reports);
                 }
@@ -431,10 +434,9 @@ impl RedisStore {
         inner.counts[MISSES].fetch_add(1, Ordering::Relaxed);
         let refills: smallvec::SmallVec<[(u64, Option<Refill>); 4]> =
             checks.iter().map(|c| inner.lease_want(c)).collect();
-        let reply =
-            tokio::time::timeout(inner.options.timeout, inner.decide(checks, &refills, now))
-                .await
-                .unwrap_or(Err(Failure::Call(conn::timed_out("deciding"))));
+        let reply = tokio::time::timeout_at(deadline, inner.decide(checks, &refills, now))
+            .await
+            .unwrap_or(Err(Failure::Call(conn::timed_out("deciding"))));
         match reply {
             Ok(values) => {
                 inner.failures_in_a_row.store(0, Ordering::Relaxed);
