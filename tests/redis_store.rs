@@ -14,7 +14,7 @@ use meshlimit::clock::{Clock, ManualClock, SystemClock};
 use meshlimit::config::Config;
 use meshlimit::rules::Algorithm;
 use meshlimit::service::{Descriptor, RequestError, Response, Service};
-use meshlimit::store::redis::{FailurePolicy, RedisOptions, RedisStats, TimeSource};
+use meshlimit::store::redis::{FailurePolicy, RedisOptions, TimeSource};
 use meshlimit::store::{RedisStore, Store};
 use support::START;
 use support::redis::RedisServer;
@@ -68,40 +68,6 @@ async fn passes(service: &Service, entries: &[(&str, &str)]) -> bool {
     !ask(service, entries).await.expect("decided").over_limit
 }
 
-fn stats(service: &Service) -> RedisStats {
-    match service.store() {
-        Store::Redis(store) => store.stats(),
-        Store::Memory(_) => unreachable!("a Redis replica"),
-    }
-}
-
-/// `n` concurrent requests for `descriptors`, spread round-robin over `replicas`; how
-/// many were allowed.
-async fn concurrent(replicas: &[Arc<Service>], n: usize, descriptors: &[&[(&str, &str)]]) -> usize {
-    let descriptors: Vec<Descriptor> = descriptors.iter().map(|d| Descriptor::new(d)).collect();
-    let descriptors = Arc::new(descriptors);
-    let barrier = Arc::new(tokio::sync::Barrier::new(n));
-    let tasks: Vec<_> = (0..n)
-        .map(|i| {
-            let service = replicas[i % replicas.len()].clone();
-            let (descriptors, barrier) = (descriptors.clone(), barrier.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                let r = service
-                    .should_rate_limit("shared", &descriptors, 0)
-                    .await
-                    .expect("decided");
-                !r.over_limit
-            })
-        })
-        .collect();
-    let mut allowed = 0;
-    for task in tasks {
-        allowed += usize::from(task.await.expect("task"));
-    }
-    allowed
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replicas_sharing_one_redis_admit_exactly_the_limit() {
     let redis = RedisServer::start();
@@ -109,13 +75,22 @@ async fn replicas_sharing_one_redis_admit_exactly_the_limit() {
         .map(|_| Arc::new(replica(&redis.url(), system(), |_| {})))
         .collect();
     // 50 a day: no token refills within the test.
-    assert_eq!(concurrent(&replicas, 200, &[&[("user", "a")]]).await, 50);
+    assert_eq!(
+        support::concurrent(&replicas, "shared", 200, &[&[("user", "a")]]).await,
+        50
+    );
 
     // Two descriptors, all-or-nothing: the tighter one decides, the other loses only
     // what passed.
     let both: [&[(&str, &str)]; 2] = [&[("user", "b")], &[("tight", "b")]];
-    assert_eq!(concurrent(&replicas, 100, &both).await, 30);
-    assert_eq!(concurrent(&replicas, 100, &[&[("user", "b")]]).await, 20);
+    assert_eq!(
+        support::concurrent(&replicas, "shared", 100, &both).await,
+        30
+    );
+    assert_eq!(
+        support::concurrent(&replicas, "shared", 100, &[&[("user", "b")]]).await,
+        20
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -130,7 +105,7 @@ async fn fixed_windows_are_exact_across_replicas() {
         let hour = |r: &RedisServer| redis_time(r) / 3600;
         let before = hour(&redis);
         let key = format!("k{attempt}");
-        let allowed = concurrent(&replicas, 120, &[&[("hourly", &key)]]).await;
+        let allowed = support::concurrent(&replicas, "shared", 120, &[&[("hourly", &key)]]).await;
         if hour(&redis) == before {
             assert_eq!(allowed, 40);
             return;
@@ -221,7 +196,7 @@ async fn over_limit_answers_come_from_the_cache_until_the_bucket_could_pass() {
     assert!(passes(&service, &[("pair", "c")]).await);
     assert!(passes(&service, &[("pair", "c")]).await);
     assert!(!passes(&service, &[("pair", "c")]).await, "Redis says over");
-    let before = stats(&service);
+    let before = support::redis_stats(&service);
     assert_eq!(before.over_limit_hits, 0);
 
     // Redis is gone, and the cache still answers, without asking it.
@@ -233,7 +208,7 @@ async fn over_limit_answers_come_from_the_cache_until_the_bucket_could_pass() {
         assert!(r.over_limit);
         assert_eq!(r.statuses[0].remaining, 0);
     }
-    let after = stats(&service);
+    let after = support::redis_stats(&service);
     assert_eq!(after.over_limit_hits, 5);
     assert_eq!(after.misses, before.misses);
 
@@ -271,8 +246,8 @@ async fn leased_tokens_cost_one_redis_call_per_lease_and_never_overdraw() {
         allowed += usize::from(passes(&b, &[("hot", "k")]).await);
     }
     assert_eq!(allowed, 5 + 3, "each replica spends exactly its lease");
-    assert_eq!(stats(&a).lease_hits, 5);
-    assert_eq!(stats(&b).lease_hits, 3);
+    assert_eq!(support::redis_stats(&a).lease_hits, 5);
+    assert_eq!(support::redis_stats(&b).lease_hits, 3);
 
     // The accuracy bound: a full bucket again, and leases taken earlier still held, admit
     // at most burst + replicas × lease within one refill period.
@@ -323,7 +298,7 @@ async fn the_allow_policy_answers_ok_while_redis_is_down() {
         assert!(passes(&service, &[("pair", "a")]).await);
     }
     assert!(service.store().serving());
-    assert!(stats(&service).fallbacks >= 5);
+    assert!(support::redis_stats(&service).fallbacks >= 5);
     redis.restart();
     support::eventually_async(20, "Redis reachable again", || async {
         service.store().health().is_ok()
@@ -354,9 +329,9 @@ async fn the_local_policy_limits_alone_then_returns_to_redis() {
     })
     .await;
     // Redis (restarted empty) decides again: a fresh bucket there.
-    let misses = stats(&service).misses;
+    let misses = support::redis_stats(&service).misses;
     assert!(passes(&service, &[("pair", "l")]).await);
-    assert_eq!(stats(&service).misses, misses + 1);
+    assert_eq!(support::redis_stats(&service).misses, misses + 1);
     assert_eq!(redis.cli(&["DBSIZE"]), "1");
 }
 
@@ -426,7 +401,13 @@ async fn a_replica_never_holds_more_than_one_lease() {
     // 40 concurrent requests on a fresh bucket: one top-up at a time, the others wait for
     // it, so Redis gave out at most the admitted tokens plus one lease.
     assert_eq!(
-        concurrent(std::slice::from_ref(&leasing), 40, &[&[("hundred", "h")]]).await,
+        support::concurrent(
+            std::slice::from_ref(&leasing),
+            "shared",
+            40,
+            &[&[("hundred", "h")]]
+        )
+        .await,
         40
     );
     let strict = replica(&redis.url(), system(), |_| {});
@@ -436,5 +417,5 @@ async fn a_replica_never_holds_more_than_one_lease() {
         (40..=40 + 5).contains(&taken),
         "Redis gave out {taken} tokens"
     );
-    assert!(stats(&leasing).lease_hits > 0);
+    assert!(support::redis_stats(&leasing).lease_hits > 0);
 }

@@ -16,7 +16,7 @@ use meshlimit::clock::SystemClock;
 use meshlimit::config::Config;
 use meshlimit::rules::Algorithm;
 use meshlimit::service::{Descriptor, RequestError, Response, Service};
-use meshlimit::store::redis::{RedisOptions, RedisStats};
+use meshlimit::store::redis::RedisOptions;
 use meshlimit::store::{RedisStore, Store};
 use support::redis::{RedisCluster, RedisSentinel};
 
@@ -87,40 +87,6 @@ async fn passes(service: &Service, domain: &str, entries: &[(&str, &str)]) -> bo
         .over_limit
 }
 
-fn stats(service: &Service) -> RedisStats {
-    match service.store() {
-        Store::Redis(store) => store.stats(),
-        Store::Memory(_) => unreachable!("a Redis replica"),
-    }
-}
-
-/// `n` concurrent requests of `descriptors` to domain `shared`, spread round-robin over
-/// `replicas` and released together; how many were allowed. Every request must be decided.
-async fn concurrent(replicas: &[Arc<Service>], n: usize, descriptors: &[&[(&str, &str)]]) -> usize {
-    let descriptors: Vec<Descriptor> = descriptors.iter().map(|d| Descriptor::new(d)).collect();
-    let descriptors = Arc::new(descriptors);
-    let barrier = Arc::new(tokio::sync::Barrier::new(n));
-    let tasks: Vec<_> = (0..n)
-        .map(|i| {
-            let service = replicas[i % replicas.len()].clone();
-            let (descriptors, barrier) = (descriptors.clone(), barrier.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                let r = service
-                    .should_rate_limit("shared", &descriptors, 0)
-                    .await
-                    .expect("decided");
-                !r.over_limit
-            })
-        })
-        .collect();
-    let mut allowed = 0;
-    for task in tasks {
-        allowed += usize::from(task.await.expect("task"));
-    }
-    allowed
-}
-
 /// The bucket key of a one-entry descriptor (see `matcher::push_part`).
 fn bucket_key(domain: &str, key: &str, value: &str) -> String {
     let part = |s: &str| format!("{}:{s}", s.len());
@@ -142,14 +108,26 @@ async fn cluster_replicas_admit_exactly_the_limit_all_or_nothing() {
     let replicas = replicas(&cluster.url(), 3, Duration::from_secs(10));
 
     // 50 a day over three replicas, each with its own cluster connection.
-    assert_eq!(concurrent(&replicas, 200, &[&[("user", "a")]]).await, 50);
+    assert_eq!(
+        support::concurrent(&replicas, "shared", 200, &[&[("user", "a")]]).await,
+        50
+    );
 
     // Two keys of one request, decided together: the tighter limit wins exactly, and the
     // other bucket lost only what passed (50 - 30 = 20 left).
     let both: [&[(&str, &str)]; 2] = [&[("user", "b")], &[("tight", "b")]];
-    assert_eq!(concurrent(&replicas, 100, &both).await, 30);
-    assert_eq!(concurrent(&replicas, 100, &[&[("user", "b")]]).await, 20);
-    assert_eq!(concurrent(&replicas, 10, &[&[("tight", "b")]]).await, 0);
+    assert_eq!(
+        support::concurrent(&replicas, "shared", 100, &both).await,
+        30
+    );
+    assert_eq!(
+        support::concurrent(&replicas, "shared", 100, &[&[("user", "b")]]).await,
+        20
+    );
+    assert_eq!(
+        support::concurrent(&replicas, "shared", 10, &[&[("tight", "b")]]).await,
+        0
+    );
 
     // The request's two keys share one slot (the domain is the hash tag).
     let user = RedisStore::redis_key(&bucket_key("shared", "user", "b"));
@@ -166,7 +144,12 @@ async fn cluster_replicas_admit_exactly_the_limit_all_or_nothing() {
         "{tight} not on node {node}: {held:?}"
     );
     for r in &replicas {
-        assert_eq!(stats(r).errors, 0, "{:?}", stats(r));
+        assert_eq!(
+            support::redis_stats(r).errors,
+            0,
+            "{:?}",
+            support::redis_stats(r)
+        );
     }
 }
 
@@ -239,10 +222,10 @@ async fn cluster_spreads_domains_keeps_each_on_one_node_and_survives_script_flus
     }
     for r in &replicas {
         assert_eq!(
-            stats(r).errors,
+            support::redis_stats(r).errors,
             0,
             "NOSCRIPT counted as an error: {:?}",
-            stats(r)
+            support::redis_stats(r)
         );
         assert!(r.store().health().is_ok());
     }
@@ -395,7 +378,10 @@ async fn sentinel_failovers_under_traffic_recover_and_still_limit_exactly() {
     let first = recovered(&replicas, &tallies, AFTER_FIRST, "one").await;
 
     // A fresh bucket on the new master: exactly 20 of 60 across both replicas.
-    assert_eq!(concurrent(&replicas, 60, &[&[("twenty", "one")]]).await, 20);
+    assert_eq!(
+        support::concurrent(&replicas, "shared", 60, &[&[("twenty", "one")]]).await,
+        20
+    );
     let key = RedisStore::redis_key(&bucket_key("shared", "twenty", "one"));
     assert_eq!(setup.current_master().cli(&["EXISTS", &key]), "1", "{key}");
 
@@ -410,8 +396,14 @@ async fn sentinel_failovers_under_traffic_recover_and_still_limit_exactly() {
     assert_eq!(setup.current_master().addr(), first_master);
     let second = recovered(&replicas, &tallies, AFTER_SECOND, "two").await;
     // Replicated before the failover (the old master was synced), and still counted.
-    assert_eq!(concurrent(&replicas, 10, &[&[("twenty", "one")]]).await, 0);
-    assert_eq!(concurrent(&replicas, 60, &[&[("twenty", "two")]]).await, 20);
+    assert_eq!(
+        support::concurrent(&replicas, "shared", 10, &[&[("twenty", "one")]]).await,
+        0
+    );
+    assert_eq!(
+        support::concurrent(&replicas, "shared", 60, &[&[("twenty", "two")]]).await,
+        20
+    );
     let key = RedisStore::redis_key(&bucket_key("shared", "twenty", "two"));
     assert_eq!(setup.current_master().cli(&["EXISTS", &key]), "1", "{key}");
 

@@ -201,3 +201,44 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// `n` concurrent requests of `descriptors` to `domain`, spread round-robin over
+/// `replicas` and released together; how many were allowed. Every request must be decided.
+pub async fn concurrent(
+    replicas: &[Arc<Service>],
+    domain: &str,
+    n: usize,
+    descriptors: &[&[(&str, &str)]],
+) -> usize {
+    let descriptors: Vec<Descriptor> = descriptors.iter().map(|d| Descriptor::new(d)).collect();
+    let (descriptors, domain) = (Arc::new(descriptors), Arc::<str>::from(domain));
+    let barrier = Arc::new(tokio::sync::Barrier::new(n));
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let service = replicas[i % replicas.len()].clone();
+            let (descriptors, barrier, domain) =
+                (descriptors.clone(), barrier.clone(), domain.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let r = service
+                    .should_rate_limit(&domain, &descriptors, 0)
+                    .await
+                    .expect("decided");
+                !r.over_limit
+            })
+        })
+        .collect();
+    let mut allowed = 0;
+    for task in tasks {
+        allowed += usize::from(task.await.expect("task"));
+    }
+    allowed
+}
+
+/// Where a Redis replica's decisions were made.
+pub fn redis_stats(service: &Service) -> meshlimit::store::redis::RedisStats {
+    match service.store() {
+        Store::Redis(store) => store.stats(),
+        Store::Memory(_) => panic!("not a Redis replica"),
+    }
+}
