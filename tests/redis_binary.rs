@@ -171,6 +171,30 @@ async fn healthcheck(process: &Meshlimit) -> (u16, String) {
         .expect("/healthcheck hung")
 }
 
+/// While Redis is down under `allow` or `local`: /healthcheck 200 saying degraded, and
+/// gRPC health still SERVING after the poller (every 250 ms) had time to look.
+async fn degraded_but_serving(process: &Meshlimit) {
+    let (status, body) = healthcheck(process).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("degraded"), "{body}");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    for name in HEALTH_NAMES {
+        assert_eq!(
+            health_status(process, name).await,
+            ServingStatus::Serving as i32,
+            "{name:?}"
+        );
+    }
+}
+
+/// After Redis is back: /healthcheck plainly OK again (bounded wait).
+async fn healthy_again(process: &Meshlimit) {
+    support::eventually_async(20, "/healthcheck OK after the restart", || async {
+        healthcheck(process).await == (200, "OK".to_string())
+    })
+    .await;
+}
+
 /// The Redis key of `bin`'s bucket `key=value` (the store's public key format).
 fn redis_key(key: &str, value: &str) -> String {
     let part = |s: &str| format!("{}:{s}", s.len());
@@ -410,25 +434,11 @@ async fn allow_policy_answers_ok_while_redis_is_down_then_limits_again() {
     );
     // A bucket Redis said was over stays over: the over-limit cache answers, not the policy.
     assert_eq!(call(&mut rls, "three", "before").await, Answer::OverLimit);
-    let (status, body) = healthcheck(&process).await;
-    assert_eq!(status, 200, "{body}");
-    assert!(body.contains("degraded"), "{body}");
-    // Still serving, after the poller (every 250 ms) had time to look at the store.
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    for name in HEALTH_NAMES {
-        assert_eq!(
-            health_status(&process, name).await,
-            ServingStatus::Serving as i32,
-            "{name:?}"
-        );
-    }
+    degraded_but_serving(&process).await;
 
     redis.restart();
     traffic.enter(BACK, 0).await;
-    support::eventually_async(20, "/healthcheck OK after the restart", || async {
-        healthcheck(&process).await == (200, "OK".to_string())
-    })
-    .await;
+    healthy_again(&process).await;
     // Redis decides again: 3 of 10 where the policy would pass all.
     assert_eq!(
         concurrent(std::slice::from_ref(&rls), 10, "three", "back").await,
@@ -461,24 +471,11 @@ async fn local_policy_limits_alone_while_redis_is_down_then_returns_to_redis() {
         concurrent(std::slice::from_ref(&rls), 10, "three", "down").await,
         3
     );
-    let (status, body) = healthcheck(&process).await;
-    assert_eq!(status, 200, "{body}");
-    assert!(body.contains("degraded"), "{body}");
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    for name in HEALTH_NAMES {
-        assert_eq!(
-            health_status(&process, name).await,
-            ServingStatus::Serving as i32,
-            "{name:?}"
-        );
-    }
+    degraded_but_serving(&process).await;
 
     redis.restart();
     traffic.enter(BACK, 0).await;
-    support::eventually_async(20, "/healthcheck OK after the restart", || async {
-        healthcheck(&process).await == (200, "OK".to_string())
-    })
-    .await;
+    healthy_again(&process).await;
     // The bucket spent locally is fresh in the restarted Redis, which decides again.
     assert_eq!(
         concurrent(std::slice::from_ref(&rls), 10, "three", "down").await,
