@@ -74,23 +74,7 @@ async fn replicas_sharing_one_redis_admit_exactly_the_limit() {
     let replicas: Vec<Arc<Service>> = (0..3)
         .map(|_| Arc::new(replica(&redis.url(), system(), |_| {})))
         .collect();
-    // 50 a day: no token refills within the test.
-    assert_eq!(
-        support::concurrent(&replicas, "shared", 200, &[&[("user", "a")]]).await,
-        50
-    );
-
-    // Two descriptors, all-or-nothing: the tighter one decides, the other loses only
-    // what passed.
-    let both: [&[(&str, &str)]; 2] = [&[("user", "b")], &[("tight", "b")]];
-    assert_eq!(
-        support::concurrent(&replicas, "shared", 100, &both).await,
-        30
-    );
-    assert_eq!(
-        support::concurrent(&replicas, "shared", 100, &[&[("user", "b")]]).await,
-        20
-    );
+    support::assert_one_limit_across(&replicas).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -242,3 +242,24 @@ pub fn redis_stats(service: &Service) -> meshlimit::store::redis::RedisStats {
         Store::Memory(_) => panic!("not a Redis replica"),
     }
 }
+
+/// Replicas enforce one limit exactly, given domain `shared` with `user` at 50 a day and
+/// `tight` at 30 a day (no token refills within a test): 50 of 200 concurrent requests
+/// pass; a request with both descriptors is decided all-or-nothing, so the tighter one
+/// wins and the other bucket loses only what passed (20 left).
+pub async fn assert_one_limit_across(replicas: &[Arc<Service>]) {
+    assert_eq!(
+        concurrent(replicas, "shared", 200, &[&[("user", "a")]]).await,
+        50
+    );
+    let both: [&[(&str, &str)]; 2] = [&[("user", "b")], &[("tight", "b")]];
+    assert_eq!(concurrent(replicas, "shared", 100, &both).await, 30);
+    assert_eq!(
+        concurrent(replicas, "shared", 100, &[&[("user", "b")]]).await,
+        20
+    );
+    assert_eq!(
+        concurrent(replicas, "shared", 10, &[&[("tight", "b")]]).await,
+        0
+    );
+}
