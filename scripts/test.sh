@@ -13,6 +13,8 @@ python3 -m venv --help >/dev/null 2>&1 || need_apt+=(python3-venv)
 command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v redis-cli >/dev/null || need_apt+=(redis-tools)
 command -v redis-sentinel >/dev/null || need_apt+=(redis-sentinel)
+# A self-signed certificate for the rediss:// test.
+command -v openssl >/dev/null || need_apt+=(openssl)
 if ((${#need_apt[@]})); then
     apt-get update -qq
     apt-get install -y -qq "${need_apt[@]}"

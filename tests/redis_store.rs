@@ -403,3 +403,39 @@ async fn a_replica_never_holds_more_than_one_lease() {
     );
     assert!(support::redis_stats(&leasing).lease_hits > 0);
 }
+
+#[tokio::test]
+async fn tls_urls_work() {
+    // A self-signed certificate: rediss:// with #insecure skips its verification.
+    let certs = tempfile::tempdir().expect("tempdir");
+    let (cert, key) = (certs.path().join("cert.pem"), certs.path().join("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args(["-subj", "/CN=127.0.0.1", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl is needed: apt-get install -y openssl");
+    assert!(made.status.success(), "{made:?}");
+    let tls_port = support::free_port().to_string();
+    let redis = RedisServer::start_with(&[
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        cert.to_str().expect("UTF-8 path"),
+        "--tls-key-file",
+        key.to_str().expect("UTF-8 path"),
+        "--tls-auth-clients",
+        "no",
+    ]);
+    let url = format!("rediss://127.0.0.1:{tls_port}/#insecure");
+    let service = replica(&url, system(), |_| {});
+    for _ in 0..2 {
+        assert!(passes(&service, &[("pair", "tls")]).await);
+    }
+    assert!(!passes(&service, &[("pair", "tls")]).await);
+    assert_eq!(redis.cli(&["DBSIZE"]), "1");
+}
