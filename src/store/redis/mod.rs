@@ -18,7 +18,9 @@
 //!   Redis would refuse too; one it would admit goes to Redis.
 //! - leases (opt-in, [`RedisOptions::lease`]): a replica takes up to N whole tokens of a
 //!   token bucket beyond a request's own, when the bucket holds them, and spends them
-//!   locally until they run out or their TTL ends (unused ones then expire).
+//!   locally until they run out or their TTL ends (unused ones then expire). One top-up
+//!   per bucket at a time, started in the background once half the lease is spent;
+//!   requests finding it empty meanwhile wait for it rather than race it to Redis.
 //!
 //! Token-bucket arithmetic in Lua runs on doubles, exact below 2^53: [`Scale`] expresses
 //! a limit in integers (microsecond quanta, a token reduced by the gcd of unit and rate)
