@@ -9,13 +9,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
 use meshlimit::clock::{Clock, ManualClock, SystemClock};
 use meshlimit::config::Config;
-use meshlimit::rules::Algorithm;
 use meshlimit::service::{Descriptor, RequestError, Response, Service};
 use meshlimit::store::redis::{FailurePolicy, RedisOptions, TimeSource};
-use meshlimit::store::{RedisStore, Store};
 use support::START;
 use support::redis::RedisServer;
 
@@ -45,13 +42,7 @@ fn replica(url: &str, clock: Arc<dyn Clock>, tweak: impl FnOnce(&mut RedisOption
     tweak(&mut options);
     let config = Config::from_sources(&[(PathBuf::from("limits.yaml"), LIMITS.to_string())])
         .expect("valid config");
-    let store = RedisStore::new(options, clock.clone()).expect("valid URL");
-    Service::new(
-        Arc::new(ArcSwap::from_pointee(config)),
-        Store::Redis(store),
-        clock,
-        Algorithm::TokenBucket,
-    )
+    support::redis_replica(config, clock, options)
 }
 
 fn system() -> Arc<dyn Clock> {

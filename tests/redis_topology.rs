@@ -11,13 +11,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use meshlimit::clock::SystemClock;
 use meshlimit::config::Config;
-use meshlimit::rules::Algorithm;
 use meshlimit::service::{Descriptor, RequestError, Response, Service};
+use meshlimit::store::RedisStore;
 use meshlimit::store::redis::RedisOptions;
-use meshlimit::store::{RedisStore, Store};
 use support::redis::{RedisCluster, RedisSentinel};
 
 /// Limits of the domain `shared`; each of [`DOMAINS`] has `k` (1000/day) and `two` (2/day).
@@ -57,12 +55,10 @@ fn replica(url: &str, timeout: Duration) -> Arc<Service> {
         timeout,
         ..RedisOptions::new(url)
     };
-    let store = RedisStore::new(options, Arc::new(SystemClock)).expect("valid URL");
-    Arc::new(Service::new(
-        Arc::new(ArcSwap::from_pointee(config())),
-        Store::Redis(store),
+    Arc::new(support::redis_replica(
+        config(),
         Arc::new(SystemClock),
-        Algorithm::TokenBucket,
+        options,
     ))
 }
 

@@ -263,3 +263,19 @@ pub async fn assert_one_limit_across(replicas: &[Arc<Service>]) {
         0
     );
 }
+
+/// One replica: a service on a Redis store of its own (connection and caches) with
+/// `options`, answering from `config` on `clock`.
+pub fn redis_replica(
+    config: Config,
+    clock: Arc<dyn Clock>,
+    options: meshlimit::store::redis::RedisOptions,
+) -> Service {
+    let store = meshlimit::store::RedisStore::new(options, clock.clone()).expect("valid URL");
+    Service::new(
+        Arc::new(ArcSwap::from_pointee(config)),
+        Store::Redis(store),
+        clock,
+        Algorithm::TokenBucket,
+    )
+}
