@@ -11,11 +11,11 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{self, render_errors};
-use crate::grpc::{HEALTH_SERVICE_NAME, Rls};
+use crate::grpc::{HEALTH_SERVICE_NAME, HeaderNames, Rls};
 use crate::http::{self, Health};
 use crate::rules::Algorithm;
 use crate::service::Service;
@@ -38,6 +38,49 @@ pub struct Settings {
     pub reload_debounce: Duration,
     /// The Redis store, or `None` for the embedded one.
     pub redis: Option<RedisOptions>,
+    /// Global shadow mode: every request is answered OK overall; statuses still tell.
+    pub global_shadow: bool,
+    /// `RateLimit-*` response headers for Envoy to add, or `None` (the default).
+    pub response_headers: Option<HeaderNames>,
+    /// After the shutdown signal: how long health checks fail while everything still
+    /// serves, so that load balancers stop sending before connections close.
+    pub drain_delay: Duration,
+    /// Longest wait for in-flight gRPC calls once the server stops accepting.
+    pub drain_timeout: Duration,
+    /// Where the operator endpoints also serve the Prometheus text, besides `/metrics`
+    /// (the Go server's `PROMETHEUS_PATH`).
+    pub metrics_path: String,
+}
+
+impl Settings {
+    /// Defaults for everything but the config path: embedded store, token buckets, no
+    /// drain delay.
+    pub fn new(config: impl Into<PathBuf>) -> Self {
+        Self {
+            config: config.into(),
+            algorithm: Algorithm::TokenBucket,
+            max_buckets: 1_000_000,
+            reload_debounce: Duration::from_millis(200),
+            redis: None,
+            global_shadow: false,
+            response_headers: None,
+            drain_delay: Duration::ZERO,
+            drain_timeout: Duration::from_secs(10),
+            metrics_path: "/metrics".into(),
+        }
+    }
+}
+
+/// The sockets a server answers on, bound by the caller.
+#[derive(Debug)]
+pub struct Listeners {
+    /// `RateLimitService` and gRPC health.
+    pub grpc: TcpListener,
+    /// The operator endpoints.
+    pub http: TcpListener,
+    /// More addresses serving the operator endpoints (the Go server's debug and
+    /// Prometheus ports).
+    pub extra_http: Vec<TcpListener>,
 }
 
 /// Why the server could not start or stopped abnormally.
@@ -76,7 +119,8 @@ pub fn build_service(settings: &Settings) -> Result<Service, Error> {
         store,
         clock,
         settings.algorithm,
-    ))
+    )
+    .with_global_shadow(settings.global_shadow))
 }
 
 /// Serves until `shutdown` completes, then drains in-flight calls and returns.
@@ -86,26 +130,50 @@ pub fn build_service(settings: &Settings) -> Result<Service, Error> {
 pub async fn run(
     settings: Settings,
     grpc: TcpListener,
-    http_listener: TcpListener,
+    http: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let listeners = Listeners {
+        grpc,
+        http,
+        extra_http: Vec::new(),
+    };
+    serve(settings, listeners, shutdown).await
+}
+
+/// Serves on `listeners` until `shutdown` completes, then drains:
+/// 1. health turns bad (`/healthcheck` 500 `draining`, gRPC health `NOT_SERVING`) while
+///    everything keeps answering, for [`Settings::drain_delay`];
+/// 2. the gRPC server stops accepting and waits for in-flight calls (at most
+///    [`Settings::drain_timeout`]);
+/// 3. the operator endpoints stop last, so the drain is observable to the end.
+///
+/// # Errors
+/// Invalid initial config, or a server failing.
+pub async fn serve(
+    settings: Settings,
+    listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     let service = build_service(&settings)?;
-    let _reloader = crate::reload::spawn(
+    let reloader = crate::reload::spawn(
         settings.config.clone(),
         service.config().clone(),
         settings.reload_debounce,
     )?;
     let health = Health::new();
     let (reporter, health_service) = tonic_health::server::health_reporter();
-    reporter.set_serving::<envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<Rls>>().await;
-    reporter
-        .set_service_status(HEALTH_SERVICE_NAME, tonic_health::ServingStatus::Serving)
-        .await;
+    for name in HEALTH_NAMES {
+        reporter
+            .set_service_status(name, tonic_health::ServingStatus::Serving)
+            .await;
+    }
 
     let store = service.store().clone();
     let maintenance = {
         let store = store.clone();
         let reporter = reporter.clone();
+        let health = health.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(250));
             let mut serving = true;
@@ -114,68 +182,120 @@ pub async fn run(
                 if round % 4 == 0 {
                     store.maintain();
                 }
-                // gRPC health follows the store: NOT_SERVING while nothing can answer.
-                if store.serving() != serving {
-                    serving = !serving;
-                    let status = if serving {
-                        tonic_health::ServingStatus::Serving
-                    } else {
-                        tonic_health::ServingStatus::NotServing
-                    };
-                    for name in ["", HEALTH_SERVICE_NAME, RLS_SERVICE_NAME] {
-                        reporter.set_service_status(name, status).await;
-                    }
+                // gRPC health follows the store (NOT_SERVING while nothing can answer)
+                // and the drain.
+                let now = store.serving() && health.healthy();
+                if now != serving {
+                    serving = now;
+                    set_grpc_health(&reporter, serving).await;
                 }
             }
         })
     };
 
-    // One shutdown signal fanned out to both servers.
-    let (stop_tx, stop_rx) = watch::channel(false);
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-    });
-    let stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|&s| s).await;
+    let operator = http::Operator {
+        health: health.clone(),
+        service: service.clone(),
+        reload: reloader.status().clone(),
+        config_path: settings.config.clone(),
+        metrics_path: settings.metrics_path.clone(),
     };
-
     info!(
-        grpc = %grpc.local_addr()?,
-        http = %http_listener.local_addr()?,
+        grpc = %listeners.grpc.local_addr()?,
+        http = %listeners.http.local_addr()?,
         config = %settings.config.display(),
         "meshlimit serving"
     );
-    let http_health = health.clone();
-    let http_stop = stopped(stop_rx.clone());
-    let http_server = tokio::spawn(async move {
-        axum::serve(http_listener, http::router(http_health, store))
-            .with_graceful_shutdown(http_stop)
-            .await
-    });
+    // The operator endpoints stop only after gRPC has drained.
+    let (http_stop_tx, http_stop_rx) = watch::channel(false);
+    let mut http_servers = Vec::new();
+    for listener in std::iter::once(listeners.http).chain(listeners.extra_http) {
+        let router = http::router(operator.clone());
+        let mut stop = http_stop_rx.clone();
+        http_servers.push(tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|&s| s).await;
+                })
+                .await
+        }));
+    }
+
     let grpc_stop = {
-        let rx = stop_rx.clone();
         let health = health.clone();
+        let reporter = reporter.clone();
+        let delay = settings.drain_delay;
         async move {
-            stopped(rx).await;
+            shutdown.await;
+            info!(delay = ?delay, "shutting down: health checks fail while draining");
             health.set(false);
-            reporter
-                .set_service_status("", tonic_health::ServingStatus::NotServing)
-                .await;
+            set_grpc_health(&reporter, false).await;
+            tokio::time::sleep(delay).await;
         }
     };
-    let grpc_result = tonic::transport::Server::builder()
-        .add_service(health_service)
-        .add_service(Rls::new(service).into_server())
-        .serve_with_incoming_shutdown(crate::grpc::incoming(grpc), grpc_stop)
-        .await;
+    let (grpc_stopping_tx, grpc_stopping_rx) = tokio::sync::oneshot::channel::<()>();
+    let grpc_server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(health_service)
+            .add_service(
+                Rls::new(service)
+                    .with_response_headers(settings.response_headers.clone())
+                    .into_server(),
+            )
+            .serve_with_incoming_shutdown(crate::grpc::incoming(listeners.grpc), async move {
+                grpc_stop.await;
+                let _ = grpc_stopping_tx.send(());
+            }),
+    );
+    let grpc_result = drain(grpc_server, grpc_stopping_rx, settings.drain_timeout).await;
     maintenance.abort();
-    let http_result = http_server.await;
-    grpc_result?;
-    match http_result {
-        Ok(result) => result?,
-        Err(join) => return Err(Error::Http(std::io::Error::other(join))),
+    let _ = http_stop_tx.send(true);
+    for server in http_servers {
+        match server.await {
+            Ok(result) => result?,
+            Err(join) => return Err(Error::Http(std::io::Error::other(join))),
+        }
     }
+    grpc_result?;
     info!("meshlimit stopped");
     Ok(())
+}
+
+/// Waits for the gRPC server; once it has stopped accepting, gives in-flight calls at
+/// most `timeout` before dropping them.
+async fn drain(
+    mut server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+    stopping: tokio::sync::oneshot::Receiver<()>,
+    timeout: Duration,
+) -> Result<(), Error> {
+    let result = tokio::select! {
+        result = &mut server => result,
+        _ = stopping => match tokio::time::timeout(timeout, &mut server).await {
+            Ok(result) => result,
+            Err(_) => {
+                warn!(timeout = ?timeout, "in-flight gRPC calls still running; dropping them");
+                server.abort();
+                return Ok(());
+            }
+        },
+    };
+    match result {
+        Ok(served) => Ok(served?),
+        Err(join) => Err(Error::Http(std::io::Error::other(join))),
+    }
+}
+
+/// The names gRPC health answers for: overall (""), the Go server's `ratelimit`, and
+/// the full service name.
+const HEALTH_NAMES: [&str; 3] = ["", HEALTH_SERVICE_NAME, RLS_SERVICE_NAME];
+
+async fn set_grpc_health(reporter: &tonic_health::server::HealthReporter, serving: bool) {
+    let status = if serving {
+        tonic_health::ServingStatus::Serving
+    } else {
+        tonic_health::ServingStatus::NotServing
+    };
+    for name in HEALTH_NAMES {
+        reporter.set_service_status(name, status).await;
+    }
 }

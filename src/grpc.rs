@@ -1,6 +1,7 @@
 //! `envoy.service.ratelimit.v3.RateLimitService` over tonic: protobuf in, protobuf out;
 //! the only module that sees Envoy's types. Also serves `grpc.health.v1.Health`.
 
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as PbUnit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -21,12 +22,46 @@ use crate::service::{self, Override, RequestDescriptor, RequestError, Service};
 #[derive(Debug, Clone)]
 pub struct Rls {
     service: Service,
+    headers: Option<HeaderNames>,
+}
+
+/// Names of the response headers meshlimit asks Envoy to add (the Go server's
+/// `LIMIT_RESPONSE_HEADERS_ENABLED` and `LIMIT_*_HEADER` settings).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderNames {
+    /// The limit: requests per unit.
+    pub limit: String,
+    /// Requests remaining.
+    pub remaining: String,
+    /// Whole seconds until the reset (rounded up).
+    pub reset: String,
+}
+
+impl Default for HeaderNames {
+    fn default() -> Self {
+        Self {
+            limit: "RateLimit-Limit".into(),
+            remaining: "RateLimit-Remaining".into(),
+            reset: "RateLimit-Reset".into(),
+        }
+    }
 }
 
 impl Rls {
     /// Wraps `service` for tonic.
     pub fn new(service: Service) -> Self {
-        Self { service }
+        Self {
+            service,
+            headers: None,
+        }
+    }
+
+    /// Adds `RateLimit-*` style headers, named by `names`, to every answer with a limit
+    /// (`None`: no headers, the default).
+    #[must_use]
+    pub fn with_response_headers(mut self, names: Option<HeaderNames>) -> Self {
+        self.headers = names;
+        self
     }
 
     /// The tonic service to mount.
@@ -56,7 +91,13 @@ impl RateLimitService for Rls {
             .should_rate_limit(&request.domain, &request.descriptors, request.hits_addend)
             .await
             .map_err(to_status)?;
-        Ok(Response::new(to_proto(answer)))
+        let headers = match (&self.headers, answer.headline) {
+            (Some(names), Some(i)) => response_headers(names, &answer.statuses[i]),
+            _ => Vec::new(),
+        };
+        let mut response = to_proto(answer);
+        response.response_headers_to_add = headers;
+        Ok(Response::new(response))
     }
 }
 
@@ -72,6 +113,26 @@ fn to_status(error: RequestError) -> Status {
         // setting, which is the operator's choice between failing open and closed.
         RequestError::Store(_) => Status::unavailable(error.to_string()),
     }
+}
+
+/// The three headers for the status a response's headline names.
+fn response_headers(names: &HeaderNames, status: &service::Status) -> Vec<HeaderValue> {
+    let Some(limit) = &status.current_limit else {
+        return Vec::new();
+    };
+    let reset = status.reset.unwrap_or(0).div_ceil(NANOS_PER_SEC);
+    [
+        (&names.limit, limit.requests_per_unit.to_string()),
+        (&names.remaining, status.remaining.to_string()),
+        (&names.reset, reset.to_string()),
+    ]
+    .into_iter()
+    .map(|(key, value)| HeaderValue {
+        key: key.clone(),
+        value,
+        ..HeaderValue::default()
+    })
+    .collect()
 }
 
 fn to_proto(answer: service::Response) -> RateLimitResponse {

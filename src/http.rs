@@ -1,14 +1,29 @@
-//! The operator's HTTP endpoints (axum, on the server's runtime).
+//! The operator's HTTP endpoints (axum, on the server's runtime):
+//!
+//! | path | what |
+//! |---|---|
+//! | `/healthcheck` | 200 `OK`; 500 while draining or while the store cannot answer |
+//! | `/json` | `ShouldRateLimit` as JSON: 200 OK, 429 over limit, 400 bad request |
+//! | `/rlconfig` | the loaded rules, one per line, the config version and last reload error |
+//! | `/explain` | how a request would be decided, consuming nothing |
+//! | `/` | this list |
 
+use std::fmt::Write;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::routing::get;
+use axum::body::Bytes;
+use axum::extract::{RawQuery, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
 
-use crate::store::Store;
+use crate::json;
+use crate::reload;
+use crate::rules::Rule;
+use crate::service::{Descriptor, Service};
 
 /// Whether the server answers as healthy; cleared while draining.
 #[derive(Debug, Clone, Default)]
@@ -31,19 +46,48 @@ impl Health {
     }
 }
 
+/// What the endpoints read.
+#[derive(Debug, Clone)]
+pub struct Operator {
+    /// Cleared when draining.
+    pub health: Health,
+    /// The service answering requests.
+    pub service: Service,
+    /// What the config reloader has done.
+    pub reload: Arc<reload::Status>,
+    /// The config path, for `/rlconfig`.
+    pub config_path: PathBuf,
+    /// A second path for the metrics text, besides `/metrics`.
+    pub metrics_path: String,
+}
+
+const INDEX: &str = "meshlimit operator endpoints:
+  /healthcheck  200 OK, or 500 while draining or while the store cannot answer
+  /json         POST a RateLimitRequest as JSON: 200 OK, 429 over limit, 400 bad request
+  /rlconfig     the loaded rules, the config version and the last reload error
+  /explain      ?domain=D&descriptor=k=v,k2=v2 (repeatable), or POST a /json body:
+                how that request would be decided, consuming nothing
+";
+
+/// The router for every operator endpoint.
+pub fn router(operator: Operator) -> Router {
+    Router::new()
+        .route("/", get(|| async { INDEX }))
+        .route("/healthcheck", get(healthcheck))
+        .route("/json", any(json_endpoint))
+        .route("/rlconfig", get(rlconfig))
+        .route("/explain", get(explain_query).post(explain_json))
+        .with_state(operator)
+}
+
 /// `GET /healthcheck`: 200 `OK` when serving, 500 otherwise (the Go server's contract).
 /// While Redis is unreachable the body says so: 500 under `--redis-failure error`, 200
 /// under `allow` or `local`, which still answer.
-pub fn router(health: Health, store: Store) -> Router {
-    Router::new()
-        .route("/healthcheck", get(healthcheck))
-        .with_state((health, store))
-}
-
-async fn healthcheck(State((health, store)): State<(Health, Store)>) -> (StatusCode, String) {
-    if !health.healthy() {
+async fn healthcheck(State(op): State<Operator>) -> (StatusCode, String) {
+    if !op.health.healthy() {
         return (StatusCode::INTERNAL_SERVER_ERROR, "draining".into());
     }
+    let store = op.service.store();
     match store.health() {
         Ok(()) => (StatusCode::OK, "OK".into()),
         Err(why) if store.serving() => (
@@ -54,5 +98,152 @@ async fn healthcheck(State((health, store)): State<(Health, Store)>) -> (StatusC
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("Redis unreachable: {why}"),
         ),
+    }
+}
+
+fn bad_request(why: impl std::fmt::Display) -> Response {
+    (StatusCode::BAD_REQUEST, format!("Bad Request: {why}\n")).into_response()
+}
+
+/// `/json`: the body is a `RateLimitRequest` in JSON; 200 with the response when OK, 429
+/// when over the limit, 400 for a body that is not a request or any service error (the
+/// Go server's codes).
+async fn json_endpoint(State(op): State<Operator>, body: Bytes) -> Response {
+    let request = match json::parse_request(&body) {
+        Ok(request) => request,
+        Err(e) => return bad_request(e),
+    };
+    match op
+        .service
+        .should_rate_limit(&request.domain, &request.descriptors, request.hits_addend)
+        .await
+    {
+        Ok(answer) => {
+            let status = if answer.over_limit {
+                StatusCode::TOO_MANY_REQUESTS
+            } else {
+                StatusCode::OK
+            };
+            let body = json::response_body(&answer);
+            (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+        }
+        Err(e) => bad_request(e),
+    }
+}
+
+/// `/rlconfig`: a header with the config's path, version and last reload error, then one
+/// line per rule, sorted, in the Go server's form followed by meshlimit's own fields.
+async fn rlconfig(State(op): State<Operator>) -> String {
+    let config = op.service.config().load();
+    let version = op.reload.applied.load(Ordering::SeqCst) + 1;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# config {} version {version} (fingerprint {:016x}), {} domain(s)",
+        op.config_path.display(),
+        config.fingerprint(),
+        config.domains().len()
+    );
+    match &*op.reload.last_error.lock() {
+        None => out.push_str("# last reload error: none\n"),
+        Some(error) => {
+            out.push_str("# last reload error (the config above stays in force):\n");
+            for line in error.lines() {
+                let _ = writeln!(out, "#   {line}");
+            }
+        }
+    }
+    if op.service.global_shadow() {
+        out.push_str("# global shadow mode: over-limit requests are answered OK\n");
+    }
+    for rule in config.rules() {
+        rule_line(&mut out, rule, &op.service);
+    }
+    out
+}
+
+fn rule_line(out: &mut String, rule: &Rule, service: &Service) {
+    let _ = write!(out, "{}: ", rule.full_key);
+    match &rule.limit {
+        Some(limit) => {
+            let algorithm = limit.algorithm.unwrap_or(service.default_algorithm());
+            let _ = write!(
+                out,
+                "unit={} requests_per_unit={}, shadow_mode: {}, quota_mode: {}, burst: {}, algorithm: {}",
+                limit.unit,
+                limit.requests_per_unit,
+                rule.mode.is_shadow(),
+                rule.mode.is_quota(),
+                limit.burst,
+                algorithm.name()
+            );
+        }
+        None => {
+            let _ = write!(
+                out,
+                "unlimited, shadow_mode: {}, quota_mode: {}",
+                rule.mode.is_shadow(),
+                rule.mode.is_quota()
+            );
+        }
+    }
+    if !rule.name.is_empty() {
+        let _ = write!(out, ", name: {}", rule.name);
+    }
+    if !rule.replaces.is_empty() {
+        let _ = write!(out, ", replaces: {}", rule.replaces.join(" "));
+    }
+    if rule.detailed_metric {
+        out.push_str(", detailed_metric: true");
+    }
+    out.push('\n');
+}
+
+/// `GET /explain?domain=D&descriptor=k=v,k2=v2[&descriptor=...]`.
+async fn explain_query(State(op): State<Operator>, RawQuery(query): RawQuery) -> Response {
+    let pairs: Vec<(String, String)> =
+        match serde_urlencoded::from_str(query.as_deref().unwrap_or("")) {
+            Ok(pairs) => pairs,
+            Err(e) => return bad_request(e),
+        };
+    let mut domain = String::new();
+    let mut descriptors = Vec::new();
+    for (name, value) in pairs {
+        match name.as_str() {
+            "domain" => domain = value,
+            "descriptor" => descriptors.push(parse_descriptor(&value)),
+            other => return bad_request(format!("unknown parameter {other:?}")),
+        }
+    }
+    explain(&op, &domain, &descriptors).await
+}
+
+/// `POST /explain` with a `/json` request body.
+async fn explain_json(State(op): State<Operator>, body: Bytes) -> Response {
+    match json::parse_request(&body) {
+        Ok(request) => explain(&op, &request.domain, &request.descriptors).await,
+        Err(e) => bad_request(e),
+    }
+}
+
+async fn explain(op: &Operator, domain: &str, descriptors: &[Descriptor]) -> Response {
+    match op.service.explain(domain, descriptors).await {
+        Ok(text) => text.into_response(),
+        Err(e) => bad_request(e),
+    }
+}
+
+/// `k=v,k2=v2` as a descriptor: entries split at commas, each at its first `=` (an
+/// entry without one has an empty value).
+pub fn parse_descriptor(text: &str) -> Descriptor {
+    Descriptor {
+        entries: text
+            .split(',')
+            .map(|entry| match entry.split_once('=') {
+                Some((k, v)) => (k.to_string(), v.to_string()),
+                None => (entry.to_string(), String::new()),
+            })
+            .collect(),
+        ..Descriptor::default()
     }
 }

@@ -8,8 +8,10 @@
 //! - [`store`]: where bucket state lives; the embedded in-memory store.
 //! - [`service`]: the request semantics (matching, `replaces`, hits, shadow, quota, overall code).
 //! - [`grpc`]: `envoy.service.ratelimit.v3.RateLimitService` and gRPC health over tonic.
-//! - [`http`]: the operator's HTTP endpoints.
+//! - [`http`]: the operator's HTTP endpoints; [`json`]: their JSON form of requests.
+//! - [`explain`]: why a request gets its answer (`/explain`, `meshlimit explain`).
 //! - [`reload`]: watches the config path and swaps in valid edits.
+//! - [`gocompat`]: envoyproxy/ratelimit's environment variables as `serve` flags.
 //! - [`app`]: wires it all together for the `meshlimit` binary and the tests.
 //! - [`clock`]: the one source of time.
 
@@ -24,8 +26,11 @@
 pub mod app;
 pub mod clock;
 pub mod config;
+pub mod explain;
+pub mod gocompat;
 pub mod grpc;
 pub mod http;
+pub mod json;
 pub mod limiter;
 pub mod matcher;
 pub mod reload;

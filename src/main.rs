@@ -1,18 +1,27 @@
-//! The `meshlimit` command line: `serve` and `validate`.
+//! The `meshlimit` command line: `serve`, `validate` and `explain`. Without a command it
+//! serves, configured by envoyproxy/ratelimit's environment variables if those are set
+//! (see [`meshlimit::gocompat`]), so that it can replace that server as it is deployed.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
-use meshlimit::app::{self, Settings};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use meshlimit::app::{self, Listeners, Settings};
 use meshlimit::config;
+use meshlimit::gocompat;
+use meshlimit::grpc::HeaderNames;
 use meshlimit::rules::Algorithm;
 use meshlimit::store::redis::{FailurePolicy, RedisOptions};
+use tracing::warn;
 
 #[derive(Parser)]
-#[command(version, about = "Global rate-limit service for Envoy and Istio")]
+#[command(
+    version,
+    about = "Global rate-limit service for Envoy and Istio",
+    args_override_self = true
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -21,26 +30,61 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve envoy.service.ratelimit.v3.RateLimitService.
-    Serve(Serve),
+    Serve(Box<Serve>),
     /// Check descriptor files offline; exits non-zero on any problem.
     Validate {
         /// Descriptor file, or directory of *.yaml / *.yml files.
         #[arg(long, env = "MESHLIMIT_CONFIG")]
         config: PathBuf,
     },
+    /// Show how a request would be decided: which rule each descriptor matches and why
+    /// (or where the walk stops), its bucket and, with --redis-url, the bucket's state in
+    /// Redis. Consumes nothing.
+    Explain(ExplainArgs),
+}
+
+#[derive(clap::Args)]
+struct ExplainArgs {
+    /// Descriptor file, or directory of *.yaml / *.yml files.
+    #[arg(long, env = "MESHLIMIT_CONFIG")]
+    config: PathBuf,
+    /// The request's domain.
+    #[arg(long)]
+    domain: String,
+    /// One descriptor as `key=value,key2=value2`; repeat for several.
+    #[arg(long, required = true)]
+    descriptor: Vec<String>,
+    /// Algorithm for rules that do not set one (as `serve --algorithm`).
+    #[arg(long, env = "MESHLIMIT_ALGORITHM", value_enum, default_value_t = AlgorithmArg::TokenBucket)]
+    algorithm: AlgorithmArg,
+    /// Read the buckets' state from this Redis (as `serve --redis-url`).
+    #[arg(long)]
+    redis_url: Option<String>,
 }
 
 #[derive(clap::Args)]
 struct Serve {
     /// Descriptor file, or directory of *.yaml / *.yml files (watched for edits).
+    /// Default: the Go server's RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY,
+    /// /srv/runtime_data/current/config.
     #[arg(long, env = "MESHLIMIT_CONFIG")]
-    config: PathBuf,
+    config: Option<PathBuf>,
     /// gRPC listen address (RateLimitService and grpc.health.v1.Health).
     #[arg(long, env = "MESHLIMIT_GRPC_ADDR", default_value = "0.0.0.0:8081")]
     grpc_addr: SocketAddr,
-    /// HTTP listen address (/healthcheck).
+    /// HTTP listen address (/healthcheck, /json, /rlconfig, /explain, /metrics).
     #[arg(long, env = "MESHLIMIT_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     http_addr: SocketAddr,
+    /// Another address serving the same HTTP endpoints (the Go server's debug port).
+    #[arg(long, env = "MESHLIMIT_DEBUG_ADDR")]
+    debug_addr: Option<SocketAddr>,
+    /// Another address serving the same HTTP endpoints, for a Prometheus scraper (the Go
+    /// server's PROMETHEUS_ADDR).
+    #[arg(long, env = "MESHLIMIT_METRICS_ADDR")]
+    metrics_addr: Option<SocketAddr>,
+    /// Path of the metrics text besides /metrics (the Go server's PROMETHEUS_PATH).
+    #[arg(long, env = "MESHLIMIT_METRICS_PATH", default_value = "/metrics")]
+    metrics_path: String,
     /// Where bucket state lives.
     #[arg(long, env = "MESHLIMIT_STORE", value_enum, default_value_t = StoreKind::Memory)]
     store: StoreKind,
@@ -79,9 +123,56 @@ struct Serve {
     /// Milliseconds of quiet after a config file event before reloading.
     #[arg(long, env = "MESHLIMIT_RELOAD_DEBOUNCE_MS", default_value_t = 200)]
     reload_debounce_ms: u64,
+    /// Global shadow mode: requests over their limits are answered OK overall, while each
+    /// descriptor's status still says OVER_LIMIT.
+    #[arg(long, env = "MESHLIMIT_SHADOW_MODE")]
+    shadow_mode: bool,
+    /// Ask Envoy to add RateLimit-Limit/-Remaining/-Reset headers to responses.
+    #[arg(long, env = "MESHLIMIT_RESPONSE_HEADERS")]
+    response_headers: bool,
+    /// Name of the limit header, with --response-headers.
+    #[arg(
+        long,
+        env = "MESHLIMIT_LIMIT_HEADER",
+        default_value = "RateLimit-Limit"
+    )]
+    limit_header: String,
+    /// Name of the remaining header, with --response-headers.
+    #[arg(
+        long,
+        env = "MESHLIMIT_REMAINING_HEADER",
+        default_value = "RateLimit-Remaining"
+    )]
+    remaining_header: String,
+    /// Name of the reset header (whole seconds), with --response-headers.
+    #[arg(
+        long,
+        env = "MESHLIMIT_RESET_HEADER",
+        default_value = "RateLimit-Reset"
+    )]
+    reset_header: String,
+    /// Share of a limit from which hits count as near_limit in the metrics.
+    #[arg(long, env = "MESHLIMIT_NEAR_LIMIT_RATIO", default_value_t = 0.8)]
+    near_limit_ratio: f64,
+    /// After SIGTERM: milliseconds during which health checks fail while everything
+    /// still serves, before the server stops accepting and drains in-flight calls.
+    #[arg(long, env = "MESHLIMIT_DRAIN_DELAY_MS", default_value_t = 1000)]
+    drain_delay_ms: u64,
+    /// Longest wait for in-flight calls when stopping (milliseconds).
+    #[arg(long, env = "MESHLIMIT_DRAIN_TIMEOUT_MS", default_value_t = 10_000)]
+    drain_timeout_ms: u64,
     /// Log filter (tracing's EnvFilter syntax: `info`, `meshlimit=debug`, ...).
     #[arg(long, env = "MESHLIMIT_LOG", default_value = "info")]
     log: String,
+    /// Log line format.
+    #[arg(long, env = "MESHLIMIT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -104,27 +195,91 @@ enum AlgorithmArg {
 }
 
 fn main() -> ExitCode {
-    match Cli::parse().command {
+    let names: Vec<String> = std::env::vars_os()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .collect();
+    let go = match gocompat::translate(|name| std::env::var(name).ok(), &names) {
+        Ok(go) => go,
+        Err(e) => return fail(e),
+    };
+    let matches = Cli::command().get_matches_from(arguments(std::env::args_os(), &go.args));
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    match cli.command {
         Command::Validate { config } => validate(&config),
+        Command::Explain(args) => match runtime() {
+            Ok(rt) => rt.block_on(explain(args)),
+            Err(e) => fail(e),
+        },
         Command::Serve(serve) => {
-            tracing_subscriber::fmt()
-                .with_env_filter(tracing_subscriber::EnvFilter::new(&serve.log))
-                .init();
-            let runtime = match tokio::runtime::Runtime::new() {
-                Ok(rt) => rt,
-                Err(e) => return fail(format_args!("cannot start the runtime: {e}")),
-            };
-            match runtime.block_on(serve_until_signal(serve)) {
-                Ok(()) => ExitCode::SUCCESS,
+            init_logging(&serve);
+            if !go.unsupported.is_empty() {
+                warn!(
+                    "ignoring envoyproxy/ratelimit settings that meshlimit does not support: {}",
+                    go.unsupported.join("; ")
+                );
+            }
+            match runtime() {
+                Ok(rt) => match rt.block_on(serve_until_signal(*serve)) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => fail(e),
+                },
                 Err(e) => fail(e),
             }
         }
     }
 }
 
+/// The command line with `serve` made explicit when no command is named, and the Go
+/// server's settings placed right after `serve`, so that the command line's own flags
+/// override them.
+fn arguments(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+    go: &[String],
+) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = args.into_iter().collect();
+    let named = args.get(1).and_then(|a| a.to_str()).is_some_and(|a| {
+        Cli::command()
+            .get_subcommands()
+            .any(|c| c.get_name() == a || a == "help")
+            || matches!(a, "-h" | "--help" | "-V" | "--version")
+    });
+    if !named {
+        args.insert(1.min(args.len()), "serve".into());
+    }
+    if args.get(1).and_then(|a| a.to_str()) == Some("serve") {
+        let rest = args.split_off(2);
+        args.extend(go.iter().map(Into::into));
+        args.extend(rest);
+    }
+    args
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Runtime::new().map_err(|e| format!("cannot start the runtime: {e}"))
+}
+
+fn init_logging(serve: &Serve) {
+    let filter = tracing_subscriber::EnvFilter::new(&serve.log);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match serve.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init(),
+    }
+}
+
 async fn serve_until_signal(serve: Serve) -> Result<(), Box<dyn std::error::Error>> {
+    let config = serve.config.unwrap_or_else(|| {
+        gocompat::runtime_config_path(&|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
+            .into()
+    });
     let settings = Settings {
-        config: serve.config,
         algorithm: match serve.algorithm {
             AlgorithmArg::TokenBucket => Algorithm::TokenBucket,
             AlgorithmArg::FixedWindow => Algorithm::FixedWindow,
@@ -148,11 +303,60 @@ async fn serve_until_signal(serve: Serve) -> Result<(), Box<dyn std::error::Erro
                 ..RedisOptions::new(serve.redis_url.unwrap_or_default())
             }),
         },
+        global_shadow: serve.shadow_mode,
+        response_headers: serve.response_headers.then_some(HeaderNames {
+            limit: serve.limit_header,
+            remaining: serve.remaining_header,
+            reset: serve.reset_header,
+        }),
+        drain_delay: Duration::from_millis(serve.drain_delay_ms),
+        drain_timeout: Duration::from_millis(serve.drain_timeout_ms),
+        metrics_path: serve.metrics_path,
+        ..Settings::new(config)
     };
-    let grpc = tokio::net::TcpListener::bind(serve.grpc_addr).await?;
-    let http = tokio::net::TcpListener::bind(serve.http_addr).await?;
-    app::run(settings, grpc, http, shutdown_signal()).await?;
+    let mut extra_http = Vec::new();
+    for addr in [serve.debug_addr, serve.metrics_addr].into_iter().flatten() {
+        extra_http.push(tokio::net::TcpListener::bind(addr).await?);
+    }
+    let listeners = Listeners {
+        grpc: tokio::net::TcpListener::bind(serve.grpc_addr).await?,
+        http: tokio::net::TcpListener::bind(serve.http_addr).await?,
+        extra_http,
+    };
+    app::serve(settings, listeners, shutdown_signal()).await?;
     Ok(())
+}
+
+async fn explain(args: ExplainArgs) -> ExitCode {
+    let mut settings = Settings::new(args.config);
+    settings.algorithm = match args.algorithm {
+        AlgorithmArg::TokenBucket => Algorithm::TokenBucket,
+        AlgorithmArg::FixedWindow => Algorithm::FixedWindow,
+    };
+    settings.redis = args.redis_url.map(RedisOptions::new);
+    let service = match app::build_service(&settings) {
+        Ok(service) => service,
+        Err(e) => return fail(e),
+    };
+    let descriptors: Vec<_> = args
+        .descriptor
+        .iter()
+        .map(|d| meshlimit::http::parse_descriptor(d))
+        .collect();
+    match service.explain(&args.domain, &descriptors).await {
+        Ok(text) => {
+            print!("{text}");
+            if settings.redis.is_none() {
+                println!(
+                    "
+(state: read offline, so every bucket is full; GET /explain on a running \
+                     server, or pass --redis-url, shows the real state)"
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
 }
 
 async fn shutdown_signal() {

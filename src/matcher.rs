@@ -49,19 +49,30 @@ impl Level {
     }
 
     fn lookup(&self, key: &str, value: &str, scratch: &mut String) -> Option<&Node> {
+        self.lookup_how(key, value, scratch).map(|(node, _)| node)
+    }
+
+    /// The node for `key`=`value` and which way it matched.
+    fn lookup_how<'a>(
+        &'a self,
+        key: &str,
+        value: &str,
+        scratch: &mut String,
+    ) -> Option<(&'a Node, Matched<'a>)> {
         scratch.clear();
         scratch.push_str(key);
         scratch.push('_');
         scratch.push_str(value);
         if let Some(node) = self.exact.get(scratch.as_str()) {
-            return Some(node);
+            return Some((node, Matched::Exact));
         }
         for (pattern, composite) in &self.wildcards {
             if pattern.matches(scratch) {
-                return self.exact.get(composite);
+                let node = self.exact.get(composite)?;
+                return Some((node, Matched::Wildcard(composite)));
             }
         }
-        self.exact.get(key)
+        self.exact.get(key).map(|node| (node, Matched::ValueLess))
     }
 
     /// Every node with its composite path below `prefix`, depth first, for config dumps.
@@ -105,6 +116,72 @@ impl DomainTree {
             node = Some(found);
         }
         node?.rule.as_ref()
+    }
+}
+
+/// Which config entry a request entry matched, in the walk's order of preference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Matched<'a> {
+    /// The entry with this key and exactly this value.
+    Exact,
+    /// The first wildcard entry (in file order) whose pattern, here, matches.
+    Wildcard(&'a str),
+    /// The entry with this key and no value (any value).
+    ValueLess,
+}
+
+/// One step of an explained walk (see [`DomainTree::explain`]).
+#[derive(Debug, Clone)]
+pub struct Step<'a> {
+    /// The request entry.
+    pub key: String,
+    /// Its value.
+    pub value: String,
+    /// How it matched; `None` where the walk stopped.
+    pub matched: Option<Matched<'a>>,
+    /// The rule of the matched entry, if it has a `rate_limit` (or `unlimited`).
+    pub rule: Option<&'a Rule>,
+    /// The composite keys this level offers, sorted: the entries the request could have
+    /// matched here (`key_value`, or `key` for value-less ones).
+    pub offered: Vec<&'a str>,
+    /// Entries nested under the matched one (`key_value` or `key`), sorted.
+    pub nested: Vec<&'a str>,
+}
+
+impl DomainTree {
+    /// The matching walk of [`DomainTree::find`], step by step, for explanations: every
+    /// request entry up to and including the one where the walk stopped.
+    pub fn explain<'a, 'e>(
+        &'a self,
+        entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+    ) -> Vec<Step<'a>> {
+        let mut level = &self.root;
+        let mut scratch = String::new();
+        let mut steps = Vec::new();
+        for (key, value) in entries {
+            let found = level.lookup_how(key, value, &mut scratch);
+            let mut offered: Vec<&str> = level.exact.keys().map(|k| &**k).collect();
+            offered.sort_unstable();
+            let mut step = Step {
+                key: key.to_string(),
+                value: value.to_string(),
+                matched: None,
+                rule: None,
+                offered,
+                nested: Vec::new(),
+            };
+            let Some((node, how)) = found else {
+                steps.push(step);
+                break;
+            };
+            step.matched = Some(how);
+            step.rule = node.rule.as_ref();
+            step.nested = node.children.exact.keys().map(|k| &**k).collect();
+            step.nested.sort_unstable();
+            steps.push(step);
+            level = &node.children;
+        }
+        steps
     }
 }
 

@@ -143,6 +143,11 @@ impl Mode {
     pub const fn is_shadow(self) -> bool {
         matches!(self, Mode::Shadow | Mode::ShadowQuota)
     }
+
+    /// Quota mode: denies only together with every other quota descriptor.
+    pub const fn is_quota(self) -> bool {
+        matches!(self, Mode::Quota | Mode::ShadowQuota)
+    }
 }
 
 /// A rule from the config: the limit plus everything the service layer needs to answer.

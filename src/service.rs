@@ -83,6 +83,10 @@ pub struct Response {
     pub over_limit: bool,
     /// One status per descriptor, in request order.
     pub statuses: Vec<Status>,
+    /// The status that `RateLimit-*` response headers describe (§2.2 of the behaviour
+    /// reference): the last non-quota OVER_LIMIT one, else the limited one with the
+    /// fewest requests remaining; `None` when no descriptor had a limit.
+    pub headline: Option<usize>,
 }
 
 /// One descriptor's status.
@@ -133,10 +137,12 @@ pub struct Service {
     store: Store,
     clock: Arc<dyn Clock>,
     default_algorithm: Algorithm,
+    /// Global shadow mode: over-limit requests are answered OK overall.
+    global_shadow: bool,
 }
 
 /// What one descriptor resolved to before the store is asked.
-enum Resolved<'c> {
+pub(crate) enum Resolved<'c> {
     NoLimit,
     Unlimited(&'c Rule),
     Limited {
@@ -148,7 +154,7 @@ enum Resolved<'c> {
 
 impl<'c> Resolved<'c> {
     /// The config rule that matched, if any (overrides have none).
-    fn rule(&self) -> Option<&'c Rule> {
+    pub(crate) fn rule(&self) -> Option<&'c Rule> {
         match *self {
             Resolved::Limited { rule, .. } => rule,
             Resolved::Unlimited(rule) => Some(rule),
@@ -171,7 +177,32 @@ impl Service {
             store,
             clock,
             default_algorithm,
+            global_shadow: false,
         }
+    }
+
+    /// The same service in global shadow mode (the Go server's `SHADOW_MODE`): a request
+    /// over its limits is still answered OK overall, while each descriptor's status keeps
+    /// telling the truth.
+    #[must_use]
+    pub fn with_global_shadow(mut self, on: bool) -> Self {
+        self.global_shadow = on;
+        self
+    }
+
+    /// Whether global shadow mode is on.
+    pub fn global_shadow(&self) -> bool {
+        self.global_shadow
+    }
+
+    /// The clock decisions are made with.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// The algorithm of rules that do not name one.
+    pub fn default_algorithm(&self) -> Algorithm {
+        self.default_algorithm
     }
 
     /// The running config.
@@ -211,6 +242,7 @@ impl Service {
             return Ok(Response {
                 over_limit: false,
                 statuses: vec![Status::default(); descriptors.len()],
+                headline: None,
             });
         };
         let mut keys = String::with_capacity(64 * descriptors.len());
@@ -269,14 +301,18 @@ impl Service {
                     }
                 }
             })
-            .collect();
+            .collect::<Vec<Status>>();
+        let headline = headline(&statuses, &resolved);
         Ok(Response {
-            over_limit: limiter::request_denied(verdicts),
+            over_limit: limiter::request_denied(verdicts) && !self.global_shadow,
             statuses,
+            headline,
         })
     }
 
-    fn resolve<'c, D: RequestDescriptor>(
+    /// Resolves one descriptor: the override or the config walk, its bucket key appended
+    /// to `keys`.
+    pub(crate) fn resolve<'c, D: RequestDescriptor>(
         &self,
         tree: &'c crate::matcher::DomainTree,
         domain: &str,
@@ -321,9 +357,22 @@ impl Service {
     }
 }
 
+/// See [`Response::headline`].
+fn headline(statuses: &[Status], resolved: &[Resolved<'_>]) -> Option<usize> {
+    let quota = |i: usize| resolved[i].rule().is_some_and(|r| r.mode.is_quota());
+    let over = (0..statuses.len())
+        .rev()
+        .find(|&i| statuses[i].over_limit && !quota(i));
+    over.or_else(|| {
+        (0..statuses.len())
+            .filter(|&i| statuses[i].current_limit.is_some())
+            .min_by_key(|&i| statuses[i].remaining)
+    })
+}
+
 /// Drops every matched rule whose name another matched rule (unlimited ones included)
 /// replaces. Only within this request.
-fn apply_replaces<'c>(resolved: &mut [Resolved<'c>]) {
+pub(crate) fn apply_replaces<'c>(resolved: &mut [Resolved<'c>]) {
     let replaced: Vec<&'c str> = resolved
         .iter()
         .filter_map(Resolved::rule)

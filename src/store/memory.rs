@@ -184,6 +184,20 @@ impl MemoryStore {
         }
         smallvec::smallvec![report]
     }
+
+    /// What `check` would report at `now` for one more hit, changing nothing (a bucket
+    /// that does not exist is full and stays absent).
+    pub fn peek(&self, check: &Check<'_>, now: Nanos) -> Report {
+        let hash = self.inner.hasher.hash_one(check.key);
+        let table = self.inner.shard(hash).lock();
+        let state = table
+            .find(hash, |e| e.hash == hash && *e.key == *check.key)
+            .and_then(|e| e.state);
+        drop(table);
+        limiter::step(state.as_ref(), &check.limit, 0, now)
+            .unconsumed()
+            .1
+    }
 }
 
 impl std::fmt::Debug for MemoryStore {

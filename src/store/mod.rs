@@ -51,6 +51,26 @@ impl Store {
         }
     }
 
+    /// What each check would report at `now`, consuming nothing: the state of its bucket
+    /// as a check of 0 hits sees it. Redis is asked directly, not the local caches.
+    ///
+    /// # Errors
+    /// The store could not answer.
+    pub async fn peek(&self, checks: &[Check<'_>], now: Nanos) -> Result<Reports, StoreError> {
+        match self {
+            Store::Memory(store) => Ok(checks.iter().map(|c| store.peek(c, now)).collect()),
+            Store::Redis(store) => store.peek(checks, now).await,
+        }
+    }
+
+    /// The store's name, for metrics and explanations.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Store::Memory(_) => "memory",
+            Store::Redis(_) => "redis",
+        }
+    }
+
     /// Background upkeep (expiring idle buckets); call about once a second.
     pub fn maintain(&self) {
         match self {

@@ -105,11 +105,10 @@ impl TestServer {
         let (grpc_addr, http_addr) = (grpc.local_addr().unwrap(), http.local_addr().unwrap());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let settings = meshlimit::app::Settings {
-            config: config.to_path_buf(),
             algorithm,
             max_buckets: 100_000,
             reload_debounce: std::time::Duration::from_millis(50),
-            redis: None,
+            ..meshlimit::app::Settings::new(config)
         };
         let task = tokio::spawn(meshlimit::app::run(settings, grpc, http, async {
             let _ = stopped.await;

@@ -458,6 +458,33 @@ impl RedisStore {
         }
     }
 
+    /// Each check's state in Redis at `now` as a check of 0 hits sees it, bypassing the
+    /// local caches: a hit of 0 consumes nothing and leases nothing.
+    ///
+    /// # Errors
+    /// Redis did not answer in time, or answered nonsense.
+    pub async fn peek(&self, checks: &[Check<'_>], now: Nanos) -> Result<Reports, StoreError> {
+        let inner = &*self.inner;
+        let checks: smallvec::SmallVec<[Check<'_>; 4]> = checks
+            .iter()
+            .map(|c| Check {
+                hits: 0,
+                mode: Mode::Enforce,
+                ..*c
+            })
+            .collect();
+        let refills: smallvec::SmallVec<[(u64, Option<Refill>); 4]> =
+            checks.iter().map(|_| (0, None)).collect();
+        let values =
+            tokio::time::timeout(inner.options.timeout, inner.decide(&checks, &refills, now))
+                .await
+                .unwrap_or(Err(Failure::Call(conn::timed_out("reading"))))
+                .map_err(|f| StoreError(format!("Redis: {}", f.error())))?;
+        inner
+            .settle(&checks, &refills, now, &values)
+            .ok_or_else(|| StoreError("Redis sent a malformed reply".into()))
+    }
+
     /// Tops a lease up ahead of need: a check of 0 hits that leases what is missing.
     async fn top_up(&self, key: &str, limit: Limit, refill: Refill, now: Nanos) {
         let inner = &*self.inner;

@@ -1,0 +1,295 @@
+//! Why a request gets the answer it gets: the matching walk of each descriptor, the rule
+//! it lands on (or where and why it stopped), `replaces`, the bucket key and the bucket's
+//! current state, all without consuming anything. Served by `GET /explain` and printed
+//! by `meshlimit explain`.
+//!
+//! Nested descriptors surprise users of the Go server most: a parent's limit does not
+//! apply to a longer request, a request must end exactly at an entry with a
+//! `rate_limit`, and the walk never backtracks. The text says so where it matters.
+
+use std::fmt::Write;
+
+use crate::clock::NANOS_PER_SEC;
+use crate::matcher::{Matched, Step};
+use crate::rules::{Limit, Mode, Rule};
+use crate::service::{
+    Descriptor, RequestDescriptor, RequestError, Resolved, Service, apply_replaces,
+};
+use crate::store::{Check, RedisStore, Store};
+
+/// Most entries listed where the text shows what a level offers.
+const LISTED: usize = 12;
+
+impl Service {
+    /// Explains, as text, how `descriptors` in `domain` would be decided now, consuming
+    /// nothing.
+    ///
+    /// # Errors
+    /// Empty domain or descriptor list, or an override without a valid unit. A store
+    /// that cannot be read is reported in the text, not as an error.
+    pub async fn explain(
+        &self,
+        domain: &str,
+        descriptors: &[Descriptor],
+    ) -> Result<String, RequestError> {
+        if domain.is_empty() {
+            return Err(RequestError::EmptyDomain);
+        }
+        if descriptors.is_empty() {
+            return Err(RequestError::NoDescriptors);
+        }
+        if let Some(i) = descriptors
+            .iter()
+            .position(|d| d.limit.is_some_and(|o| o.unit.is_none()))
+        {
+            return Err(RequestError::BadOverrideUnit(i));
+        }
+        let mut out = String::new();
+        let store = self.store();
+        let _ = writeln!(
+            out,
+            "domain {domain:?} (store: {}, default algorithm: {})",
+            store.kind(),
+            self.default_algorithm().name()
+        );
+        let config = self.config().load();
+        let Some(tree) = config.domain(domain) else {
+            let _ = writeln!(
+                out,
+                "no such domain in the config (configured: {}): every descriptor is OK with no limit",
+                listed(&config.domains())
+            );
+            return Ok(out);
+        };
+
+        let mut keys = String::new();
+        let mut resolved: Vec<Resolved<'_>> = descriptors
+            .iter()
+            .map(|d| self.resolve(tree, domain, d, &mut keys))
+            .collect();
+        let matched: Vec<Option<&Rule>> = resolved.iter().map(Resolved::rule).collect();
+        apply_replaces(&mut resolved);
+
+        // One peek for every limited descriptor, as the store would decide them.
+        let checks: Vec<Check<'_>> = resolved
+            .iter()
+            .filter_map(|r| match r {
+                Resolved::Limited { limit, key, .. } => Some(Check {
+                    key: &keys[key.clone()],
+                    limit: *limit,
+                    hits: 0,
+                    mode: Mode::Enforce,
+                }),
+                _ => None,
+            })
+            .collect();
+        let states = if checks.is_empty() {
+            Ok(Default::default())
+        } else {
+            store.peek(&checks, self.clock().now()).await
+        };
+        let mut next_state = 0;
+
+        for (i, (d, r)) in descriptors.iter().zip(&resolved).enumerate() {
+            let entries: Vec<String> = d.entries().map(|(k, v)| format!("{k}={v}")).collect();
+            let _ = writeln!(out, "\ndescriptor {}: {}", i + 1, entries.join(", "));
+            if let Some(o) = d.limit {
+                let unit = o.unit.map_or("?", |u| u.name());
+                let _ = writeln!(
+                    out,
+                    "  limit override in the request: {} per {unit}; the config is not consulted",
+                    o.requests_per_unit
+                );
+            } else {
+                walk(&mut out, &tree.explain(d.entries()));
+            }
+            match r {
+                Resolved::NoLimit => match matched[i] {
+                    Some(rule) => {
+                        let by = matched
+                            .iter()
+                            .flatten()
+                            .find(|other| other.replaces.contains(&rule.name))
+                            .map_or(String::new(), |by| format!(" by {}", by.full_key));
+                        let _ = writeln!(
+                            out,
+                            "  result: OK, no limit: rule {} ({:?}) is replaced{by} in this request",
+                            rule.full_key, rule.name
+                        );
+                    }
+                    None => {
+                        let _ = writeln!(out, "  result: OK, no limit");
+                    }
+                },
+                Resolved::Unlimited(rule) => {
+                    let _ = writeln!(
+                        out,
+                        "  rule: {}{}: unlimited\n  result: OK, never limited",
+                        rule.full_key,
+                        name(rule)
+                    );
+                }
+                Resolved::Limited { limit, rule, key } => {
+                    if let Some(rule) = rule {
+                        let _ = writeln!(
+                            out,
+                            "  rule: {}{}: {}{}",
+                            rule.full_key,
+                            name(rule),
+                            describe(limit),
+                            flags(rule)
+                        );
+                    }
+                    let bucket = &keys[key.clone()];
+                    let _ = writeln!(out, "  bucket: {bucket}");
+                    if matches!(store, Store::Redis(_)) {
+                        let _ = writeln!(out, "  redis key: {}", RedisStore::redis_key(bucket));
+                    }
+                    let state = match &states {
+                        Ok(reports) => match reports.get(next_state) {
+                            Some(report) if report.over => format!(
+                                "OVER_LIMIT: {} remaining; a hit could pass in {}",
+                                report.remaining,
+                                seconds(report.reset)
+                            ),
+                            Some(report) => format!(
+                                "OK: {} remaining; {}",
+                                report.remaining,
+                                if report.reset == 0 {
+                                    "the bucket is full".to_string()
+                                } else {
+                                    format!("full again in {}", seconds(report.reset))
+                                }
+                            ),
+                            None => "unknown".into(),
+                        },
+                        Err(e) => format!("cannot be read: {e}"),
+                    };
+                    next_state += 1;
+                    let _ = writeln!(out, "  state now: {state}");
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The walk, one line per request entry.
+fn walk(out: &mut String, steps: &[Step<'_>]) {
+    let _ = writeln!(out, "  walk:");
+    let mut parent_rule: Option<&Rule> = None;
+    for (i, step) in steps.iter().enumerate() {
+        let entry = format!("{}={}", step.key, step.value);
+        let last = i + 1 == steps.len();
+        match step.matched {
+            Some(how) => {
+                let how = match how {
+                    Matched::Exact => format!("exact entry \"{}_{}\"", step.key, step.value),
+                    Matched::Wildcard(pattern) => {
+                        format!(
+                            "wildcard entry \"{pattern}\" (first matching wildcard in file order)"
+                        )
+                    }
+                    Matched::ValueLess => {
+                        format!("value-less entry \"{}\" (any value)", step.key)
+                    }
+                };
+                let here = if step.rule.is_some() {
+                    "; has a rate_limit"
+                } else {
+                    "; no rate_limit of its own"
+                };
+                let _ = writeln!(out, "    {}. {entry}: matched {how}{here}", i + 1);
+                if last && step.rule.is_none() {
+                    let _ = writeln!(
+                        out,
+                        "       the request ends here, at an entry without a rate_limit: no limit \
+                         applies (a limit applies only where the request's last entry lands); \
+                         nested here: {}",
+                        listed(&step.nested)
+                    );
+                }
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "    {}. {entry}: no match: no entry \"{}_{}\", no wildcard matching it, no \
+                     value-less \"{}\"; the walk stops (it never backtracks)",
+                    i + 1,
+                    step.key,
+                    step.value,
+                    step.key
+                );
+                if step.offered.is_empty() {
+                    let _ = writeln!(
+                        out,
+                        "       nothing is nested under the previous entry: the config is shorter \
+                         than this request"
+                    );
+                } else {
+                    let _ = writeln!(out, "       this level offers: {}", listed(&step.offered));
+                }
+                if let Some(parent) = parent_rule {
+                    let _ = writeln!(
+                        out,
+                        "       note: the rate_limit of {} applies only to requests that end at \
+                         that entry; it is not a fallback for longer ones",
+                        parent.full_key
+                    );
+                }
+            }
+        }
+        if step.rule.is_some() {
+            parent_rule = step.rule;
+        }
+    }
+}
+
+fn name(rule: &Rule) -> String {
+    if rule.name.is_empty() {
+        String::new()
+    } else {
+        format!(" (name {:?})", rule.name)
+    }
+}
+
+fn describe(limit: &Limit) -> String {
+    format!(
+        "{} per {}, burst {}, {}",
+        limit.requests_per_unit,
+        limit.unit,
+        limit.burst,
+        limit.algorithm.name()
+    )
+}
+
+fn flags(rule: &Rule) -> &'static str {
+    match rule.mode {
+        Mode::Enforce => "",
+        Mode::Shadow => "; shadow_mode: an over-limit status is reported as OK",
+        Mode::Quota => "; quota_mode: denies only when every quota descriptor is over",
+        Mode::ShadowQuota => "; shadow_mode and quota_mode: never denies",
+    }
+}
+
+fn seconds(nanos: u64) -> String {
+    let ms = nanos.div_ceil(NANOS_PER_SEC / 1000);
+    format!("{}.{:03}s", ms / 1000, ms % 1000)
+}
+
+/// Up to [`LISTED`] items, comma-separated, with a count of the rest.
+fn listed(items: &[&str]) -> String {
+    if items.is_empty() {
+        return "nothing".into();
+    }
+    let mut text = items
+        .iter()
+        .take(LISTED)
+        .map(|s| format!("\"{s}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > LISTED {
+        let _ = write!(text, " and {} more", items.len() - LISTED);
+    }
+    text
+}

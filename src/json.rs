@@ -1,0 +1,279 @@
+//! The Go server's `/json` endpoint: `ShouldRateLimit` as protobuf JSON (the proto3 JSON
+//! mapping of `RateLimitRequest` and `RateLimitResponse`), for curl users.
+//!
+//! Requests accept both spellings the mapping allows (`hits_addend` and `hitsAddend`),
+//! units by name or number, and 64-bit integers as numbers or strings. Responses are
+//! what Go's protojson writes: camelCase names, enums by name, fields at their default
+//! value left out (`limitRemaining` of 0), durations as `"59s"`.
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::clock::NANOS_PER_SEC;
+use crate::rules::Unit;
+use crate::service::{self, Descriptor, Override};
+
+/// A `RateLimitRequest` read from JSON.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// `domain`.
+    pub domain: String,
+    /// `descriptors`.
+    pub descriptors: Vec<Descriptor>,
+    /// `hits_addend` of the request.
+    pub hits_addend: u32,
+}
+
+/// Why a JSON body is not a request.
+#[derive(Debug, thiserror::Error)]
+pub enum ParseError {
+    /// Not JSON, or not the shape of a `RateLimitRequest`.
+    #[error("invalid RateLimitRequest JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A refund, which the service does not do.
+    #[error("descriptor {0}: is_negative_hits (refunds) is not supported")]
+    NegativeHits(usize),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRequest {
+    #[serde(default)]
+    domain: String,
+    #[serde(default)]
+    descriptors: Vec<RawDescriptor>,
+    #[serde(default, alias = "hitsAddend", deserialize_with = "integer")]
+    hits_addend: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDescriptor {
+    #[serde(default)]
+    entries: Vec<RawEntry>,
+    #[serde(default)]
+    limit: Option<RawLimit>,
+    #[serde(default, alias = "hitsAddend", deserialize_with = "optional_integer")]
+    hits_addend: Option<u64>,
+    #[serde(default, alias = "isNegativeHits")]
+    is_negative_hits: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEntry {
+    #[serde(default)]
+    key: String,
+    #[serde(default)]
+    value: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimit {
+    #[serde(default, alias = "requestsPerUnit", deserialize_with = "integer")]
+    requests_per_unit: u64,
+    #[serde(default)]
+    unit: Option<serde_json::Value>,
+}
+
+/// An integer as JSON number or string (proto3 JSON writes 64-bit integers as strings).
+fn integer<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    use serde::de::Error;
+    match serde_json::Value::deserialize(d)? {
+        serde_json::Value::Number(n) => n
+            .as_u64()
+            .ok_or_else(|| D::Error::custom(format!("{n} is not a non-negative integer"))),
+        serde_json::Value::String(s) => s
+            .parse()
+            .map_err(|_| D::Error::custom(format!("{s:?} is not a non-negative integer"))),
+        serde_json::Value::Null => Ok(0),
+        other => Err(D::Error::custom(format!("{other} is not an integer"))),
+    }
+}
+
+fn optional_integer<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    // A wrapper type (`google.protobuf.UInt64Value`) is the bare number in JSON.
+    integer(d).map(Some)
+}
+
+/// A unit by enum name or number; `None` for UNKNOWN or anything else (the service
+/// rejects an override without a valid unit).
+fn unit(value: Option<&serde_json::Value>) -> Option<Unit> {
+    match value? {
+        serde_json::Value::String(name) => Unit::parse(name),
+        serde_json::Value::Number(n) => match n.as_u64()? {
+            1 => Some(Unit::Second),
+            2 => Some(Unit::Minute),
+            3 => Some(Unit::Hour),
+            4 => Some(Unit::Day),
+            5 => Some(Unit::Month),
+            6 => Some(Unit::Year),
+            7 => Some(Unit::Week),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Reads a `RateLimitRequest` from its JSON form.
+///
+/// # Errors
+/// The body is not such JSON, or asks for a refund.
+pub fn parse_request(body: &[u8]) -> Result<Request, ParseError> {
+    let raw: RawRequest = serde_json::from_slice(body)?;
+    let mut descriptors = Vec::with_capacity(raw.descriptors.len());
+    for (i, d) in raw.descriptors.into_iter().enumerate() {
+        if d.is_negative_hits {
+            return Err(ParseError::NegativeHits(i));
+        }
+        descriptors.push(Descriptor {
+            entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
+            limit: d.limit.map(|l| Override {
+                requests_per_unit: u32::try_from(l.requests_per_unit).unwrap_or(u32::MAX),
+                unit: unit(l.unit.as_ref()),
+            }),
+            hits_addend: d.hits_addend,
+        });
+    }
+    Ok(Request {
+        domain: raw.domain,
+        descriptors,
+        hits_addend: u32::try_from(raw.hits_addend).unwrap_or(u32::MAX),
+    })
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonResponse {
+    overall_code: &'static str,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    statuses: Vec<JsonStatus>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonStatus {
+    code: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    current_limit: Option<JsonLimit>,
+    #[serde(skip_serializing_if = "is_zero")]
+    limit_remaining: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duration_until_reset: Option<String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonLimit {
+    #[serde(skip_serializing_if = "String::is_empty")]
+    name: String,
+    #[serde(skip_serializing_if = "is_zero")]
+    requests_per_unit: u32,
+    unit: &'static str,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+fn code(over_limit: bool) -> &'static str {
+    if over_limit { "OVER_LIMIT" } else { "OK" }
+}
+
+/// A duration as proto3 JSON writes it: seconds with 0, 3, 6 or 9 decimals and an `s`.
+fn duration(nanos: u64) -> String {
+    let (secs, frac) = (nanos / NANOS_PER_SEC, nanos % NANOS_PER_SEC);
+    if frac == 0 {
+        format!("{secs}s")
+    } else if frac % 1_000_000 == 0 {
+        format!("{secs}.{:03}s", frac / 1_000_000)
+    } else if frac % 1_000 == 0 {
+        format!("{secs}.{:06}s", frac / 1_000)
+    } else {
+        format!("{secs}.{frac:09}s")
+    }
+}
+
+/// A `RateLimitResponse` as JSON.
+pub fn response_body(answer: &service::Response) -> String {
+    let response = JsonResponse {
+        overall_code: code(answer.over_limit),
+        statuses: answer
+            .statuses
+            .iter()
+            .map(|s| JsonStatus {
+                code: code(s.over_limit),
+                current_limit: s.current_limit.as_ref().map(|l| JsonLimit {
+                    name: l.name.clone(),
+                    requests_per_unit: l.requests_per_unit,
+                    unit: l.unit.name(),
+                }),
+                limit_remaining: s.remaining,
+                duration_until_reset: s.reset.map(duration),
+            })
+            .collect(),
+    };
+    serde_json::to_string(&response).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_both_spellings_and_string_integers() {
+        let request = parse_request(
+            br#"{"domain":"d","hitsAddend":2,"descriptors":[
+                {"entries":[{"key":"k","value":"v"}],"hits_addend":"0",
+                 "limit":{"requestsPerUnit":5,"unit":"MINUTE"}},
+                {"entries":[{"key":"k"}],"limit":{"requests_per_unit":"7","unit":7}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(request.domain, "d");
+        assert_eq!(request.hits_addend, 2);
+        let [a, b] = &request.descriptors[..] else {
+            panic!("two descriptors")
+        };
+        assert_eq!(a.entries, [("k".to_string(), "v".to_string())]);
+        assert_eq!(a.hits_addend, Some(0));
+        assert_eq!(
+            a.limit,
+            Some(Override {
+                requests_per_unit: 5,
+                unit: Some(Unit::Minute)
+            })
+        );
+        assert_eq!(b.entries, [("k".to_string(), String::new())]);
+        assert_eq!(b.hits_addend, None);
+        assert_eq!(b.limit.unwrap().unit, Some(Unit::Week));
+    }
+
+    #[test]
+    fn rejects_what_is_not_a_request() {
+        for body in [
+            &b"not json"[..],
+            br#"{"domain":"d","descriptors":{}}"#,
+            br#"{"domain":"d","extra":1}"#,
+            br#"{"domain":"d","hits_addend":-1}"#,
+        ] {
+            assert!(
+                parse_request(body).is_err(),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        assert!(matches!(
+            parse_request(br#"{"domain":"d","descriptors":[{"is_negative_hits":true}]}"#),
+            Err(ParseError::NegativeHits(0))
+        ));
+    }
+
+    #[test]
+    fn durations_as_proto3_json() {
+        assert_eq!(duration(0), "0s");
+        assert_eq!(duration(59 * NANOS_PER_SEC), "59s");
+        assert_eq!(duration(1_500_000_000), "1.500s");
+        assert_eq!(duration(1_000_001_000), "1.000001s");
+        assert_eq!(duration(1), "0.000000001s");
+    }
+}
