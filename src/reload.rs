@@ -6,7 +6,8 @@
 //! - Symlinks: the watch covers the config path (a directory, non-recursively) and its
 //!   parent, so both an edited file and a replaced link show up: a Kubernetes ConfigMap
 //!   mount swaps its `..data` link inside the directory, and an envoyproxy/ratelimit style
-//!   runtime root swaps the directory link itself. After each event the path is resolved
+//!   runtime root swaps the directory link itself (a link above the config directory is
+//!   covered by watching the directory that holds it). After each event the path is resolved
 //!   again, and the watch moves to the new target when the link now points elsewhere.
 //! - Counters survive: bucket identity does not depend on the config (only on domain,
 //!   keys and values), so unchanged rules keep their state and changed ones carry it over.
@@ -142,11 +143,27 @@ fn watch(
     path: &Path,
     before: &[PathBuf],
 ) -> notify::Result<Vec<PathBuf>> {
+    // Directories are watched by their resolved names: a watch on a name that passes
+    // through a link follows the directory it pointed to when the watch was set, so a
+    // swapped link must show up as a different name to be watched anew.
+    let real = |dir: &Path| std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     let mut wanted = Vec::new();
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        wanted.push(parent.to_path_buf());
-    } else {
-        wanted.push(PathBuf::from("."));
+    match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent) => wanted.push(real(parent)),
+        None => wanted.push(real(Path::new("."))),
+    }
+    // A link anywhere above the path (the Go server's RUNTIME_ROOT, swapped to deploy a
+    // new config) changes only the directory holding the link: watch that one too.
+    for ancestor in path.ancestors().skip(1) {
+        let is_link = std::fs::symlink_metadata(ancestor).is_ok_and(|m| m.file_type().is_symlink());
+        if let Some(holder) = ancestor.parent().filter(|_| is_link) {
+            let holder = if holder.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                holder
+            };
+            wanted.push(real(holder));
+        }
     }
     if let Ok(resolved) = std::fs::canonicalize(path) {
         if resolved.is_dir() {
@@ -156,6 +173,7 @@ fn watch(
             wanted.push(dir.to_path_buf());
         }
     }
+    wanted.sort();
     wanted.dedup();
     let watcher = debouncer.watcher();
     for old in before.iter().filter(|p| !wanted.contains(p)) {

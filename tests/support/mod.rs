@@ -146,13 +146,39 @@ pub async fn http_request(
     path: &str,
     headers: &[(&str, &str)],
 ) -> std::io::Result<(u16, Vec<String>, String)> {
+    http_send(addr, "GET", path, headers, "").await
+}
+
+/// `POST path` with `body`; returns (status code, body).
+pub async fn http_post(addr: std::net::SocketAddr, path: &str, body: &str) -> (u16, String) {
+    let (status, _, body) = http_send(addr, "POST", path, &[], body)
+        .await
+        .expect("HTTP request");
+    (status, body)
+}
+
+/// One HTTP/1.1 request on a fresh connection, read to its end.
+pub async fn http_send(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> std::io::Result<(u16, Vec<String>, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    let mut request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));
     }
+    if !body.is_empty() {
+        request.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
     request.push_str("\r\n");
+    request.push_str(body);
     stream.write_all(request.as_bytes()).await?;
     let mut raw = String::new();
     stream.read_to_string(&mut raw).await?;

@@ -64,11 +64,6 @@ impl Meshlimit {
     /// Starts `meshlimit serve --config <config> --grpc-addr 127.0.0.1:0 --http-addr
     /// 127.0.0.1:0 --log info <args>` and waits until it serves.
     pub async fn start(config: &Path, args: &[&str]) -> Meshlimit {
-        let dir = tempfile::Builder::new()
-            .prefix("meshlimit-bin-")
-            .tempdir()
-            .expect("creating a temporary directory");
-        let log = File::create(dir.path().join("meshlimit.log")).expect("creating the log");
         let config = config.display().to_string();
         let mut argv = vec![
             "serve",
@@ -82,7 +77,20 @@ impl Meshlimit {
             "info",
         ];
         argv.extend_from_slice(args);
-        let child = command(&argv)
+        Self::start_with(&argv, &[]).await
+    }
+
+    /// Starts `meshlimit argv...` with `env` added to its environment and waits until it
+    /// serves (it must log at info level, in either format).
+    pub async fn start_with(argv: &[&str], env: &[(&str, &str)]) -> Meshlimit {
+        let args = argv;
+        let dir = tempfile::Builder::new()
+            .prefix("meshlimit-bin-")
+            .tempdir()
+            .expect("creating a temporary directory");
+        let log = File::create(dir.path().join("meshlimit.log")).expect("creating the log");
+        let child = command(argv)
+            .envs(env.iter().copied())
             .stdout(log.try_clone().expect("duplicating the log handle"))
             .stderr(log)
             .spawn()
@@ -148,6 +156,19 @@ impl Meshlimit {
             .unwrap_or_else(|e| panic!("connecting to meshlimit at {}: {e}", self.grpc))
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("meshlimit still running")
+    }
+
+    /// Waits (bounded) for the process to end by itself; its exit status.
+    pub async fn wait(&mut self) -> ExitStatus {
+        tokio::time::timeout(PROCESS_TIMEOUT, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("meshlimit still runs after {PROCESS_TIMEOUT:?}"))
+            .expect("waiting for meshlimit")
+    }
+
     /// Sends SIGTERM and waits (bounded) for the process to end; its exit status.
     pub async fn terminate(mut self) -> ExitStatus {
         let pid = self
@@ -181,15 +202,19 @@ impl Drop for Meshlimit {
     }
 }
 
-/// The addresses in the `meshlimit serving grpc=… http=…` line, once logged.
+/// The addresses in the `meshlimit serving grpc=… http=…` line, once logged (as text,
+/// or as JSON: `"grpc":"…"`).
 fn serving_addresses(log: &str) -> Option<(SocketAddr, SocketAddr)> {
     let line = log.lines().find(|l| l.contains("meshlimit serving"))?;
     let field = |name: &str| {
-        line.split_whitespace()
-            .find_map(|word| word.strip_prefix(name))
-            .and_then(|addr| addr.parse().ok())
+        let text = line
+            .split_once(&format!("{name}="))
+            .or_else(|| line.split_once(&format!("\"{name}\":\"")))?
+            .1;
+        let end = text.find([' ', '"']).unwrap_or(text.len());
+        text[..end].parse().ok()
     };
-    Some((field("grpc=")?, field("http=")?))
+    Some((field("grpc")?, field("http")?))
 }
 
 /// `text` without ANSI escape sequences (`ESC [ … letter`).

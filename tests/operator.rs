@@ -1,0 +1,552 @@
+//! The operator's side of the real binary: `/json`, `/rlconfig`, `/explain` and
+//! `meshlimit explain`, RateLimit-* response headers, global shadow mode, JSON logs, and
+//! the drain after SIGTERM (health fails first, in-flight calls finish).
+
+mod support;
+
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use serde_json::Value;
+use support::process::{self, Meshlimit};
+use support::redis::RedisServer;
+use support::{eventually_async, http_get, http_post};
+use tempfile::TempDir;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+
+/// Day limits: nothing refills within a test.
+const LIMITS: &str = "\
+domain: ops
+descriptors:
+  - key: three
+    rate_limit: {unit: day, requests_per_unit: 3}
+  - key: named
+    rate_limit: {unit: day, requests_per_unit: 5, name: five_a_day, burst: 2}
+  - key: shadowed
+    shadow_mode: true
+    rate_limit: {unit: day, requests_per_unit: 1}
+  - key: tenant
+    rate_limit: {unit: day, requests_per_unit: 100}
+    descriptors:
+      - key: path
+        value: /orders
+        rate_limit: {unit: second, requests_per_unit: 10, algorithm: fixed_window}
+      - key: path
+        value: /free
+        rate_limit: {unlimited: true}
+";
+
+fn config() -> TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("ops.yaml"), LIMITS).expect("writing the config");
+    dir
+}
+
+fn body(entries: &[(&str, &str)]) -> String {
+    let entries: Vec<Value> = entries
+        .iter()
+        .map(|(k, v)| serde_json::json!({"key": k, "value": v}))
+        .collect();
+    serde_json::json!({"domain": "ops", "descriptors": [{"entries": entries}]}).to_string()
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+fn request(descriptors: &[&[(&str, &str)]]) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "ops".into(),
+        descriptors: descriptors
+            .iter()
+            .map(|entries| RateLimitDescriptor {
+                entries: entries
+                    .iter()
+                    .map(|(k, v)| Entry {
+                        key: k.to_string(),
+                        value: v.to_string(),
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect(),
+        hits_addend: 0,
+    }
+}
+
+async fn call(process: &Meshlimit, descriptors: &[&[(&str, &str)]]) -> RateLimitResponse {
+    let mut client = process.client().await;
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        client.should_rate_limit(request(descriptors)),
+    )
+    .await
+    .expect("ShouldRateLimit hung")
+    .expect("ShouldRateLimit")
+    .into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_endpoint_answers_like_the_go_server() {
+    let dir = config();
+    let ml = Meshlimit::start(dir.path(), &[]).await;
+
+    let (status, text) = http_post(ml.http, "/json", &body(&[("three", "a")])).await;
+    assert_eq!(status, 200, "{text}");
+    let answer = json(&text);
+    assert_eq!(answer["overallCode"], "OK", "{text}");
+    let first = &answer["statuses"][0];
+    assert_eq!(first["code"], "OK");
+    assert_eq!(first["currentLimit"]["requestsPerUnit"], 3);
+    assert_eq!(first["currentLimit"]["unit"], "DAY");
+    assert_eq!(first["limitRemaining"], 2);
+    let reset = first["durationUntilReset"].as_str().expect("a duration");
+    assert!(reset.ends_with('s'), "{reset}");
+
+    http_post(ml.http, "/json", &body(&[("three", "a")])).await;
+    let (status, text) = http_post(ml.http, "/json", &body(&[("three", "a")])).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        json(&text)["statuses"][0].get("limitRemaining").is_none(),
+        "0 is left out, as protojson does: {text}"
+    );
+    let (status, text) = http_post(ml.http, "/json", &body(&[("three", "a")])).await;
+    assert_eq!(status, 429, "{text}");
+    assert_eq!(json(&text)["overallCode"], "OVER_LIMIT");
+    assert_eq!(json(&text)["statuses"][0]["code"], "OVER_LIMIT");
+
+    // Names are echoed; an unknown domain is OK without limits.
+    let (_, text) = http_post(ml.http, "/json", &body(&[("named", "x")])).await;
+    assert_eq!(
+        json(&text)["statuses"][0]["currentLimit"]["name"],
+        "five_a_day"
+    );
+    let (status, text) = http_post(
+        ml.http,
+        "/json",
+        r#"{"domain":"elsewhere","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}"#,
+    )
+    .await;
+    assert_eq!(
+        (status, json(&text)["overallCode"].clone()),
+        (200, "OK".into())
+    );
+
+    // What is not a request, or what the service refuses: 400.
+    for bad in [
+        "not json",
+        r#"{"domain":"","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}"#,
+        r#"{"domain":"ops","descriptors":[]}"#,
+        r#"{"domain":"ops","descriptors":[{"entries":[],"limit":{"requests_per_unit":1}}]}"#,
+    ] {
+        let (status, text) = http_post(ml.http, "/json", bad).await;
+        assert_eq!(status, 400, "{bad}: {text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rlconfig_lists_rules_version_and_the_last_reload_error() {
+    let dir = config();
+    let ml = Meshlimit::start(dir.path(), &["--reload-debounce-ms", "50"]).await;
+    let (status, text) = http_get(ml.http, "/rlconfig").await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("version 1 "), "{text}");
+    assert!(text.contains("# last reload error: none"), "{text}");
+    for line in [
+        "ops.three: unit=DAY requests_per_unit=3, shadow_mode: false, quota_mode: false, burst: 3, algorithm: token_bucket",
+        "ops.named: unit=DAY requests_per_unit=5, shadow_mode: false, quota_mode: false, burst: 2, algorithm: token_bucket, name: five_a_day",
+        "ops.shadowed: unit=DAY requests_per_unit=1, shadow_mode: true, quota_mode: false",
+        "ops.tenant.path_/orders: unit=SECOND requests_per_unit=10, shadow_mode: false, quota_mode: false, burst: 10, algorithm: fixed_window",
+        "ops.tenant.path_/free: unlimited, shadow_mode: false, quota_mode: false",
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(line)),
+            "no line {line:?} in:\n{text}"
+        );
+    }
+
+    // A broken edit: reported with file and line, the running rules stay.
+    let file = dir.path().join("ops.yaml");
+    std::fs::write(&file, "domain: ops\ndescriptors:\n  - key: three\n    rate_limit: {unit: fortnight, requests_per_unit: 3}\n").unwrap();
+    eventually_async(20, "/rlconfig shows the reload error", || async {
+        http_get(ml.http, "/rlconfig")
+            .await
+            .1
+            .contains("last reload error (")
+    })
+    .await;
+    let text = http_get(ml.http, "/rlconfig").await.1;
+    assert!(text.contains("ops.yaml:4"), "{text}");
+    assert!(text.contains("version 1 "), "{text}");
+    assert!(text.contains("ops.three: unit=DAY"), "{text}");
+
+    // A good edit: a new version, no error.
+    std::fs::write(
+        &file,
+        LIMITS.replace("requests_per_unit: 3}", "requests_per_unit: 4}"),
+    )
+    .unwrap();
+    eventually_async(20, "/rlconfig shows version 2", || async {
+        http_get(ml.http, "/rlconfig")
+            .await
+            .1
+            .contains("version 2 ")
+    })
+    .await;
+    let text = http_get(ml.http, "/rlconfig").await.1;
+    assert!(text.contains("# last reload error: none"), "{text}");
+    assert!(
+        text.contains("ops.three: unit=DAY requests_per_unit=4,"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_shows_walk_bucket_and_state_without_consuming() {
+    let dir = config();
+    let ml = Meshlimit::start(dir.path(), &[]).await;
+    http_post(ml.http, "/json", &body(&[("three", "a")])).await;
+
+    for _ in 0..5 {
+        let (status, text) = http_get(ml.http, "/explain?domain=ops&descriptor=three%3Da").await;
+        assert_eq!(status, 200, "{text}");
+        assert!(
+            text.contains("matched exact entry") || text.contains("value-less entry \"three\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("rule: ops.three: 3 per DAY, burst 3, token_bucket"),
+            "{text}"
+        );
+        assert!(text.contains("bucket: 3:ops5:three1:a"), "{text}");
+        assert!(text.contains("state now: OK: 2 remaining"), "{text}");
+    }
+    // Explaining consumed nothing: the next real hit still finds 2.
+    let (_, text) = http_post(ml.http, "/json", &body(&[("three", "a")])).await;
+    assert_eq!(json(&text)["statuses"][0]["limitRemaining"], 1, "{text}");
+
+    // The nested-config surprises, spelled out.
+    let (_, text) = http_get(
+        ml.http,
+        "/explain?domain=ops&descriptor=tenant%3Dt1%2Cpath%3D%2Fnope",
+    )
+    .await;
+    assert!(text.contains("2. path=/nope: no match"), "{text}");
+    assert!(text.contains("\"path_/free\", \"path_/orders\""), "{text}");
+    assert!(text.contains("not a fallback"), "{text}");
+    let (_, text) = http_get(ml.http, "/explain?domain=ops&descriptor=nothing%3Dhere").await;
+    assert!(text.contains("1. nothing=here: no match"), "{text}");
+    assert!(text.contains("result: OK, no limit"), "{text}");
+    let (_, text) = http_get(
+        ml.http,
+        "/explain?domain=ops&descriptor=tenant%3Dt1%2Cpath%3D%2Ffree",
+    )
+    .await;
+    assert!(text.contains("unlimited"), "{text}");
+    let (_, text) = http_get(ml.http, "/explain?domain=nowhere&descriptor=a%3Db").await;
+    assert!(text.contains("no such domain"), "{text}");
+
+    // POST takes the /json body, several descriptors at once.
+    let (status, text) = http_post(
+        ml.http,
+        "/explain",
+        r#"{"domain":"ops","descriptors":[{"entries":[{"key":"shadowed","value":"s"}]},
+            {"entries":[{"key":"tenant","value":"t2"},{"key":"path","value":"/orders"}]}]}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("descriptor 1: shadowed=s"), "{text}");
+    assert!(text.contains("shadow_mode"), "{text}");
+    assert!(
+        text.contains("descriptor 2: tenant=t2, path=/orders"),
+        "{text}"
+    );
+    assert!(text.contains("fixed_window"), "{text}");
+
+    for bad in [
+        "/explain?domain=ops",
+        "/explain?descriptor=a%3Db",
+        "/explain?domain=ops&bogus=1",
+    ] {
+        assert_eq!(http_get(ml.http, bad).await.0, 400, "{bad}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_command_reads_the_state_from_redis() {
+    let redis = RedisServer::start();
+    let dir = config();
+    let ml = Meshlimit::start(
+        dir.path(),
+        &["--store", "redis", "--redis-url", &redis.url()],
+    )
+    .await;
+    for _ in 0..2 {
+        call(&ml, &[&[("three", "r")]]).await;
+    }
+    let config = dir.path().display().to_string();
+    let out = process::run(&[
+        "explain",
+        "--config",
+        &config,
+        "--domain",
+        "ops",
+        "--descriptor",
+        "three=r",
+        "--redis-url",
+        &redis.url(),
+    ])
+    .await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("state now: OK: 1 remaining"), "{text}");
+    assert!(text.contains("redis key: ml1:{3:ops}5:three1:r"), "{text}");
+    // Still one left: explaining took nothing.
+    let answer = call(&ml, &[&[("three", "r")]]).await;
+    assert_eq!(answer.overall_code, Code::Ok as i32);
+
+    // Offline, the state is not known and the output says so.
+    let out = process::run(&[
+        "explain",
+        "--config",
+        &config,
+        "--domain",
+        "ops",
+        "--descriptor",
+        "three=r",
+    ])
+    .await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("read offline"), "{text}");
+
+    // A config that does not load: an error with the file, non-zero exit.
+    std::fs::write(dir.path().join("bad.yaml"), "domain: [").unwrap();
+    let out = process::run(&[
+        "explain",
+        "--config",
+        &config,
+        "--domain",
+        "ops",
+        "--descriptor",
+        "three=r",
+    ])
+    .await;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad.yaml"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_headers_only_when_asked_for() {
+    let dir = config();
+    let plain = Meshlimit::start(dir.path(), &[]).await;
+    assert!(
+        call(&plain, &[&[("three", "h")]])
+            .await
+            .response_headers_to_add
+            .is_empty()
+    );
+
+    let ml = Meshlimit::start(
+        dir.path(),
+        &["--response-headers", "--reset-header", "X-Reset"],
+    )
+    .await;
+    let headers = |r: &RateLimitResponse| -> Vec<(String, String)> {
+        r.response_headers_to_add
+            .iter()
+            .map(|h| (h.key.clone(), h.value.clone()))
+            .collect()
+    };
+    let answer = call(&ml, &[&[("three", "h")], &[("named", "h")]]).await;
+    let got = headers(&answer);
+    // The descriptor with the fewest remaining: named (burst 2, 1 left).
+    assert_eq!(got[0], ("RateLimit-Limit".into(), "5".into()), "{got:?}");
+    assert_eq!(
+        got[1],
+        ("RateLimit-Remaining".into(), "1".into()),
+        "{got:?}"
+    );
+    assert_eq!(got[2].0, "X-Reset", "{got:?}");
+    let reset: u64 = got[2].1.parse().expect("whole seconds");
+    assert!((1..=86_400).contains(&reset), "{got:?}");
+
+    // Over the limit: the over-limit descriptor is the one described.
+    call(&ml, &[&[("three", "h")]]).await;
+    call(&ml, &[&[("three", "h")]]).await;
+    let answer = call(&ml, &[&[("named", "h2")], &[("three", "h")]]).await;
+    assert_eq!(answer.overall_code, Code::OverLimit as i32);
+    let got = headers(&answer);
+    assert_eq!(got[0].1, "3", "{got:?}");
+    assert_eq!(got[1].1, "0", "{got:?}");
+
+    // No limit applied: no headers.
+    assert!(
+        call(&ml, &[&[("unknown", "x")]])
+            .await
+            .response_headers_to_add
+            .is_empty()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn global_shadow_mode_answers_ok_but_statuses_tell() {
+    let dir = config();
+    let ml = Meshlimit::start(dir.path(), &["--shadow-mode"]).await;
+    for _ in 0..3 {
+        call(&ml, &[&[("three", "s")]]).await;
+    }
+    let answer = call(&ml, &[&[("three", "s")]]).await;
+    assert_eq!(answer.overall_code, Code::Ok as i32);
+    assert_eq!(answer.statuses[0].code, Code::OverLimit as i32);
+    assert!(
+        http_get(ml.http, "/rlconfig")
+            .await
+            .1
+            .contains("global shadow mode")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs() {
+    let dir = config();
+    let config = dir.path().display().to_string();
+    let ml = Meshlimit::start_with(
+        &[
+            "serve",
+            "--config",
+            &config,
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ],
+        &[],
+    )
+    .await;
+    call(&ml, &[&[("three", "j")]]).await;
+    let log = ml.log();
+    let serving = log
+        .lines()
+        .find(|l| l.contains("meshlimit serving"))
+        .expect("a serving line");
+    let line = json(serving);
+    assert_eq!(line["level"], "INFO", "{serving}");
+    assert_eq!(line["grpc"], ml.grpc.to_string(), "{serving}");
+    for line in log.lines().filter(|l| !l.trim().is_empty()) {
+        json(line);
+    }
+}
+
+async fn grpc_health(ml: &Meshlimit, name: &str) -> i32 {
+    let mut health = ml.health().await;
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        health.check(HealthCheckRequest {
+            service: name.to_string(),
+        }),
+    )
+    .await
+    .expect("health check hung")
+    .expect("health check")
+    .into_inner()
+    .status
+}
+
+fn sigterm(pid: u32) {
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("running kill");
+    assert!(sent.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_fails_health_first_and_keeps_answering_while_draining() {
+    let dir = config();
+    let mut ml = Meshlimit::start(dir.path(), &["--drain-delay-ms", "4000"]).await;
+    let mut client = ml.client().await;
+    assert_eq!(http_get(ml.http, "/healthcheck").await, (200, "OK".into()));
+    sigterm(ml.pid());
+    eventually_async(3, "/healthcheck 500 while draining", || async {
+        http_get(ml.http, "/healthcheck").await == (500, "draining".into())
+    })
+    .await;
+    for name in [
+        "",
+        "ratelimit",
+        "envoy.service.ratelimit.v3.RateLimitService",
+    ] {
+        assert_eq!(
+            grpc_health(&ml, name).await,
+            ServingStatus::NotServing as i32,
+            "{name:?}"
+        );
+    }
+    // Still deciding, on an existing connection and on a new one.
+    let answer = client
+        .should_rate_limit(request(&[&[("three", "d")]]))
+        .await
+        .expect("answered");
+    assert_eq!(answer.into_inner().overall_code, Code::Ok as i32);
+    assert_eq!(
+        call(&ml, &[&[("three", "d")]]).await.overall_code,
+        Code::Ok as i32
+    );
+    let status = ml.wait().await;
+    assert!(status.success(), "{status}");
+}
+
+/// A call waiting on Redis when SIGTERM arrives gets its answer before the process ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_flight_calls_finish_before_the_process_ends() {
+    let redis = RedisServer::start();
+    let dir = config();
+    let mut ml = Meshlimit::start(
+        dir.path(),
+        &[
+            "--store",
+            "redis",
+            "--redis-url",
+            &redis.url(),
+            "--redis-timeout-ms",
+            "5000",
+            "--drain-delay-ms",
+            "0",
+        ],
+    )
+    .await;
+    call(&ml, &[&[("three", "warm")]]).await;
+    let mut client = ml.client().await;
+    // Redis holds every command for 2 s: the next call waits inside meshlimit.
+    redis.cli(&["CLIENT", "PAUSE", "2000", "ALL"]);
+    let in_flight = tokio::spawn(async move {
+        client
+            .should_rate_limit(request(&[&[("three", "f")]]))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !in_flight.is_finished(),
+        "the call should be waiting on the paused Redis"
+    );
+    sigterm(ml.pid());
+    let answer = tokio::time::timeout(Duration::from_secs(15), in_flight)
+        .await
+        .expect("the in-flight call hung")
+        .expect("call task")
+        .expect("the in-flight call was answered, not cut off");
+    assert_eq!(answer.into_inner().overall_code, Code::Ok as i32);
+    let status = ml.wait().await;
+    assert!(status.success(), "{status}");
+}
