@@ -1,0 +1,197 @@
+//! meshlimit as a drop-in for envoyproxy/ratelimit: started with no arguments and only
+//! the Go server's environment variables, on its `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config`
+//! tree, in both of its watch modes (the root link swapped; files edited in place).
+
+mod support;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use support::process::Meshlimit;
+use support::redis::RedisServer;
+use support::{eventually_async, free_port, http_get};
+
+fn limits(requests_per_unit: u32) -> String {
+    format!(
+        "domain: legacy\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: day\n      requests_per_unit: {requests_per_unit}\n"
+    )
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// Points `link` at `target` atomically, as deploy tooling swaps RUNTIME_ROOT.
+fn swap_link(link: &Path, target: &Path) {
+    let tmp = link.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(target, &tmp).unwrap();
+    std::fs::rename(&tmp, link).unwrap();
+}
+
+/// The remaining count of `user=<user>` after one hit, or None when over the limit.
+async fn hit(ml: &Meshlimit, user: &str) -> Option<u32> {
+    let mut client = ml.client().await;
+    let request = RateLimitRequest {
+        domain: "legacy".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "user".into(),
+                value: user.into(),
+            }],
+            ..Default::default()
+        }],
+        hits_addend: 0,
+    };
+    let answer = tokio::time::timeout(Duration::from_secs(10), client.should_rate_limit(request))
+        .await
+        .expect("ShouldRateLimit hung")
+        .expect("ShouldRateLimit")
+        .into_inner();
+    (answer.overall_code == Code::Ok as i32).then(|| answer.statuses[0].limit_remaining)
+}
+
+/// The Go server's variables for a server on fresh loopback ports.
+fn go_env(root: &Path, watch_root: bool) -> Vec<(String, String)> {
+    [
+        ("RUNTIME_ROOT", root.display().to_string()),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
+        ("RUNTIME_WATCH_ROOT", watch_root.to_string()),
+        ("RUNTIME_IGNOREDOTFILES", "true".into()),
+        ("GRPC_HOST", "127.0.0.1".into()),
+        ("GRPC_PORT", free_port().to_string()),
+        ("HOST", "127.0.0.1".into()),
+        ("PORT", free_port().to_string()),
+        ("DEBUG_HOST", "127.0.0.1".into()),
+        ("DEBUG_PORT", free_port().to_string()),
+        ("USE_PROMETHEUS", "true".into()),
+        ("PROMETHEUS_ADDR", format!("127.0.0.1:{}", free_port())),
+        ("LOG_LEVEL", "info".into()),
+        ("LOG_FORMAT", "text".into()),
+        // Not supported: must be named in a warning, not break the start.
+        ("USE_STATSD", "true".into()),
+        ("REDIS_POOL_SIZE", "20".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+async fn start(env: &[(String, String)]) -> Meshlimit {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    Meshlimit::start_with(&[], &env).await
+}
+
+fn var<'a>(env: &'a [(String, String)], name: &str) -> &'a str {
+    &env.iter().find(|(k, _)| k == name).unwrap().1
+}
+
+/// The ports the variables named are the ones served on.
+async fn check_ports(ml: &Meshlimit, env: &[(String, String)]) {
+    assert_eq!(ml.grpc.port().to_string(), var(env, "GRPC_PORT"));
+    assert_eq!(ml.http.port().to_string(), var(env, "PORT"));
+    assert_eq!(http_get(ml.http, "/healthcheck").await, (200, "OK".into()));
+    let debug: SocketAddr = format!("127.0.0.1:{}", var(env, "DEBUG_PORT"))
+        .parse()
+        .unwrap();
+    let (status, text) = http_get(debug, "/rlconfig").await;
+    assert_eq!(status, 200);
+    assert!(text.contains("legacy.user: unit=DAY"), "{text}");
+    let prometheus: SocketAddr = var(env, "PROMETHEUS_ADDR").parse().unwrap();
+    assert_eq!(http_get(prometheus, "/healthcheck").await.0, 200);
+    let log = ml.log();
+    let warning = log
+        .lines()
+        .find(|l| l.contains("does not support"))
+        .unwrap_or_else(|| panic!("no warning about unsupported settings in:\n{log}"));
+    assert!(warning.contains("USE_STATSD"), "{warning}");
+    assert!(warning.contains("REDIS_POOL_SIZE"), "{warning}");
+}
+
+/// RUNTIME_WATCH_ROOT=true: RUNTIME_ROOT is a link to a versioned directory; a deploy
+/// swaps the link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_env_with_a_swapped_runtime_root() {
+    let base = tempfile::tempdir().unwrap();
+    let (v1, v2) = (base.path().join("v1"), base.path().join("v2"));
+    write(&v1.join("ratelimit/config/legacy.yaml"), &limits(3));
+    write(&v2.join("ratelimit/config/legacy.yaml"), &limits(10));
+    let root = base.path().join("current");
+    std::os::unix::fs::symlink(&v1, &root).unwrap();
+
+    let env = go_env(&root, true);
+    let ml = start(&env).await;
+    check_ports(&ml, &env).await;
+    assert_eq!(hit(&ml, "a").await, Some(2));
+
+    swap_link(&root, &v2);
+    let probes = AtomicUsize::new(0);
+    eventually_async(20, "the swapped root's limit of 10", || async {
+        let user = format!("probe{}", probes.fetch_add(1, Ordering::Relaxed));
+        hit(&ml, &user).await == Some(9)
+    })
+    .await;
+    // Same bucket, new limit: a's hit so far counts against 10.
+    assert_eq!(hit(&ml, "a").await, Some(8));
+}
+
+/// RUNTIME_WATCH_ROOT=false: the config directory itself is watched; files are edited in
+/// place (the Kubernetes ConfigMap mode).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_env_with_files_edited_in_place() {
+    let root = tempfile::tempdir().unwrap();
+    let file = root.path().join("ratelimit/config/legacy.yaml");
+    write(&file, &limits(2));
+    let env = go_env(root.path(), false);
+    let ml = start(&env).await;
+    check_ports(&ml, &env).await;
+    assert_eq!(hit(&ml, "b").await, Some(1));
+    assert_eq!(hit(&ml, "b").await, Some(0));
+    assert_eq!(hit(&ml, "b").await, None);
+
+    write(&file, &limits(5));
+    let probes = AtomicUsize::new(0);
+    eventually_async(20, "the edited limit of 5", || async {
+        let user = format!("probe{}", probes.fetch_add(1, Ordering::Relaxed));
+        hit(&ml, &user).await == Some(4)
+    })
+    .await;
+    // b's two hits count against the new limit; its denied one took nothing.
+    assert_eq!(hit(&ml, "b").await, Some(2));
+    // A broken edit keeps the running limits.
+    write(&file, "domain: legacy\ndescriptors: [");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(hit(&ml, "b").await, Some(1));
+}
+
+/// REDIS_SOCKET_TYPE/REDIS_URL/REDIS_AUTH select the Redis store, as in the Go server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_redis_variables_select_the_redis_store() {
+    let redis = RedisServer::start_with(&["--requirepass", "s3cret"]);
+    let root = tempfile::tempdir().unwrap();
+    write(
+        &root.path().join("ratelimit/config/legacy.yaml"),
+        &limits(3),
+    );
+    let mut env = go_env(root.path(), false);
+    env.extend(
+        [
+            ("REDIS_SOCKET_TYPE", "tcp".to_string()),
+            ("REDIS_TYPE", "single".into()),
+            ("REDIS_URL", redis.addr()),
+            ("REDIS_AUTH", "s3cret".into()),
+        ]
+        .map(|(k, v)| (k.to_string(), v)),
+    );
+    let ml = start(&env).await;
+    assert_eq!(hit(&ml, "r").await, Some(2));
+    let keys = redis.cli_as(Some("s3cret"), &["KEYS", "ml1:*"]);
+    assert!(keys.contains("ml1:{6:legacy}4:user1:r"), "{keys}");
+}
