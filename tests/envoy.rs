@@ -1,24 +1,53 @@
-//! A real Envoy in front of meshlimit, with the repository's example config and limits.
+//! A real Envoy in front of meshlimit, with the repository's example config
+//! (examples/envoy/envoy.yaml) and limits (config/).
+//!
+//! The example's limits are per minute: the tightest bucket counted exactly here
+//! (anonymous /auth, 5 a minute) refills one token every 12 s, far longer than the
+//! back-to-back requests of one check take.
 
 mod support;
 
-use std::net::SocketAddr;
-use std::time::Duration;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use meshlimit::rules::Algorithm;
 use support::TestServer;
+use support::envoy::{Envoy, EnvoyPorts, Reply};
 
-/// Envoy with examples/envoy/envoy.yaml, its ports moved to free ones; killed on drop.
-struct Envoy {
-    child: std::process::Child,
-    _dir: tempfile::TempDir,
+/// examples/envoy/envoy.yaml on the given ports, with meshlimit at `grpc`.
+fn example_config(ports: &EnvoyPorts, grpc: SocketAddr) -> String {
+    let repo = env!("CARGO_MANIFEST_DIR");
+    let mut yaml = std::fs::read_to_string(format!("{repo}/examples/envoy/envoy.yaml"))
+        .expect("reading examples/envoy/envoy.yaml");
+    let moves = [
+        (9901, ports.admin),
+        (10000, ports.listeners[0]),
+        (10001, ports.listeners[1]),
+        (10002, ports.listeners[2]),
+        (8081, grpc.port()),
+    ];
+    for (from, to) in moves {
+        let from = format!("port_value: {from} ");
+        assert!(yaml.contains(&from), "the example no longer has `{from}`");
+        yaml = yaml.replace(&from, &format!("port_value: {to} "));
+    }
+    // Test-only changes. Without reuse_port a port taken by another process makes
+    // Envoy fail (and the harness retry) instead of sharing it. A generous filter timeout:
+    // a slow machine must not turn decisions into fail-closed 500s.
+    let listeners = "\n    filter_chains:";
+    assert_eq!(yaml.matches(listeners).count(), 3, "three listeners");
+    yaml = yaml.replace(
+        listeners,
+        "\n    enable_reuse_port: false\n    filter_chains:",
+    );
+    let timeout = "\n              timeout: 0.25s\n";
+    assert_eq!(yaml.matches(timeout).count(), 2, "two rate-limit filters");
+    yaml.replace(timeout, "\n              timeout: 10s\n")
 }
 
-impl Drop for Envoy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Reply {
+    support::envoy::request(addr, path, headers)
+        .await
+        .unwrap_or_else(|e| panic!("GET {path} on {addr}: {e}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -29,97 +58,84 @@ async fn envoy_limits_through_meshlimit() {
         Algorithm::TokenBucket,
     )
     .await;
-    let ports: Vec<(u16, u16)> = [9901, 10000, 10001, 10002]
-        .into_iter()
-        .map(|p| (p, support::free_port()))
-        .chain([(8081, server.grpc.port())])
-        .collect();
-    let mut yaml = std::fs::read_to_string(format!("{repo}/examples/envoy/envoy.yaml")).unwrap();
-    for (from, to) in &ports {
-        yaml = yaml.replace(
-            &format!("port_value: {from} "),
-            &format!("port_value: {to} "),
-        );
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("envoy.yaml");
-    std::fs::write(&config, yaml).unwrap();
-    let child = std::process::Command::new(support::envoy_binary())
-        .args([
-            "-c",
-            config.to_str().unwrap(),
-            "--disable-hot-restart",
-            "--log-level",
-            "warn",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start envoy");
-    let _envoy = Envoy { child, _dir: dir };
-    let port = |p: u16| -> SocketAddr {
-        format!(
-            "127.0.0.1:{}",
-            ports.iter().find(|(f, _)| *f == p).unwrap().1
-        )
-        .parse()
-        .unwrap()
-    };
-
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok((200, _, body)) = support::http_request(port(9901), "/ready", &[]).await {
-            if body.contains("LIVE") {
-                break;
-            }
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "Envoy did not become ready"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let grpc = server.grpc;
+    let envoy = Envoy::start(3, |ports| example_config(ports, grpc)).await;
+    let (trading, dashboard) = (envoy.listener(0), envoy.listener(2));
 
     // backtesting.run: 5/min, burst 1 per user: 200, then 429 with Envoy's headers.
     let path = "/backtesting.BacktestingService/Run";
-    let user = [("x-user-id", "alice")];
-    let (status, headers, _) = support::http_request(port(10000), path, &user)
-        .await
-        .unwrap();
-    assert_eq!(status, 200, "{headers:?}");
-    assert!(
-        headers
-            .iter()
-            .any(|h| h.starts_with("x-ratelimit-limit: 5")),
-        "{headers:?}"
+    let alice = [("x-user-id", "alice")];
+    let reply = get(trading, path, &alice).await;
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let limit = "5, 5;w=60;name=\"backtesting_run\"";
+    assert_eq!(reply.header("x-ratelimit-limit"), Some(limit), "{reply:?}");
+    assert_eq!(
+        reply.header("x-ratelimit-remaining"),
+        Some("0"),
+        "{reply:?}"
     );
-    assert!(
-        headers.iter().any(|h| h == "x-ratelimit-remaining: 0"),
-        "{headers:?}"
-    );
-    let (status, headers, _) = support::http_request(port(10000), path, &user)
-        .await
-        .unwrap();
-    assert_eq!(status, 429, "{headers:?}");
-    assert!(
-        headers.iter().any(|h| h == "x-envoy-ratelimited: true"),
-        "{headers:?}"
+    let reply = get(trading, path, &alice).await;
+    assert_eq!(reply.status, 429, "{reply:?}");
+    assert_eq!(
+        reply.header("x-envoy-ratelimited"),
+        Some("true"),
+        "{reply:?}"
     );
     // Another user is not limited by alice's bucket.
-    let (status, _, _) = support::http_request(port(10000), path, &[("x-user-id", "bob")])
-        .await
-        .unwrap();
-    assert_eq!(status, 200);
+    let reply = get(trading, path, &[("x-user-id", "bob")]).await;
+    assert_eq!(reply.status, 200, "{reply:?}");
 
     // The dashboard listener: auth tier, 10/min per user.
     let mut codes = Vec::new();
     for _ in 0..11 {
-        let (status, _, _) = support::http_request(port(10002), "/auth/login", &user)
-            .await
-            .unwrap();
-        codes.push(status);
+        codes.push(get(dashboard, "/auth/login", &alice).await.status);
     }
     assert_eq!(codes.iter().filter(|&&c| c == 200).count(), 10, "{codes:?}");
     assert_eq!(codes[10], 429, "{codes:?}");
+
+    anonymous_auth_is_limited_per_client_ip(dashboard).await;
     server.stop().await;
+}
+
+/// Without x-user-id, /auth is limited per client IP (header_value_match with
+/// `expect_match: false`, then remote_address): 5/min from 127.0.0.1, a forged
+/// x-forwarded-for does not escape it (the listener uses the TCP peer), another loopback
+/// address (127.0.0.2) has its own budget, and other tiers stay unlimited for anonymous
+/// callers.
+async fn anonymous_auth_is_limited_per_client_ip(dashboard: SocketAddr) {
+    let limit = "5, 5;w=60;name=\"anonymous_auth_per_ip\"";
+    for remaining in ["4", "3", "2", "1", "0"] {
+        let reply = get(dashboard, "/auth/login", &[]).await;
+        assert_eq!(reply.status, 200, "{reply:?}");
+        assert_eq!(reply.header("x-ratelimit-limit"), Some(limit), "{reply:?}");
+        assert_eq!(
+            reply.header("x-ratelimit-remaining"),
+            Some(remaining),
+            "{reply:?}"
+        );
+    }
+    let reply = get(dashboard, "/auth/login", &[]).await;
+    assert_eq!(reply.status, 429, "{reply:?}");
+    assert_eq!(reply.header("x-ratelimit-limit"), Some(limit), "{reply:?}");
+    let forged = [("x-forwarded-for", "203.0.113.7")];
+    let reply = get(dashboard, "/auth/login", &forged).await;
+    assert_eq!(
+        reply.status, 429,
+        "x-forwarded-for must be ignored: {reply:?}"
+    );
+
+    let other_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+    let reply = support::envoy::request_from(Some(other_ip), dashboard, "/auth/login", &[])
+        .await
+        .unwrap_or_else(|e| panic!("GET /auth/login from {other_ip}: {e}"));
+    assert_eq!(reply.status, 200, "from {other_ip}: {reply:?}");
+    assert_eq!(
+        reply.header("x-ratelimit-remaining"),
+        Some("4"),
+        "{reply:?}"
+    );
+
+    let reply = get(dashboard, "/compute/report", &[]).await;
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert_eq!(reply.header("x-ratelimit-limit"), None, "{reply:?}");
 }

@@ -37,7 +37,7 @@ done
 # --- meshlimit ----------------------------------------------------------------
 say "building meshlimit (cargo build --release)"
 cargo build --release --bin meshlimit
-MESHLIMIT=$ROOT/target/release/meshlimit
+MESHLIMIT=${CARGO_TARGET_DIR:-$ROOT/target}/release/meshlimit
 
 # --- Envoy --------------------------------------------------------------------
 if [[ -z "${ENVOY:-}" ]]; then
@@ -117,6 +117,12 @@ curl -sS -o /dev/null -D - --http2-prior-knowledge -X POST -H 'content-type: app
 # dashboard (domain "dashboard", :10002): /auth is 10/min per user
 curl -sS -i -H 'x-user-id: alice' http://127.0.0.1:10002/auth/login
 curl -sS -i -H 'x-user-id: alice' http://127.0.0.1:10002/compute/report
+# /auth without x-user-id: 5/min per client IP (header_value_match + remote_address)
+curl -sS -i http://127.0.0.1:10002/auth/login
+# a forged x-forwarded-for changes nothing: the listener takes the TCP peer's address
+curl -sS -i -H 'x-forwarded-for: 203.0.113.7' http://127.0.0.1:10002/auth/login
+# another loopback source address is another client, with its own budget
+curl -sS -i --interface 127.0.0.2 http://127.0.0.1:10002/auth/login
 # rate-limit stats kept by Envoy
 curl -s http://127.0.0.1:9901/stats | grep ratelimit
 EOF
@@ -134,6 +140,11 @@ if [[ $DEMO == 1 ]]; then
   say "dashboard /auth: 11 calls for user dave (10/min), status codes:"
   for _ in $(seq 11); do
     curl -s -o /dev/null -w '%{http_code} ' -H 'x-user-id: dave' http://127.0.0.1:10002/auth/login
+  done
+  echo
+  say "dashboard /auth: 6 anonymous calls from 127.0.0.3 (5/min per IP), status codes:"
+  for _ in $(seq 6); do
+    curl -s -o /dev/null -w '%{http_code} ' --interface 127.0.0.3 http://127.0.0.1:10002/auth/login
   done
   echo
   exit 0

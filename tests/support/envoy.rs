@@ -1,0 +1,280 @@
+//! A real Envoy process for the integration tests, and a tiny HTTP/1.1 client to talk to
+//! it. The caller writes the config around the ports it is handed (the admin port and
+//! `n` listener ports, free loopback ports never handed out twice by one test binary);
+//! the harness starts `envoy --disable-hot-restart` on it, waits for `GET /ready` =
+//! `LIVE`, and kills the process when dropped, printing its log if the test failed.
+//!
+//! Every wait is bounded: a process that does not become ready within
+//! [`ENVOY_TIMEOUT`], or a request that gets no complete answer within
+//! [`REQUEST_TIMEOUT`], fails the test with what was seen.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::net::{IpAddr, SocketAddr};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Bound on Envoy becoming ready (it takes well under a second).
+pub const ENVOY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bound on one HTTP exchange: far above anything a local request takes, so exceeding
+/// it means a hang rather than a slow machine.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Tries with fresh ports when another process took one between probe and bind.
+const ATTEMPTS: usize = 5;
+
+/// The ports an Envoy config must use.
+#[derive(Debug, Clone)]
+pub struct EnvoyPorts {
+    /// The admin listener (`/ready`, `/stats`).
+    pub admin: u16,
+    /// One per listener the caller asked for, in order.
+    pub listeners: Vec<u16>,
+}
+
+/// A running Envoy; killed (SIGKILL) when dropped.
+pub struct Envoy {
+    ports: EnvoyPorts,
+    child: Child,
+    /// Holds `envoy.yaml` and `envoy.log`; removed on drop.
+    dir: TempDir,
+}
+
+impl Envoy {
+    /// Starts Envoy on the YAML that `config` writes for the ports it is given (`listeners`
+    /// of them besides the admin port) and waits until it is ready. If a port turns out to
+    /// be taken by another process, starts again on fresh ports. Listeners in `config`
+    /// should set `enable_reuse_port: false`: with Envoy's default (on, on Linux) a second
+    /// process could bind the same port silently instead of failing.
+    pub async fn start(listeners: usize, config: impl Fn(&EnvoyPorts) -> String) -> Envoy {
+        let binary = super::envoy_binary();
+        for _ in 0..ATTEMPTS {
+            let ports = EnvoyPorts {
+                admin: reserve_port(),
+                listeners: (0..listeners).map(|_| reserve_port()).collect(),
+            };
+            let dir = tempfile::Builder::new()
+                .prefix("meshlimit-envoy-")
+                .tempdir()
+                .expect("creating a temporary directory for Envoy");
+            let yaml = dir.path().join("envoy.yaml");
+            std::fs::write(&yaml, config(&ports)).expect("writing envoy.yaml");
+            let log = File::create(dir.path().join("envoy.log")).expect("creating envoy.log");
+            let child = Command::new(&binary)
+                .arg("-c")
+                .arg(&yaml)
+                // One worker thread is plenty for a test, and spares the machine.
+                .args(["--disable-hot-restart", "--concurrency", "1"])
+                .args(["--log-level", "warn"])
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().expect("duplicating the log handle"))
+                .stderr(log)
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot run {}: {e}", binary.display()));
+            let mut envoy = Envoy { ports, child, dir };
+            if envoy.wait_ready().await {
+                return envoy;
+            }
+        }
+        panic!("Envoy: a port was taken by another process {ATTEMPTS} times in a row");
+    }
+
+    /// Polls `GET /ready` until `LIVE`: true then; false when Envoy exited because a port
+    /// was in use; panics (with the log) on any other exit or after [`ENVOY_TIMEOUT`].
+    async fn wait_ready(&mut self) -> bool {
+        let deadline = tokio::time::Instant::now() + ENVOY_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("polling Envoy") {
+                let log = self.log();
+                if log.contains("Address already in use") {
+                    return false;
+                }
+                panic!("Envoy exited with {status} while starting; its log:\n{log}");
+            }
+            let ready = request(self.admin(), "/ready", &[]).await;
+            if ready
+                .as_ref()
+                .is_ok_and(|r| r.status == 200 && r.body.trim() == "LIVE")
+            {
+                return true;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "Envoy not ready within {ENVOY_TIMEOUT:?} (last /ready: {ready:?}); its log:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The admin address.
+    pub fn admin(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.ports.admin))
+    }
+
+    /// The address of listener `i` (in the order of [`EnvoyPorts::listeners`]).
+    pub fn listener(&self, i: usize) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.ports.listeners[i]))
+    }
+
+    /// Everything Envoy wrote so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("envoy.log")).unwrap_or_default()
+    }
+
+    /// The value of counter `name` (exact name) on the admin `/stats` page; 0 when Envoy
+    /// has not created it (many counters only appear once used).
+    pub async fn counter(&self, name: &str) -> u64 {
+        let stats = request(self.admin(), "/stats", &[])
+            .await
+            .unwrap_or_else(|e| panic!("GET /stats: {e}"));
+        assert_eq!(stats.status, 200, "GET /stats: {stats:?}");
+        stats
+            .body
+            .lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(": "))
+            .map_or(0, |v| {
+                v.trim().parse().unwrap_or_else(|_| panic!("{name}: {v:?}"))
+            })
+    }
+}
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- log of Envoy (admin {}) ---\n{}",
+                self.admin(),
+                self.log()
+            );
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP response: status, headers (names lower-cased) and body.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Reply {
+    /// The value of the first header called `name` (lower case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// `GET path` with `headers` over a fresh HTTP/1.1 connection to `addr`.
+pub async fn request(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<Reply> {
+    request_from(None, addr, path, headers).await
+}
+
+/// [`request`] from the local address `source` (e.g. 127.0.0.2, another loopback
+/// address, to be a second client IP), or any when `None`. Bounded by
+/// [`REQUEST_TIMEOUT`].
+pub async fn request_from(
+    source: Option<IpAddr>,
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<Reply> {
+    let exchange = async {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        if let Some(ip) = source {
+            socket.bind(SocketAddr::new(ip, 0))?;
+        }
+        let mut stream = socket.connect(addr).await?;
+        let mut text = format!("GET {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\n");
+        for (name, value) in headers {
+            text.push_str(&format!("{name}: {value}\r\n"));
+        }
+        text.push_str("\r\n");
+        stream.write_all(text.as_bytes()).await?;
+        // `connection: close`: the answer ends where the stream does.
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await?;
+        parse(&String::from_utf8_lossy(&raw))
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+        .await
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::other(format!(
+                "GET {path} on {addr}: no answer within {REQUEST_TIMEOUT:?}"
+            )))
+        })
+}
+
+fn parse(raw: &str) -> std::io::Result<Reply> {
+    let bad = || std::io::Error::other(format!("not an HTTP/1.1 response: {raw:?}"));
+    let (head, body) = raw.split_once("\r\n\r\n").ok_or_else(bad)?;
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(bad)?;
+    let headers = lines
+        .map(|line| {
+            let (name, value) = line.split_once(':').ok_or_else(bad)?;
+            Ok((name.trim().to_ascii_lowercase(), value.trim().to_string()))
+        })
+        .collect::<std::io::Result<Vec<(String, String)>>>()?;
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"));
+    let body = if chunked {
+        dechunk(body).ok_or_else(bad)?
+    } else {
+        body.to_string()
+    };
+    Ok(Reply {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// The payload of a chunked body (Envoy's admin pages come this way); None if malformed.
+fn dechunk(mut rest: &str) -> Option<String> {
+    let mut body = String::new();
+    loop {
+        let (size, after) = rest.split_once("\r\n")?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(body);
+        }
+        body.push_str(after.get(..size)?);
+        rest = after.get(size..)?.strip_prefix("\r\n")?;
+    }
+}
+
+/// A free loopback port not handed out before by this test binary, so that two Envoys
+/// of parallel tests never get the same one (other processes are handled by retrying).
+fn reserve_port() -> u16 {
+    static TAKEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    for _ in 0..1000 {
+        let port = super::free_port();
+        if TAKEN
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(port)
+        {
+            return port;
+        }
+    }
+    panic!("found no free loopback port in 1000 tries");
+}
