@@ -78,6 +78,11 @@ struct Stack {
 
 impl Stack {
     async fn start(store: StoreKind) -> Stack {
+        Self::start_with(store, &[]).await
+    }
+
+    /// [`Stack::start`] with more `meshlimit serve` flags.
+    async fn start_with(store: StoreKind, extra: &[&str]) -> Stack {
         let config = tempfile::tempdir().expect("tempdir");
         std::fs::write(config.path().join("e2e.yaml"), LIMITS).expect("writing e2e.yaml");
         let redis = matches!(store, StoreKind::Redis).then(RedisServer::start);
@@ -88,6 +93,7 @@ impl Stack {
             args.extend(["--store", "redis", "--redis-url", url]);
             args.extend(["--redis-timeout-ms", "5000"]);
         }
+        args.extend_from_slice(extra);
         let meshlimit = Meshlimit::start(config.path(), &args).await;
         let health = meshlimit.http;
         support::eventually_async(
@@ -203,6 +209,39 @@ async fn limit_then_429_with_headers(store: StoreKind) {
             keys.lines().count(),
             1,
             "[{store:?}] keys in Redis: {keys:?}"
+        );
+    }
+}
+
+/// `--response-headers`: Envoy passes meshlimit's `RateLimit-*` headers to the client, on
+/// allowed and refused answers alike, next to its own `x-ratelimit-*`.
+async fn response_headers_reach_the_client(store: StoreKind) {
+    let stack = Stack::start_with(
+        store,
+        &["--response-headers", "--reset-header", "x-rl-reset"],
+    )
+    .await;
+    for (status, remaining) in [(200, "2"), (200, "1"), (200, "0"), (429, "0")] {
+        let reply = stack.get(Front::Open, "/plain", &[]).await;
+        assert_eq!(reply.status, status, "[{store:?}] {reply:?}");
+        assert_eq!(
+            reply.header("ratelimit-limit"),
+            Some("3"),
+            "[{store:?}] {reply:?}"
+        );
+        assert_eq!(
+            reply.header("ratelimit-remaining"),
+            Some(remaining),
+            "[{store:?}] {reply:?}"
+        );
+        let reset: u64 = reply
+            .header("x-rl-reset")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("[{store:?}] no x-rl-reset: {reply:?}"));
+        assert!((1..=WINDOW).contains(&reset), "[{store:?}] {reply:?}");
+        assert!(
+            reply.header("x-ratelimit-limit").is_some(),
+            "[{store:?}] {reply:?}"
         );
     }
 }
@@ -558,4 +597,5 @@ on_both_stores!(
     config_edit_is_live,
     shadow_rule_never_denies,
     meshlimit_down_fails_open_or_closed,
+    response_headers_reach_the_client,
 );
