@@ -275,10 +275,24 @@ fn init_logging(serve: &Serve) {
 }
 
 async fn serve_until_signal(serve: Serve) -> Result<(), Box<dyn std::error::Error>> {
-    let config = serve.config.unwrap_or_else(|| {
-        gocompat::runtime_config_path(&|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
-            .into()
-    });
+    let config = match serve.config {
+        Some(path) => path,
+        None => {
+            let path: PathBuf = gocompat::runtime_config_path(&|name| {
+                std::env::var(name).ok().filter(|v| !v.is_empty())
+            })
+            .into();
+            if !path.exists() {
+                return Err(format!(
+                    "no config: {} does not exist; pass --config PATH (or set RUNTIME_ROOT, \
+                     RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY as for envoyproxy/ratelimit)",
+                    path.display()
+                )
+                .into());
+            }
+            path
+        }
+    };
     let settings = Settings {
         algorithm: match serve.algorithm {
             AlgorithmArg::TokenBucket => Algorithm::TokenBucket,
