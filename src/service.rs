@@ -250,11 +250,7 @@ impl Service {
                     ..Status::default()
                 },
                 Resolved::Limited { limit, rule, .. } => {
-                    let report = reports.next().unwrap_or(limiter::Report {
-                        over: false,
-                        remaining: 0,
-                        reset: 0,
-                    });
+                    let report = reports.next().unwrap_or_default();
                     let mode = rule.map_or(Mode::Enforce, |r| r.mode);
                     verdicts.push((mode, report.over));
                     Status {
