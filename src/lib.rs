@@ -9,6 +9,7 @@
 //! - [`service`]: the request semantics (matching, `replaces`, hits, shadow, quota, overall code).
 //! - [`grpc`]: `envoy.service.ratelimit.v3.RateLimitService` and gRPC health over tonic.
 //! - [`http`]: the operator's HTTP endpoints.
+//! - [`metrics`]: Prometheus statistics under the Go server's names, served at `/metrics`.
 //! - [`reload`]: watches the config path and swaps in valid edits.
 //! - [`app`]: wires it all together for the `meshlimit` binary and the tests.
 //! - [`clock`]: the one source of time.
@@ -28,6 +29,7 @@ pub mod grpc;
 pub mod http;
 pub mod limiter;
 pub mod matcher;
+pub mod metrics;
 pub mod reload;
 pub mod rules;
 pub mod service;
