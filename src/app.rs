@@ -90,11 +90,12 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     let service = build_service(&settings)?;
-    let _reloader = crate::reload::spawn(
+    let reloader = crate::reload::spawn(
         settings.config.clone(),
         service.config().clone(),
         settings.reload_debounce,
     )?;
+    service.metrics().follow_reloads(reloader.status().clone());
     let health = Health::new();
     let (reporter, health_service) = tonic_health::server::health_reporter();
     reporter.set_serving::<envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<Rls>>().await;
@@ -103,6 +104,7 @@ pub async fn run(
         .await;
 
     let store = service.store().clone();
+    let metrics = service.metrics().clone();
     let maintenance = {
         let store = store.clone();
         let reporter = reporter.clone();
@@ -149,7 +151,7 @@ pub async fn run(
     let http_health = health.clone();
     let http_stop = stopped(stop_rx.clone());
     let http_server = tokio::spawn(async move {
-        axum::serve(http_listener, http::router(http_health, store))
+        axum::serve(http_listener, http::router(http_health, store, metrics))
             .with_graceful_shutdown(http_stop)
             .await
     });

@@ -5,9 +5,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::routing::get;
 
+use crate::metrics::{self, Metrics};
 use crate::store::Store;
 
 /// Whether the server answers as healthy; cleared while draining.
@@ -34,10 +35,23 @@ impl Health {
 /// `GET /healthcheck`: 200 `OK` when serving, 500 otherwise (the Go server's contract).
 /// While Redis is unreachable the body says so: 500 under `--redis-failure error`, 200
 /// under `allow` or `local`, which still answer.
-pub fn router(health: Health, store: Store) -> Router {
+///
+/// `GET /metrics`: the service's statistics for Prometheus (see [`crate::metrics`]).
+pub fn router(health: Health, store: Store, metrics: Arc<Metrics>) -> Router {
     Router::new()
         .route("/healthcheck", get(healthcheck))
+        .route(
+            "/metrics",
+            get(move || std::future::ready(scrape(&metrics))),
+        )
         .with_state((health, store))
+}
+
+fn scrape(metrics: &Metrics) -> ([(header::HeaderName, &'static str); 1], String) {
+    (
+        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+        metrics.render(),
+    )
 }
 
 async fn healthcheck(State((health, store)): State<(Health, Store)>) -> (StatusCode, String) {
