@@ -119,9 +119,7 @@ pub struct Metrics {
     store: Store,
     /// The near-limit ratio, as `f32` bits (the Go server computes in `float32`).
     near_limit_ratio: AtomicU32,
-    /// `ShouldRateLimit` calls.
-    requests: AtomicU64,
-    /// Their latency.
+    /// Latency of `ShouldRateLimit` calls; its count is the number of calls.
     response_time: Histogram,
     /// Calls refused as invalid (`service_error`).
     invalid_requests: AtomicU64,
@@ -143,7 +141,7 @@ pub struct Metrics {
 impl fmt::Debug for Metrics {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Metrics")
-            .field("requests", &self.requests.load(Relaxed))
+            .field("requests", &self.response_time.count())
             .field("series", &self.series.lock().len())
             .finish_non_exhaustive()
     }
@@ -214,6 +212,10 @@ impl Histogram {
         let bucket = BUCKETS.partition_point(|&bound| bound < nanos);
         self.counts[bucket].fetch_add(1, Relaxed);
         self.sum.fetch_add(nanos, Relaxed);
+    }
+
+    fn count(&self) -> u64 {
+        self.counts.iter().map(|c| c.load(Relaxed)).sum()
     }
 
     fn render(&self, out: &mut String, name: &str, label: (&str, &str)) {
@@ -491,7 +493,6 @@ impl Metrics {
             config,
             store,
             near_limit_ratio: AtomicU32::new(DEFAULT_NEAR_LIMIT_RATIO.to_bits()),
-            requests: AtomicU64::new(0),
             response_time: Histogram::default(),
             invalid_requests: AtomicU64::new(0),
             store_errors: AtomicU64::new(0),
@@ -522,7 +523,6 @@ impl Metrics {
 
     /// One `ShouldRateLimit` call answered after `elapsed`, with `error` if it failed.
     pub(crate) fn answered(&self, elapsed: Duration, error: Option<&RequestError>) {
-        self.requests.fetch_add(1, Relaxed);
         self.response_time.observe(elapsed);
         // Store failures are counted by `time_store`, where they happen.
         if error.is_some_and(|e| !matches!(e, RequestError::Store(_))) {
@@ -613,12 +613,8 @@ impl Metrics {
     fn render_service(&self, out: &mut String) {
         let name = "ratelimit_service_total_requests";
         family(out, name, "counter", "ShouldRateLimit calls.");
-        sample(
-            out,
-            name,
-            [("grpc_method", METHOD)],
-            self.requests.load(Relaxed),
-        );
+        let requests = self.response_time.count();
+        sample(out, name, [("grpc_method", METHOD)], requests);
         let name = "ratelimit_service_response_time_seconds";
         family(out, name, "histogram", "ShouldRateLimit latency.");
         self.response_time
