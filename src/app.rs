@@ -47,6 +47,9 @@ pub struct Settings {
     pub drain_delay: Duration,
     /// Longest wait for in-flight gRPC calls once the server stops accepting.
     pub drain_timeout: Duration,
+    /// Share of a limit from which hits count as `near_limit` (the Go server's
+    /// `NEAR_LIMIT_RATIO`).
+    pub near_limit_ratio: f32,
     /// Where the operator endpoints also serve the Prometheus text, besides `/metrics`
     /// (the Go server's `PROMETHEUS_PATH`).
     pub metrics_path: String,
@@ -67,6 +70,7 @@ impl Settings {
             drain_delay: Duration::ZERO,
             drain_timeout: Duration::from_secs(10),
             metrics_path: "/metrics".into(),
+            near_limit_ratio: crate::metrics::DEFAULT_NEAR_LIMIT_RATIO,
         }
     }
 }
@@ -114,13 +118,17 @@ pub fn build_service(settings: &Settings) -> Result<Service, Error> {
         None => Store::Memory(MemoryStore::new(settings.max_buckets, clock.clone())),
         Some(options) => Store::Redis(RedisStore::new(options.clone(), clock.clone())?),
     };
-    Ok(Service::new(
+    let service = Service::new(
         Arc::new(ArcSwap::from_pointee(config)),
         store,
         clock,
         settings.algorithm,
     )
-    .with_global_shadow(settings.global_shadow))
+    .with_global_shadow(settings.global_shadow);
+    service
+        .metrics()
+        .set_near_limit_ratio(settings.near_limit_ratio);
+    Ok(service)
 }
 
 /// Serves until `shutdown` completes, then drains in-flight calls and returns.
@@ -161,6 +169,7 @@ pub async fn serve(
         service.config().clone(),
         settings.reload_debounce,
     )?;
+    service.metrics().follow_reloads(reloader.status().clone());
     let health = Health::new();
     let (reporter, health_service) = tonic_health::server::health_reporter();
     for name in HEALTH_NAMES {

@@ -21,6 +21,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 
 use crate::json;
+use crate::metrics;
 use crate::reload;
 use crate::rules::Rule;
 use crate::service::{Descriptor, Service};
@@ -71,13 +72,28 @@ const INDEX: &str = "meshlimit operator endpoints:
 
 /// The router for every operator endpoint.
 pub fn router(operator: Operator) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/", get(|| async { INDEX }))
         .route("/healthcheck", get(healthcheck))
         .route("/json", any(json_endpoint))
         .route("/rlconfig", get(rlconfig))
         .route("/explain", get(explain_query).post(explain_json))
-        .with_state(operator)
+        .route("/metrics", get(scrape));
+    let router = if operator.metrics_path != "/metrics" && operator.metrics_path.starts_with('/') {
+        router.route(&operator.metrics_path.clone(), get(scrape))
+    } else {
+        router
+    };
+    router.with_state(operator)
+}
+
+/// `GET /metrics`: the service's statistics for Prometheus (see [`crate::metrics`]).
+async fn scrape(State(op): State<Operator>) -> Response {
+    (
+        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+        op.service.metrics().render(),
+    )
+        .into_response()
 }
 
 /// `GET /healthcheck`: 200 `OK` when serving, 500 otherwise (the Go server's contract).

@@ -10,6 +10,7 @@
 //! - [`grpc`]: `envoy.service.ratelimit.v3.RateLimitService` and gRPC health over tonic.
 //! - [`http`]: the operator's HTTP endpoints; [`json`]: their JSON form of requests.
 //! - [`explain`]: why a request gets its answer (`/explain`, `meshlimit explain`).
+//! - [`metrics`]: Prometheus statistics under the Go server's names, served at `/metrics`.
 //! - [`reload`]: watches the config path and swaps in valid edits.
 //! - [`gocompat`]: envoyproxy/ratelimit's environment variables as `serve` flags.
 //! - [`app`]: wires it all together for the `meshlimit` binary and the tests.
@@ -33,6 +34,7 @@ pub mod http;
 pub mod json;
 pub mod limiter;
 pub mod matcher;
+pub mod metrics;
 pub mod reload;
 pub mod rules;
 pub mod service;

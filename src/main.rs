@@ -152,8 +152,8 @@ struct Serve {
     )]
     reset_header: String,
     /// Share of a limit from which hits count as near_limit in the metrics.
-    #[arg(long, env = "MESHLIMIT_NEAR_LIMIT_RATIO", default_value_t = 0.8)]
-    near_limit_ratio: f64,
+    #[arg(long, env = "MESHLIMIT_NEAR_LIMIT_RATIO", default_value_t = 0.8, value_parser = ratio)]
+    near_limit_ratio: f32,
     /// After SIGTERM: milliseconds during which health checks fail while everything
     /// still serves, before the server stops accepting and drains in-flight calls.
     #[arg(long, env = "MESHLIMIT_DRAIN_DELAY_MS", default_value_t = 1000)]
@@ -257,6 +257,14 @@ fn arguments(
     args
 }
 
+/// A share between 0 and 1.
+fn ratio(text: &str) -> Result<f32, String> {
+    match text.parse::<f32>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(format!("{text:?} is not a number from 0 to 1")),
+    }
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Runtime::new().map_err(|e| format!("cannot start the runtime: {e}"))
 }
@@ -326,6 +334,7 @@ async fn serve_until_signal(serve: Serve) -> Result<(), Box<dyn std::error::Erro
         drain_delay: Duration::from_millis(serve.drain_delay_ms),
         drain_timeout: Duration::from_millis(serve.drain_timeout_ms),
         metrics_path: serve.metrics_path,
+        near_limit_ratio: serve.near_limit_ratio,
         ..Settings::new(config)
     };
     let mut extra_http = Vec::new();

@@ -75,6 +75,21 @@ impl Level {
         self.exact.get(key).map(|node| (node, Matched::ValueLess))
     }
 
+    /// Calls `visit` with every node below this level and the composite keys of the
+    /// levels leading to it, outermost first (for statistics, which name rules by level).
+    pub(crate) fn visit<'a>(
+        &'a self,
+        path: &mut Vec<&'a str>,
+        visit: &mut impl FnMut(&[&'a str], &'a Node),
+    ) {
+        for (composite, node) in &self.exact {
+            path.push(composite);
+            visit(path, node);
+            node.children.visit(path, visit);
+            path.pop();
+        }
+    }
+
     /// Every node with its composite path below `prefix`, depth first, for config dumps.
     pub(crate) fn walk<'a>(&'a self, prefix: &str, out: &mut Vec<(String, &'a Node)>) {
         let mut keys: Vec<&Box<str>> = self.exact.keys().collect();

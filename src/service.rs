@@ -14,6 +14,7 @@ use crate::clock::{Clock, Nanos};
 use crate::config::Config;
 use crate::limiter;
 use crate::matcher::push_part;
+use crate::metrics::Metrics;
 use crate::rules::{Algorithm, Limit, Mode, Rule, Unit};
 use crate::store::{Check, Store, StoreError};
 
@@ -139,6 +140,8 @@ pub struct Service {
     default_algorithm: Algorithm,
     /// Global shadow mode: over-limit requests are answered OK overall.
     global_shadow: bool,
+    /// This service's own statistics (not process-global: several services, several sets).
+    metrics: Arc<Metrics>,
 }
 
 /// What one descriptor resolved to before the store is asked.
@@ -172,12 +175,14 @@ impl Service {
         clock: Arc<dyn Clock>,
         default_algorithm: Algorithm,
     ) -> Self {
+        let metrics = Arc::new(Metrics::new(config.clone(), store.clone()));
         Self {
             config,
             store,
             clock,
             default_algorithm,
             global_shadow: false,
+            metrics,
         }
     }
 
@@ -205,6 +210,11 @@ impl Service {
         self.default_algorithm
     }
 
+    /// The service's statistics, for `GET /metrics`.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
     /// The running config.
     pub fn config(&self) -> &SharedConfig {
         &self.config
@@ -220,6 +230,20 @@ impl Service {
     /// # Errors
     /// Empty domain, no descriptors, an override without a valid unit, or a store failure.
     pub async fn should_rate_limit<D: RequestDescriptor>(
+        &self,
+        domain: &str,
+        descriptors: &[D],
+        hits_addend: u32,
+    ) -> Result<Response, RequestError> {
+        // A duration, not a decision's time: the runtime's monotonic clock.
+        let started = tokio::time::Instant::now();
+        let answer = self.decide(domain, descriptors, hits_addend).await;
+        self.metrics
+            .answered(started.elapsed(), answer.as_ref().err());
+        answer
+    }
+
+    async fn decide<D: RequestDescriptor>(
         &self,
         domain: &str,
         descriptors: &[D],
@@ -268,8 +292,18 @@ impl Service {
         let reports = if checks.is_empty() {
             Default::default()
         } else {
-            self.store.check(&checks, now).await?
+            self.metrics
+                .time_store(self.store.check(&checks, now))
+                .await?
         };
+        self.count_hits(
+            &config,
+            domain,
+            descriptors,
+            &resolved,
+            &reports,
+            default_hits,
+        );
 
         let mut reports = reports.into_iter();
         let mut verdicts = Vec::with_capacity(checks.len());
@@ -282,11 +316,7 @@ impl Service {
                     ..Status::default()
                 },
                 Resolved::Limited { limit, rule, .. } => {
-                    let report = reports.next().unwrap_or(limiter::Report {
-                        over: false,
-                        remaining: 0,
-                        reset: 0,
-                    });
+                    let report = reports.next().unwrap_or_default();
                     let mode = rule.map_or(Mode::Enforce, |r| r.mode);
                     verdicts.push((mode, report.over));
                     Status {
@@ -303,11 +333,42 @@ impl Service {
             })
             .collect::<Vec<Status>>();
         let headline = headline(&statuses, &resolved);
+        let mut over_limit = limiter::request_denied(verdicts);
+        if over_limit && self.global_shadow {
+            over_limit = false;
+            self.metrics.global_shadow();
+        }
         Ok(Response {
-            over_limit: limiter::request_denied(verdicts) && !self.global_shadow,
+            over_limit,
             statuses,
             headline,
         })
+    }
+
+    /// Per-rule statistics of one answered request (see [`crate::metrics`]).
+    fn count_hits<D: RequestDescriptor>(
+        &self,
+        config: &Arc<Config>,
+        domain: &str,
+        descriptors: &[D],
+        resolved: &[Resolved<'_>],
+        reports: &[limiter::Report],
+        default_hits: u64,
+    ) {
+        let rules = self.metrics.rules(config);
+        let mut reports = reports.iter();
+        for (d, r) in descriptors.iter().zip(resolved) {
+            let hits = d.hits_addend().unwrap_or(default_hits);
+            match r {
+                Resolved::NoLimit => {}
+                Resolved::Unlimited(rule) => rules.unlimited(domain, rule, || d.entries(), hits),
+                Resolved::Limited { limit, rule, .. } => {
+                    if let Some(report) = reports.next() {
+                        rules.limited(domain, *rule, || d.entries(), limit, hits, report);
+                    }
+                }
+            }
+        }
     }
 
     /// Resolves one descriptor: the override or the config walk, its bucket key appended

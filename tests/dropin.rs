@@ -105,7 +105,12 @@ async fn check_ports(ml: &Meshlimit, env: &[(String, String)]) {
     assert_eq!(status, 200);
     assert!(text.contains("legacy.user: unit=DAY"), "{text}");
     let prometheus: SocketAddr = var(env, "PROMETHEUS_ADDR").parse().unwrap();
-    assert_eq!(http_get(prometheus, "/healthcheck").await.0, 200);
+    let (status, text) = http_get(prometheus, "/metrics").await;
+    assert_eq!(status, 200);
+    assert!(
+        text.contains("ratelimit_service_rate_limit_total_hits{domain=\"legacy\",key1=\"user\"}"),
+        "{text}"
+    );
     let log = ml.log();
     let warning = log
         .lines()

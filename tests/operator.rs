@@ -413,6 +413,13 @@ async fn global_shadow_mode_answers_ok_but_statuses_tell() {
             .1
             .contains("global shadow mode")
     );
+    let metrics = http_get(ml.http, "/metrics").await.1;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "ratelimit_service_global_shadow_mode 1"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -219,7 +219,7 @@ proptest! {
             let taken = s.consumed().0;
             if let Some(at) = now.checked_add(reset) {
                 let full = step(Some(&taken), &l, 0, at).unconsumed().1;
-                prop_assert_eq!(full, Report { over: false, remaining: l.burst, reset: 0 });
+                prop_assert_eq!(full, Report { over: false, remaining: l.burst, reset: 0, ..Report::default() });
                 prop_assert_eq!(taken.idle_in(now, l.requests_per_unit), reset);
                 prop_assert_eq!(taken.idle_in(at, l.requests_per_unit), 0);
                 if reset > 0 {
@@ -243,7 +243,7 @@ proptest! {
         if let Some(at) = now.checked_add(until_full) {
             let later = step(Some(&s.consumed().0), &l, u64::from(l.burst) + extra, at);
             prop_assert!(later.over());
-            prop_assert_eq!(later.consumed().1, Report { over: true, remaining: l.burst, reset: 0 });
+            prop_assert_eq!(later.consumed().1, Report { over: true, remaining: l.burst, reset: 0, ..Report::default() });
         }
     }
 
@@ -340,6 +340,8 @@ proptest! {
                 over,
                 remaining: if over { 0 } else { (u64::from(rpu) - after) as u32 },
                 reset: (start + w - now_s) * S,
+                count: after,
+                cached: false,
             });
             prop_assert!(s.consumed().1.reset >= S && s.consumed().1.reset <= unit.nanos());
             prop_assert_eq!(s.consumed().0, State::FixedWindow { start, count: after, unit });

@@ -40,7 +40,7 @@ pub enum State {
 }
 
 /// What a descriptor's status says, after the request's fate is known.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Report {
     /// The descriptor is over its limit.
     pub over: bool,
@@ -49,6 +49,11 @@ pub struct Report {
     /// Token bucket: time until full when OK, time until this request could pass when over.
     /// Fixed window: time until the window ends, in whole seconds.
     pub reset: Nanos,
+    /// Fixed window: hits counted in the window with this request's, denied ones included
+    /// (what the near-limit statistics split on); 0 for token buckets.
+    pub count: u64,
+    /// Answered from this replica's over-limit cache, without asking the shared store.
+    pub cached: bool,
 }
 
 /// One descriptor evaluated, both fates of its request still open. Reports are computed
@@ -97,6 +102,7 @@ impl Bucket {
             } else {
                 ceil_div(debt, self.rpu)
             },
+            ..Report::default()
         };
         let state = State::TokenBucket {
             debt,
@@ -228,6 +234,8 @@ fn fixed_window(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> 
         over,
         remaining: if over { 0 } else { (limit_n - after) as u32 },
         reset: (start + window - now_s) * NANOS_PER_SEC,
+        count: after,
+        cached: false,
     };
     let state = State::FixedWindow {
         start,

@@ -46,6 +46,7 @@ fn ok(remaining: u32, reset: Nanos) -> Report {
         over: false,
         remaining,
         reset,
+        ..Report::default()
     }
 }
 
@@ -54,7 +55,13 @@ fn over(remaining: u32, reset: Nanos) -> Report {
         over: true,
         remaining,
         reset,
+        ..Report::default()
     }
+}
+
+/// `report` of a fixed window holding `count` hits.
+fn counted(count: u64, report: Report) -> Report {
+    Report { count, ..report }
 }
 
 fn bucket(debt: u128, at: Nanos, unit: Unit) -> State {
@@ -532,7 +539,10 @@ fn tb_reload_from_and_to_fixed_window() {
     // A token-bucket state under a fixed-window limit: a fresh window.
     let tbst = bucket(10 * S as u128, T0, Unit::Second);
     let s = step(Some(&tbst), &fw(10, Unit::Second), 1, T0);
-    assert_eq!(s.consumed(), (window(T0 / S, 1, Unit::Second), ok(9, S)));
+    assert_eq!(
+        s.consumed(),
+        (window(T0 / S, 1, Unit::Second), counted(1, ok(9, S)))
+    );
 }
 
 #[test]
@@ -634,13 +644,13 @@ fn tb_extreme_values_do_not_panic() {
 fn fw_counts_up_to_the_limit_then_over() {
     let l = fw(3, Unit::Second);
     let mut st = None;
-    assert_eq!(hit(&mut st, &l, 1, T0), ok(2, S));
-    assert_eq!(hit(&mut st, &l, 1, T0 + 100 * MS), ok(1, S));
-    assert_eq!(hit(&mut st, &l, 1, T0 + 999 * MS), ok(0, S));
-    assert_eq!(hit(&mut st, &l, 1, T0 + 999 * MS), over(0, S));
+    assert_eq!(hit(&mut st, &l, 1, T0), counted(1, ok(2, S)));
+    assert_eq!(hit(&mut st, &l, 1, T0 + 100 * MS), counted(2, ok(1, S)));
+    assert_eq!(hit(&mut st, &l, 1, T0 + 999 * MS), counted(3, ok(0, S)));
+    assert_eq!(hit(&mut st, &l, 1, T0 + 999 * MS), counted(4, over(0, S)));
     assert_eq!(st, Some(window(T0 / S, 4, Unit::Second)));
     // Denied hits are still counted.
-    assert_eq!(hit(&mut st, &l, 1, T0 + 999 * MS), over(0, S));
+    assert_eq!(hit(&mut st, &l, 1, T0 + 999 * MS), counted(5, over(0, S)));
     assert_eq!(st, Some(window(T0 / S, 5, Unit::Second)));
 }
 
@@ -661,14 +671,20 @@ fn fw_new_window_starts_from_zero() {
     let l = fw(2, Unit::Second);
     let mut st = None;
     hit(&mut st, &l, 5, T0);
-    assert_eq!(hit(&mut st, &l, 1, T0 + S - 1), over(0, S));
-    assert_eq!(hit(&mut st, &l, 1, T0 + S), ok(1, S));
+    assert_eq!(hit(&mut st, &l, 1, T0 + S - 1), counted(6, over(0, S)));
+    assert_eq!(hit(&mut st, &l, 1, T0 + S), counted(1, ok(1, S)));
     assert_eq!(st, Some(window(T0 / S + 1, 1, Unit::Second)));
     // A state from long ago (or from the future) is another window: count from 0.
     let old = Some(window(T0 / S - 3600, 100, Unit::Second));
-    assert_eq!(step(old.as_ref(), &l, 1, T0).consumed().1, ok(1, S));
+    assert_eq!(
+        step(old.as_ref(), &l, 1, T0).consumed().1,
+        counted(1, ok(1, S))
+    );
     let future = Some(window(T0 / S + 5, 100, Unit::Second));
-    assert_eq!(step(future.as_ref(), &l, 1, T0).consumed().1, ok(1, S));
+    assert_eq!(
+        step(future.as_ref(), &l, 1, T0).consumed().1,
+        counted(1, ok(1, S))
+    );
 }
 
 #[test]
@@ -678,17 +694,17 @@ fn fw_state_of_another_unit_starts_from_zero() {
     let s = step(Some(&st), &fw(10, Unit::Hour), 1, T0);
     assert_eq!(
         s.consumed(),
-        (window(T0 / S, 1, Unit::Hour), ok(9, 3600 * S))
+        (window(T0 / S, 1, Unit::Hour), counted(1, ok(9, 3600 * S)))
     );
     // Same unit, changed limit: the count is kept.
     let st = window(T0 / S, 5, Unit::Hour);
     assert_eq!(
         step(Some(&st), &fw(6, Unit::Hour), 1, T0).consumed().1,
-        ok(0, 3600 * S)
+        counted(6, ok(0, 3600 * S))
     );
     assert_eq!(
         step(Some(&st), &fw(5, Unit::Hour), 1, T0).consumed().1,
-        over(0, 3600 * S)
+        counted(6, over(0, 3600 * S))
     );
 }
 
@@ -815,11 +831,20 @@ fn fw_check_only_hits() {
     let at = |count| Some(window(T0 / S, count, Unit::Second));
     // Below the limit: OK, nothing counted.
     let s = step(at(3).as_ref(), &l, 0, T0);
-    assert_eq!(s.consumed(), (window(T0 / S, 3, Unit::Second), ok(2, S)));
+    assert_eq!(
+        s.consumed(),
+        (window(T0 / S, 3, Unit::Second), counted(3, ok(2, S)))
+    );
     // At the limit: still OK, 0 remaining.
-    assert_eq!(step(at(5).as_ref(), &l, 0, T0).consumed().1, ok(0, S));
+    assert_eq!(
+        step(at(5).as_ref(), &l, 0, T0).consumed().1,
+        counted(5, ok(0, S))
+    );
     // Over the limit: over.
-    assert_eq!(step(at(6).as_ref(), &l, 0, T0).consumed().1, over(0, S));
+    assert_eq!(
+        step(at(6).as_ref(), &l, 0, T0).consumed().1,
+        counted(6, over(0, S))
+    );
     // Fresh: OK with the whole limit left.
     assert_eq!(
         step(None, &l, 0, T0).consumed(),
@@ -849,7 +874,9 @@ fn fw_go_reference_hits_addend_table() {
             Report {
                 over: is_over,
                 remaining,
-                reset: S
+                reset: S,
+                count: before + hits,
+                cached: false,
             },
             "limit {limit} before {before} hits {hits}"
         );
@@ -860,7 +887,10 @@ fn fw_go_reference_hits_addend_table() {
 #[test]
 fn fw_zero_limit_denies_every_hit() {
     let l = fw(0, Unit::Minute);
-    assert_eq!(step(None, &l, 1, T0).consumed().1, over(0, 60 * S));
+    assert_eq!(
+        step(None, &l, 1, T0).consumed().1,
+        counted(1, over(0, 60 * S))
+    );
     // A check-only request against a zero limit is not over (count 0 is not > 0), as in Go.
     assert_eq!(step(None, &l, 0, T0).consumed().1, ok(0, 60 * S));
 }
@@ -881,14 +911,23 @@ fn fw_huge_counts_saturate() {
     let s = step(Some(&st), &l, 5, T0);
     assert_eq!(
         s.consumed(),
-        (window(T0 / S, u64::MAX, Unit::Second), over(0, S))
+        (
+            window(T0 / S, u64::MAX, Unit::Second),
+            counted(u64::MAX, over(0, S))
+        )
     );
-    assert_eq!(step(None, &l, u64::MAX, T0).consumed().1, over(0, S));
+    assert_eq!(
+        step(None, &l, u64::MAX, T0).consumed().1,
+        counted(u64::MAX, over(0, S))
+    );
     assert_eq!(
         step(None, &l, u64::from(u32::MAX), T0).consumed().1,
-        ok(0, S)
+        counted(u64::from(u32::MAX), ok(0, S))
     );
-    assert_eq!(step(None, &l, 1, T0).consumed().1, ok(u32::MAX - 1, S));
+    assert_eq!(
+        step(None, &l, 1, T0).consumed().1,
+        counted(1, ok(u32::MAX - 1, S))
+    );
 }
 
 #[test]
@@ -896,8 +935,8 @@ fn fw_clock_stepping_back_is_another_window() {
     let l = fw(2, Unit::Second);
     let mut st = None;
     hit(&mut st, &l, 5, T0 + 10 * S);
-    assert_eq!(hit(&mut st, &l, 1, T0), ok(1, S));
-    assert_eq!(hit(&mut st, &l, 1, 0), ok(1, S));
+    assert_eq!(hit(&mut st, &l, 1, T0), counted(1, ok(1, S)));
+    assert_eq!(hit(&mut st, &l, 1, 0), counted(1, ok(1, S)));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1052,6 +1091,6 @@ fn idle_in_fixed_window() {
     // Once idle, a step sees a fresh window.
     assert_eq!(
         step(Some(&st), &l, 1, T0 + 60 * S).consumed().1,
-        ok(9, 60 * S)
+        counted(1, ok(9, 60 * S))
     );
 }

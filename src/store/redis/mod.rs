@@ -206,7 +206,10 @@ impl Blocked {
         match self {
             Blocked::Bucket { limit, state, .. } if *limit == check.limit => {
                 let step = limiter::step(Some(state), limit, check.hits, now);
-                step.over().then(|| step.unconsumed().1)
+                step.over().then(|| Report {
+                    cached: true,
+                    ..step.unconsumed().1
+                })
             }
             Blocked::Window {
                 limit,
@@ -222,6 +225,8 @@ impl Blocked {
                     remaining: 0,
                     reset: (until - now).div_ceil(crate::clock::NANOS_PER_SEC)
                         * crate::clock::NANOS_PER_SEC,
+                    count: *count,
+                    cached: true,
                 })
             }
             _ => None,
@@ -731,6 +736,7 @@ impl Inner {
                             u32::try_from(lease.tokens.load(Ordering::Relaxed)).unwrap_or(u32::MAX),
                         ),
                         reset: 0,
+                        ..Report::default()
                     });
                     taken.push(lease);
                 }
@@ -869,6 +875,13 @@ impl Inner {
                 over,
                 remaining: u32::try_from(remaining.max(0)).unwrap_or(u32::MAX),
                 reset: (reset_us.max(0) as u64).saturating_mul(1000),
+                // A window's count after the decision (the script's `a`); see the script.
+                count: if check.limit.algorithm == Algorithm::FixedWindow {
+                    a
+                } else {
+                    0
+                },
+                cached: false,
             };
             let limit = check.limit;
             match limit.algorithm {
@@ -933,7 +946,7 @@ impl Inner {
                     .map(|c| Report {
                         over: false,
                         remaining: c.limit.burst,
-                        reset: 0,
+                        ..Report::default()
                     })
                     .collect())
             }

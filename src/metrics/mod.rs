@@ -1,0 +1,388 @@
+//! Prometheus statistics of one [`crate::service::Service`], served by `GET /metrics`.
+//!
+//! # Names: the Go server's, as its Prometheus mapping gives them
+//! The Go server counts in statsd names (`ratelimit.service.rate_limit.<domain>.<path>.<stat>`
+//! and a few others) and exposes them to Prometheus through statsd_exporter's mapper and its
+//! default mapping. The series here carry the mapped names and labels, so that dashboards and
+//! alerts built for it keep working:
+//! - per rule, counting hits (`hits_addend`), not requests:
+//!   `ratelimit_service_rate_limit_{total_hits,within_limit,near_limit,over_limit,shadow_mode,over_limit_with_local_cache}`
+//!   with labels `domain`, `key1`, `key2` (see below). Go's mapping has no entry for
+//!   `over_limit_with_local_cache` (its series get names of their own there); here it is a
+//!   family like the others. How hits split into within, near and over: see `rules::split`;
+//! - `ratelimit_service_total_requests{grpc_method}` and the histogram
+//!   `ratelimit_service_response_time_seconds{grpc_method}`: every `ShouldRateLimit` call;
+//! - `ratelimit_service_should_rate_limit_error{err_type}`: `service_error` for a request no
+//!   config can answer, `redis_error` when the store could not decide (Go's two names);
+//! - `ratelimit_service_global_shadow_mode`: requests over their limits that global shadow
+//!   mode (`--shadow-mode`) answered OK;
+//! - `ratelimit_service_config_load_success` (the initial load and every reload that swapped
+//!   in a new config) and `ratelimit_service_config_load_error` (rejected reloads).
+//!
+//! meshlimit's own: `meshlimit_config_rules`, `meshlimit_store_latency_seconds{store}`,
+//! `meshlimit_store_errors_total{store}` and, with Redis, `meshlimit_redis_cache_hits_total{cache}`
+//! (`over_limit`, `lease`), `meshlimit_redis_cache_misses_total`, `meshlimit_redis_errors_total`
+//! and `meshlimit_redis_fallbacks_total`, read from the store's own counters at scrape time.
+//!
+//! # Why the text format is written here
+//! The Go server serves the text format 0.0.4 (client_golang's default handler), where a
+//! counter's samples carry its name as is: `ratelimit_service_rate_limit_total_hits`.
+//! `prometheus-client` writes OpenMetrics only, where every counter sample must end in
+//! `_total`: the same counters would arrive as `..._total_hits_total` and those dashboards
+//! would show nothing. `metrics-exporter-prometheus` writes 0.0.4, but keeps every histogram
+//! sample until the next scrape and comes with the `metrics` facade and its global recorder.
+//! What is needed is a few atomics per series and a line format, so both are here, with no
+//! process-global state: each service has its own [`Metrics`]. Prometheus asks for OpenMetrics
+//! first but accepts 0.0.4, which it parses by the `Content-Type` ([`CONTENT_TYPE`]).
+//!
+//! # Labels of a rule
+//! The Go server names a rule by its path: its levels joined by `.`, each `key`, or
+//! `key_value` where the config entry has a value (a wildcard's pattern, as in `tier_gold*`),
+//! sanitised (`:` and `|` become `_`, and so do the dots of IPv4 addresses). Here `domain` is
+//! the domain, `key1` the first level and `key2` the second (absent for a one-level rule),
+//! each sanitised the same way; deeper levels are left out, so rules that differ only below
+//! their second level share series. That is what the Go mapping makes of one- and
+//! three-level paths whose keys and values hold no dots. It splits on every dot, though:
+//! it leaves two-part paths unmapped (each gets a metric name of its own, without labels),
+//! puts the leading parts of longer ones into `domain`, and cuts values such as
+//! `/pkg.Service/Method` apart. Levels give every rule labels, and values whole.
+//!
+//! Cardinality stays bounded by the config: only `detailed_metric: true` rules put request
+//! values into labels (their levels are the request's `key_value`s). Limits sent in
+//! the request (`RateLimitDescriptor.limit`), which the Go server counts under one series per
+//! request value (an unbounded leak), are counted per domain, on the series labelled with
+//! `domain` alone. Unlimited rules count `total_hits` and `within_limit` (the Go server counts
+//! nothing for them); replaced rules and descriptors without a rule count nothing. Every
+//! configured rule has its series, at 0, from the moment its config is loaded; series of
+//! rules a reload removed stay.
+//!
+//! # Cost on the request path
+//! A request reads the table of the running config's rules (one `ArcSwap` load), finds each
+//! rule's series by the rule's address, and adds to a few atomics: no lock, no allocation, no
+//! formatting. The table is rebuilt by the first request (or scrape) after a reload.
+//! Detailed rules look their series up by labels under a lock instead, and a request decided
+//! on a config that a reload has just replaced builds a table of its own.
+
+mod rules;
+mod text;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use arc_swap::{ArcSwap, Guard};
+use parking_lot::Mutex;
+
+use crate::config::Config;
+use crate::reload;
+use crate::service::{RequestError, SharedConfig};
+use crate::store::Store;
+use rules::{
+    Labels, RULE_FAMILIES, RuleStats, RuleTable, Rules, Series, TableRef, build_table, series_of,
+};
+use text::{Histogram, family, sample};
+
+/// The `Content-Type` of [`Metrics::render`]'s text: the Prometheus text format 0.0.4.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The Go server's default `NEAR_LIMIT_RATIO`.
+pub const DEFAULT_NEAR_LIMIT_RATIO: f32 = 0.8;
+
+/// The `grpc_method` label of request metrics (the Go server's value).
+const METHOD: &str = "ShouldRateLimit";
+
+/// The statistics of one service. Shared (`Arc`) by the service and the HTTP endpoint.
+pub struct Metrics {
+    /// The running config: its rules are listed at scrape time.
+    config: SharedConfig,
+    /// The store: its kind labels the store metrics, and Redis' own counters are read from it.
+    store: Store,
+    /// The near-limit ratio, as `f32` bits (the Go server computes in `float32`).
+    near_limit_ratio: AtomicU32,
+    /// Latency of `ShouldRateLimit` calls; its count is the number of calls.
+    response_time: Histogram,
+    /// Calls refused as invalid (`service_error`).
+    invalid_requests: AtomicU64,
+    /// Store calls that could not decide (`redis_error`).
+    store_errors: AtomicU64,
+    /// Requests over their limits answered OK by global shadow mode.
+    global_shadow: AtomicU64,
+    /// Latency of store calls.
+    store_latency: Histogram,
+    /// The reloader's counts, once [`Metrics::follow_reloads`] was called.
+    reloads: Mutex<Option<Arc<reload::Status>>>,
+    /// Every per-rule series. A `parking_lot` mutex: taken to build a rule table, for
+    /// detailed-metric hits and by scrapes, never by the other hits.
+    series: Mutex<Series>,
+    /// The running config's rules and their series; replaced when the config changes.
+    table: ArcSwap<RuleTable>,
+    /// Held while `table` is rebuilt, so that the requests following a reload build it once.
+    rebuilding: Mutex<()>,
+}
+
+impl fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Metrics")
+            .field("requests", &self.response_time.count())
+            .field("series", &self.series.lock().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// Statistics for a service answering from `config` with `store`, counting the config
+    /// it starts with as one successful load.
+    pub fn new(config: SharedConfig, store: Store) -> Self {
+        let series = Mutex::new(Series::default());
+        let table = build_table(&series, config.load_full());
+        Self {
+            config,
+            store,
+            near_limit_ratio: AtomicU32::new(DEFAULT_NEAR_LIMIT_RATIO.to_bits()),
+            response_time: Histogram::default(),
+            invalid_requests: AtomicU64::new(0),
+            store_errors: AtomicU64::new(0),
+            global_shadow: AtomicU64::new(0),
+            store_latency: Histogram::default(),
+            reloads: Mutex::new(None),
+            series,
+            table: ArcSwap::from_pointee(table),
+            rebuilding: Mutex::new(()),
+        }
+    }
+
+    /// The fraction of a limit beyond which allowed hits count as near the limit (the Go
+    /// server's `NEAR_LIMIT_RATIO`, default [`DEFAULT_NEAR_LIMIT_RATIO`]).
+    pub fn near_limit_ratio(&self) -> f32 {
+        f32::from_bits(self.near_limit_ratio.load(Relaxed))
+    }
+
+    /// Sets the near-limit ratio, normally between 0 and 1; applies from the next request.
+    pub fn set_near_limit_ratio(&self, ratio: f32) {
+        self.near_limit_ratio.store(ratio.to_bits(), Relaxed);
+    }
+
+    /// Counts reloads from the reloader's `status` from now on: applied ones as
+    /// `config_load_success`, rejected ones as `config_load_error`.
+    pub fn follow_reloads(&self, status: Arc<reload::Status>) {
+        *self.reloads.lock() = Some(status);
+    }
+
+    /// One `ShouldRateLimit` call answered after `elapsed`, with `error` if it failed.
+    pub(crate) fn answered(&self, elapsed: Duration, error: Option<&RequestError>) {
+        self.response_time.observe(elapsed);
+        // Store failures are counted by `time_store`, where they happen.
+        if error.is_some_and(|e| !matches!(e, RequestError::Store(_))) {
+            self.invalid_requests.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// A request over its limits answered OK by global shadow mode.
+    pub(crate) fn global_shadow(&self) {
+        self.global_shadow.fetch_add(1, Relaxed);
+    }
+
+    /// Runs a store call, timing it and counting its failure.
+    pub(crate) async fn time_store<T, E>(
+        &self,
+        call: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        // A duration, not a decision's time: the runtime's monotonic clock.
+        let started = tokio::time::Instant::now();
+        let result = call.await;
+        self.store_latency.observe(started.elapsed());
+        if result.is_err() {
+            self.store_errors.fetch_add(1, Relaxed);
+        }
+        result
+    }
+
+    /// The rules' series for a request decided on `config`.
+    pub(crate) fn rules(&self, config: &Arc<Config>) -> Rules<'_> {
+        let mut table = self.table.load();
+        if !Arc::ptr_eq(&table.config, config) {
+            drop(table);
+            table = self.refresh();
+        }
+        let table = if Arc::ptr_eq(&table.config, config) {
+            TableRef::Running(table)
+        } else {
+            // Decided just before a reload swapped the config: rare, and built once.
+            TableRef::Replaced(build_table(&self.series, config.clone()))
+        };
+        Rules {
+            metrics: self,
+            table,
+        }
+    }
+
+    /// The table of the running config, rebuilt if the config changed since it was built.
+    fn refresh(&self) -> Guard<Arc<RuleTable>> {
+        let running = self.config.load_full();
+        let table = self.table.load();
+        if Arc::ptr_eq(&table.config, &running) {
+            return table;
+        }
+        drop(table);
+        let _one = self.rebuilding.lock();
+        let table = self.table.load();
+        if Arc::ptr_eq(&table.config, &running) {
+            return table;
+        }
+        drop(table);
+        self.table
+            .store(Arc::new(build_table(&self.series, running)));
+        self.table.load()
+    }
+
+    fn series(&self, labels: Labels) -> Arc<RuleStats> {
+        series_of(&mut self.series.lock(), labels)
+    }
+
+    /// Everything, in the Prometheus text format 0.0.4 ([`CONTENT_TYPE`]).
+    pub fn render(&self) -> String {
+        drop(self.refresh()); // every configured rule has its series
+        let mut series: Vec<(Labels, Arc<RuleStats>)> = self
+            .series
+            .lock()
+            .iter()
+            .map(|(labels, stats)| (labels.clone(), stats.clone()))
+            .collect();
+        series.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+
+        let mut out = String::with_capacity(2048 + 6 * 96 * series.len());
+        for (name, help, counter) in RULE_FAMILIES {
+            family(&mut out, name, "counter", help);
+            for (labels, stats) in &series {
+                sample(&mut out, name, labels.pairs(), counter(stats).load(Relaxed));
+            }
+        }
+        self.render_service(&mut out);
+        self.render_store(&mut out);
+        out
+    }
+
+    fn render_service(&self, out: &mut String) {
+        let name = "ratelimit_service_total_requests";
+        family(out, name, "counter", "ShouldRateLimit calls.");
+        let requests = self.response_time.count();
+        sample(out, name, [("grpc_method", METHOD)], requests);
+        let name = "ratelimit_service_response_time_seconds";
+        family(out, name, "histogram", "ShouldRateLimit latency.");
+        self.response_time
+            .render(out, name, ("grpc_method", METHOD));
+
+        let name = "ratelimit_service_should_rate_limit_error";
+        family(
+            out,
+            name,
+            "counter",
+            "ShouldRateLimit calls answered with an error: an invalid request (service_error) or a store that could not decide (redis_error).",
+        );
+        let invalid = self.invalid_requests.load(Relaxed);
+        sample(out, name, [("err_type", "service_error")], invalid);
+        let store = self.store_errors.load(Relaxed);
+        sample(out, name, [("err_type", "redis_error")], store);
+
+        let name = "ratelimit_service_global_shadow_mode";
+        family(
+            out,
+            name,
+            "counter",
+            "Requests over their limits answered OK because of global shadow mode.",
+        );
+        sample(out, name, [], self.global_shadow.load(Relaxed));
+
+        let (applied, rejected) = self.reloads.lock().as_ref().map_or((0, 0), |s| {
+            (s.applied.load(Relaxed), s.rejected.load(Relaxed))
+        });
+        let name = "ratelimit_service_config_load_success";
+        family(
+            out,
+            name,
+            "counter",
+            "Configs loaded: the initial one and every reload swapped in.",
+        );
+        sample(out, name, [], 1 + applied);
+        let name = "ratelimit_service_config_load_error";
+        family(
+            out,
+            name,
+            "counter",
+            "Reloads rejected for problems in the config files.",
+        );
+        sample(out, name, [], rejected);
+        let name = "meshlimit_config_rules";
+        family(
+            out,
+            name,
+            "gauge",
+            "Rules (limited or unlimited) in the running config.",
+        );
+        sample(out, name, [], self.config.load().rules().len());
+    }
+
+    fn render_store(&self, out: &mut String) {
+        let kind = match self.store {
+            Store::Memory(_) => "memory",
+            Store::Redis(_) => "redis",
+        };
+        let name = "meshlimit_store_latency_seconds";
+        family(
+            out,
+            name,
+            "histogram",
+            "Latency of store decisions (one per request with a limit).",
+        );
+        self.store_latency.render(out, name, ("store", kind));
+        let name = "meshlimit_store_errors_total";
+        family(
+            out,
+            name,
+            "counter",
+            "Store decisions that failed (the request got an error).",
+        );
+        sample(
+            out,
+            name,
+            [("store", kind)],
+            self.store_errors.load(Relaxed),
+        );
+        let Store::Redis(redis) = &self.store else {
+            return;
+        };
+        let stats = redis.stats();
+        let name = "meshlimit_redis_cache_hits_total";
+        family(
+            out,
+            name,
+            "counter",
+            "Requests answered by a local cache without Redis: over_limit snapshots, lease (leased tokens).",
+        );
+        sample(out, name, [("cache", "over_limit")], stats.over_limit_hits);
+        sample(out, name, [("cache", "lease")], stats.lease_hits);
+        let counters = [
+            (
+                "meshlimit_redis_cache_misses_total",
+                "Requests sent to Redis.",
+                stats.misses,
+            ),
+            (
+                "meshlimit_redis_errors_total",
+                "Requests Redis failed to decide (whatever the failure policy then answered).",
+                stats.errors,
+            ),
+            (
+                "meshlimit_redis_fallbacks_total",
+                "Requests answered by the failure policy (allow or local) instead of Redis.",
+                stats.fallbacks,
+            ),
+        ];
+        for (name, help, value) in counters {
+            family(out, name, "counter", help);
+            sample(out, name, [], value);
+        }
+    }
+}

@@ -1,0 +1,554 @@
+//! Per-rule statistics: the series of each rule, their labels, and how hits split into
+//! within, near and over the limit.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+
+use arc_swap::Guard;
+use foldhash::fast::RandomState;
+use parking_lot::Mutex;
+
+use super::Metrics;
+use crate::config::Config;
+use crate::limiter::Report;
+use crate::rules::{Algorithm, Limit, Rule};
+
+/// Every per-rule series, by labels.
+pub(super) type Series = HashMap<Labels, Arc<RuleStats>, RandomState>;
+
+/// Counters of one series of per-rule statistics, on a cache line of their own so that
+/// cores counting different rules do not slow each other down.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub(super) struct RuleStats {
+    total_hits: AtomicU64,
+    within_limit: AtomicU64,
+    near_limit: AtomicU64,
+    over_limit: AtomicU64,
+    shadow_mode: AtomicU64,
+    over_limit_with_local_cache: AtomicU64,
+}
+
+/// The labels of a per-rule series; `key1` is `None` only for limits sent in requests.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) struct Labels {
+    domain: String,
+    key1: Option<String>,
+    key2: Option<String>,
+}
+
+/// The table a request's rules are counted with: the running config's, or one built for
+/// the config a request was decided on when a reload has replaced it since.
+pub(super) enum TableRef {
+    Running(Guard<Arc<RuleTable>>),
+    Replaced(RuleTable),
+}
+
+impl std::ops::Deref for TableRef {
+    type Target = RuleTable;
+
+    fn deref(&self) -> &RuleTable {
+        match self {
+            TableRef::Running(table) => table,
+            TableRef::Replaced(table) => table,
+        }
+    }
+}
+
+/// A config's rules, each with its series, found by the rule's address.
+pub(super) struct RuleTable {
+    /// The config of these rules, held so that no other rule can take one of their
+    /// addresses while the table exists.
+    pub(super) config: Arc<Config>,
+    /// Rule address → its series; `None` for detailed-metric rules (looked up per request).
+    rules: HashMap<usize, Option<Arc<RuleStats>>, RandomState>,
+    /// Domain → the series of limits sent in requests, created on first use.
+    overrides: HashMap<Box<str>, OnceLock<Arc<RuleStats>>, RandomState>,
+}
+
+/// How one descriptor's hits count towards `within_limit`, `near_limit` and `over_limit`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Split {
+    within: u64,
+    near: u64,
+    over: u64,
+}
+
+/// Splits `hits` the way the Go server does (§2.3 of the behaviour reference).
+///
+/// Fixed windows, exactly as Go: with `near = floor(limit × ratio)` and the window's count
+/// before and after the request, an allowed request's hits are all within the limit, and
+/// near it as far as they go past `near` (all of them when the count was already there); a
+/// denied request's hits are over the limit as far as they go past the limit, and those
+/// between `max(near, before)` and the limit count as near the limit.
+///
+/// Token buckets: the same rule applied to the bucket's fill level, the tokens in use
+/// (`burst − remaining`) standing for the window's count and `burst` for the limit. So an
+/// allowed request counts as near the limit by the tokens it took below
+/// `(1 − ratio) × burst` left in the bucket. A denied request takes no token: all its hits
+/// are over the limit. A descriptor that allowed its hits in a request another descriptor
+/// denied counts them as within the limit (its own verdict), its bucket as it was.
+fn split(limit: &Limit, hits: u64, report: &Report, ratio: f32) -> Split {
+    match limit.algorithm {
+        Algorithm::FixedWindow => {
+            let after = report.count;
+            let cap = u64::from(limit.requests_per_unit);
+            go_split(
+                cap,
+                after.saturating_sub(hits),
+                after,
+                hits,
+                report.over,
+                ratio,
+            )
+        }
+        Algorithm::TokenBucket if report.over => Split {
+            over: hits,
+            ..Split::default()
+        },
+        Algorithm::TokenBucket => {
+            let cap = u64::from(limit.burst);
+            let after = cap.saturating_sub(u64::from(report.remaining));
+            go_split(cap, after.saturating_sub(hits), after, hits, false, ratio)
+        }
+    }
+}
+
+/// Go's arithmetic over a count that went from `before` to `after` against `cap`.
+fn go_split(cap: u64, before: u64, after: u64, hits: u64, over: bool, ratio: f32) -> Split {
+    let near_at = near_threshold(cap, ratio);
+    if !over {
+        let near = if after <= near_at {
+            0
+        } else if before >= near_at {
+            hits
+        } else {
+            after - near_at
+        };
+        Split {
+            within: hits,
+            near,
+            over: 0,
+        }
+    } else if before >= cap {
+        Split {
+            over: hits,
+            ..Split::default()
+        }
+    } else {
+        Split {
+            within: 0,
+            near: cap.saturating_sub(near_at.max(before)),
+            over: after - cap,
+        }
+    }
+}
+
+/// `floor(cap × ratio)`, multiplied in `f32` as the Go server does.
+fn near_threshold(cap: u64, ratio: f32) -> u64 {
+    (cap as f32 * ratio).floor() as u64
+}
+
+impl RuleStats {
+    fn add(counter: &AtomicU64, n: u64) {
+        if n > 0 {
+            counter.fetch_add(n, Relaxed);
+        }
+    }
+
+    fn count(&self, limit: &Limit, hits: u64, report: &Report, shadow: bool, ratio: f32) {
+        Self::add(&self.total_hits, hits);
+        let split = if report.cached {
+            Self::add(&self.over_limit_with_local_cache, hits);
+            Split {
+                over: hits,
+                ..Split::default()
+            }
+        } else {
+            split(limit, hits, report, ratio)
+        };
+        Self::add(&self.within_limit, split.within);
+        Self::add(&self.near_limit, split.near);
+        Self::add(&self.over_limit, split.over);
+        if shadow {
+            Self::add(&self.shadow_mode, split.over);
+        }
+    }
+}
+
+impl Labels {
+    /// The labels of a rule in `domain` whose levels (composite keys) are `levels`.
+    fn of_levels(domain: &str, levels: &[&str]) -> Labels {
+        Labels {
+            domain: sanitize(domain),
+            key1: levels.first().map(|l| sanitize(l)),
+            key2: levels.get(1).map(|l| sanitize(l)),
+        }
+    }
+
+    /// A detailed-metric rule's labels: the request's `key_value` at each level (`key`
+    /// where the value is empty).
+    fn of_request<'e>(
+        domain: &str,
+        mut entries: impl Iterator<Item = (&'e str, &'e str)>,
+    ) -> Labels {
+        let mut level = || {
+            entries.next().map(|(key, value)| {
+                if value.is_empty() {
+                    sanitize(key)
+                } else {
+                    sanitize(&format!("{key}_{value}"))
+                }
+            })
+        };
+        Labels {
+            domain: sanitize(domain),
+            key1: level(),
+            key2: level(),
+        }
+    }
+
+    /// The series of limits sent in requests to `domain`.
+    fn of_domain(domain: &str) -> Labels {
+        Labels {
+            domain: sanitize(domain),
+            key1: None,
+            key2: None,
+        }
+    }
+
+    pub(super) fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
+        [
+            Some(("domain", self.domain.as_str())),
+            self.key1.as_deref().map(|k| ("key1", k)),
+            self.key2.as_deref().map(|k| ("key2", k)),
+        ]
+        .into_iter()
+        .flatten()
+    }
+}
+
+/// The Go server's stat-name sanitising: `:` and `|` become `_`, and so do the dots of
+/// anything shaped like an IPv4 address (`\d{1,3}(\.\d{1,3}){3}`, leftmost first).
+fn sanitize(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut ip_dots = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        match ipv4_end(bytes, at) {
+            Some(end) => {
+                ip_dots.extend((at..end).filter(|&i| bytes[i] == b'.'));
+                at = end;
+            }
+            None => at += 1,
+        }
+    }
+    text.char_indices()
+        .map(|(i, c)| match c {
+            ':' | '|' => '_',
+            '.' if ip_dots.contains(&i) => '_',
+            c => c,
+        })
+        .collect()
+}
+
+/// The end of an IPv4-shaped run starting at `start`: four groups of one to three ASCII
+/// digits joined by dots (the last group as long as it goes, up to three).
+fn ipv4_end(bytes: &[u8], start: usize) -> Option<usize> {
+    let mut at = start;
+    for group in 0..4 {
+        let digits = bytes[at..]
+            .iter()
+            .take(3)
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        if digits == 0 {
+            return None;
+        }
+        at += digits;
+        if group < 3 {
+            if bytes.get(at) != Some(&b'.') {
+                return None;
+            }
+            at += 1;
+        }
+    }
+    Some(at)
+}
+
+fn rule_id(rule: &Rule) -> usize {
+    std::ptr::from_ref(rule) as usize
+}
+
+pub(super) fn series_of(series: &mut Series, labels: Labels) -> Arc<RuleStats> {
+    series.entry(labels).or_default().clone()
+}
+
+/// The table of `config`'s rules, creating their series.
+pub(super) fn build_table(series: &Mutex<Series>, config: Arc<Config>) -> RuleTable {
+    let mut rules = HashMap::default();
+    let mut overrides = HashMap::default();
+    {
+        let mut series = series.lock();
+        for domain in config.domains() {
+            let Some(tree) = config.domain(domain) else {
+                continue;
+            };
+            tree.root.visit(&mut Vec::new(), &mut |levels, node| {
+                if let Some(rule) = &node.rule {
+                    let stats = (!rule.detailed_metric)
+                        .then(|| series_of(&mut series, Labels::of_levels(domain, levels)));
+                    rules.insert(rule_id(rule), stats);
+                }
+            });
+            overrides.insert(domain.into(), OnceLock::new());
+        }
+    }
+    RuleTable {
+        config,
+        rules,
+        overrides,
+    }
+}
+
+/// The per-rule families: name, help, and the counter each reads.
+pub(super) type RuleFamily = (&'static str, &'static str, fn(&RuleStats) -> &AtomicU64);
+
+pub(super) const RULE_FAMILIES: [RuleFamily; 6] = [
+    (
+        "ratelimit_service_rate_limit_total_hits",
+        "Hits (hits_addend) on each rule.",
+        |s| &s.total_hits,
+    ),
+    (
+        "ratelimit_service_rate_limit_within_limit",
+        "Hits on each rule that were within its limit.",
+        |s| &s.within_limit,
+    ),
+    (
+        "ratelimit_service_rate_limit_near_limit",
+        "Hits on each rule beyond the near-limit ratio of its limit.",
+        |s| &s.near_limit,
+    ),
+    (
+        "ratelimit_service_rate_limit_over_limit",
+        "Hits on each rule that were over its limit (shadow rules included).",
+        |s| &s.over_limit,
+    ),
+    (
+        "ratelimit_service_rate_limit_shadow_mode",
+        "Over-limit hits on each shadow-mode rule, answered OK.",
+        |s| &s.shadow_mode,
+    ),
+    (
+        "ratelimit_service_rate_limit_over_limit_with_local_cache",
+        "Over-limit hits on each rule answered from the local over-limit cache, without Redis.",
+        |s| &s.over_limit_with_local_cache,
+    ),
+];
+
+/// The per-rule series of one request, resolved on the table of its config.
+pub(crate) struct Rules<'m> {
+    pub(super) metrics: &'m Metrics,
+    pub(super) table: TableRef,
+}
+
+impl Rules<'_> {
+    /// Hits on a limited descriptor: `rule` from the config, or `None` for a limit sent in
+    /// the request; `entries` are the request's, needed only by detailed-metric rules.
+    pub(crate) fn limited<'e, I>(
+        &self,
+        domain: &str,
+        rule: Option<&Rule>,
+        entries: impl FnOnce() -> I,
+        limit: &Limit,
+        hits: u64,
+        report: &Report,
+    ) where
+        I: Iterator<Item = (&'e str, &'e str)>,
+    {
+        let shadow = rule.is_some_and(|r| r.mode.is_shadow());
+        let ratio = self.metrics.near_limit_ratio();
+        self.with_stats(domain, rule, entries, |stats| {
+            stats.count(limit, hits, report, shadow, ratio);
+        });
+    }
+
+    /// Hits on an unlimited rule: all within its (absent) limit.
+    pub(crate) fn unlimited<'e, I>(
+        &self,
+        domain: &str,
+        rule: &Rule,
+        entries: impl FnOnce() -> I,
+        hits: u64,
+    ) where
+        I: Iterator<Item = (&'e str, &'e str)>,
+    {
+        self.with_stats(domain, Some(rule), entries, |stats| {
+            RuleStats::add(&stats.total_hits, hits);
+            RuleStats::add(&stats.within_limit, hits);
+        });
+    }
+
+    fn with_stats<'e, I>(
+        &self,
+        domain: &str,
+        rule: Option<&Rule>,
+        entries: impl FnOnce() -> I,
+        count: impl FnOnce(&RuleStats),
+    ) where
+        I: Iterator<Item = (&'e str, &'e str)>,
+    {
+        let metrics = self.metrics;
+        match rule {
+            None => match self.table.overrides.get(domain) {
+                Some(slot) => count(slot.get_or_init(|| metrics.series(Labels::of_domain(domain)))),
+                None => count(&metrics.series(Labels::of_domain(domain))),
+            },
+            Some(rule) => match self.table.rules.get(&rule_id(rule)) {
+                Some(Some(stats)) => count(stats),
+                Some(None) => count(&metrics.series(Labels::of_request(domain, entries()))),
+                // Not a rule of this config: the service passes its config's rules only.
+                None => {}
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::Unit;
+
+    fn fw(requests_per_unit: u32) -> Limit {
+        Limit {
+            requests_per_unit,
+            unit: Unit::Minute,
+            burst: requests_per_unit,
+            algorithm: Algorithm::FixedWindow,
+        }
+    }
+
+    fn tb(burst: u32) -> Limit {
+        Limit {
+            requests_per_unit: burst,
+            unit: Unit::Minute,
+            burst,
+            algorithm: Algorithm::TokenBucket,
+        }
+    }
+
+    fn window(count: u64, over: bool) -> Report {
+        Report {
+            over,
+            count,
+            ..Report::default()
+        }
+    }
+
+    fn bucket(remaining: u32, over: bool) -> Report {
+        Report {
+            over,
+            remaining,
+            ..Report::default()
+        }
+    }
+
+    fn s(within: u64, near: u64, over: u64) -> Split {
+        Split { within, near, over }
+    }
+
+    #[test]
+    fn fixed_windows_split_like_the_go_server() {
+        // Limit 20, near from 16: (count before, hits) → (within, near, over).
+        let cases = [
+            ((0, 10), s(10, 0, 0)),
+            ((10, 6), s(6, 0, 0)),  // up to the threshold: not beyond it
+            ((10, 8), s(8, 2, 0)),  // crosses the threshold
+            ((16, 0), s(0, 0, 0)),  // a check
+            ((17, 1), s(1, 1, 0)),  // already beyond it: every hit
+            ((16, 4), s(4, 4, 0)),  // to the limit exactly: still allowed
+            ((19, 4), s(0, 1, 3)),  // crosses the limit from beyond the threshold
+            ((10, 15), s(0, 4, 5)), // crosses both
+            ((20, 2), s(0, 0, 2)),  // already at the limit
+            ((23, 1), s(0, 0, 1)),
+        ];
+        for ((before, hits), expected) in cases {
+            let after = before + hits;
+            let report = window(after, after > 20);
+            assert_eq!(
+                split(&fw(20), hits, &report, 0.8),
+                expected,
+                "before {before} hits {hits}"
+            );
+        }
+        // A zero limit: every hit over.
+        assert_eq!(split(&fw(0), 3, &window(3, true), 0.8), s(0, 0, 3));
+    }
+
+    #[test]
+    fn token_buckets_split_on_their_fill_level() {
+        // Burst 10, near once fewer than 2 tokens are left.
+        let cases = [
+            ((5, 1), s(1, 0, 0)),
+            ((2, 1), s(1, 0, 0)),  // 8 in use: at the threshold, not beyond
+            ((1, 1), s(1, 1, 0)),  // 9 in use, 8 before: beyond it
+            ((0, 3), s(3, 2, 0)),  // 7 → 10 in use
+            ((10, 0), s(0, 0, 0)), // a check on a full bucket
+        ];
+        for ((remaining, hits), expected) in cases {
+            assert_eq!(
+                split(&tb(10), hits, &bucket(remaining, false), 0.8),
+                expected,
+                "remaining {remaining} hits {hits}"
+            );
+        }
+        // Denied: nothing taken, every hit over.
+        assert_eq!(split(&tb(10), 4, &bucket(3, true), 0.8), s(0, 0, 4));
+    }
+
+    #[test]
+    fn the_threshold_is_computed_in_f32_as_in_go() {
+        assert_eq!(near_threshold(10, 0.8), 8);
+        assert_eq!(near_threshold(3, 0.8), 2);
+        assert_eq!(near_threshold(0, 0.8), 0);
+        assert_eq!(near_threshold(20, 0.5), 10);
+        assert_eq!(near_threshold(u64::from(u32::MAX), 1.0), 4_294_967_296);
+    }
+
+    #[test]
+    fn stat_names_are_sanitised_like_the_go_server() {
+        let cases = [
+            ("remote_address_10.0.0.1", "remote_address_10_0_0_1"),
+            ("a:b|c", "a_b_c"),
+            ("1234.5.6.7", "1234_5_6_7"),
+            ("1.2.3.4567", "1_2_3_4567"),
+            ("1.2.3", "1.2.3"),
+            ("v1.2.3.x", "v1.2.3.x"),
+            ("ip_1.2.3.4.5.6.7.8", "ip_1_2_3_4.5_6_7_8"),
+            ("ünï.1.2.3.4", "ünï.1_2_3_4"),
+            ("path_/a.b", "path_/a.b"),
+        ];
+        for (raw, clean) in cases {
+            assert_eq!(sanitize(raw), clean, "{raw}");
+        }
+    }
+
+    fn triple(l: &Labels) -> (&str, Option<&str>, Option<&str>) {
+        (l.domain.as_str(), l.key1.as_deref(), l.key2.as_deref())
+    }
+
+    #[test]
+    fn labels_are_the_first_two_levels() {
+        let l = Labels::of_levels("d", &["k1_v"]);
+        assert_eq!(triple(&l), ("d", Some("k1_v"), None));
+        let l = Labels::of_levels("d", &["a", "b_x"]);
+        assert_eq!(triple(&l), ("d", Some("a"), Some("b_x")));
+        let l = Labels::of_levels("d.e", &["a", "m_/p.S/M", "c", "e"]);
+        assert_eq!(triple(&l), ("d.e", Some("a"), Some("m_/p.S/M")));
+        let entries = [("ip", "10.1.2.3"), ("path", ""), ("x", "y")];
+        let l = Labels::of_request("d:x", entries.into_iter());
+        assert_eq!(triple(&l), ("d_x", Some("ip_10_1_2_3"), Some("path")));
+    }
+}

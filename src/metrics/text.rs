@@ -1,0 +1,136 @@
+//! The Prometheus text format 0.0.4: families, samples, fixed-bucket histograms.
+
+use std::fmt::{Display, Write as _};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+/// Upper bounds of the latency buckets, in nanoseconds: 10 µs to 1 s.
+const BUCKETS: [u64; 16] = [
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+];
+
+/// A latency histogram with fixed [`BUCKETS`]: one bucket and the sum move per observation.
+#[derive(Debug, Default)]
+pub(super) struct Histogram {
+    /// Observations per bucket (not cumulative); the last is above every bound.
+    counts: [AtomicU64; BUCKETS.len() + 1],
+    /// Sum of observations, in nanoseconds.
+    sum: AtomicU64,
+}
+
+impl Histogram {
+    pub(super) fn observe(&self, elapsed: Duration) {
+        let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        let bucket = BUCKETS.partition_point(|&bound| bound < nanos);
+        self.counts[bucket].fetch_add(1, Relaxed);
+        self.sum.fetch_add(nanos, Relaxed);
+    }
+
+    pub(super) fn count(&self) -> u64 {
+        self.counts.iter().map(|c| c.load(Relaxed)).sum()
+    }
+
+    pub(super) fn render(&self, out: &mut String, name: &str, label: (&str, &str)) {
+        let bucket = format!("{name}_bucket");
+        let mut seen = 0;
+        for (count, bound) in self.counts.iter().zip(BUCKETS) {
+            seen += count.load(Relaxed);
+            let le = seconds(bound).to_string();
+            sample(out, &bucket, [label, ("le", le.as_str())], seen);
+        }
+        seen += self.counts[BUCKETS.len()].load(Relaxed);
+        sample(out, &bucket, [label, ("le", "+Inf")], seen);
+        let sum = seconds(self.sum.load(Relaxed));
+        sample(out, &format!("{name}_sum"), [label], sum);
+        sample(out, &format!("{name}_count"), [label], seen);
+    }
+}
+
+fn seconds(nanos: u64) -> f64 {
+    nanos as f64 / 1e9
+}
+
+/// `# HELP` and `# TYPE` of a family.
+pub(super) fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// One sample line: `name{label="value",...} value`.
+pub(super) fn sample<'a>(
+    out: &mut String,
+    name: &str,
+    labels: impl IntoIterator<Item = (&'a str, &'a str)>,
+    value: impl Display,
+) {
+    out.push_str(name);
+    let mut first = true;
+    for (key, text) in labels {
+        out.push(if first { '{' } else { ',' });
+        first = false;
+        out.push_str(key);
+        out.push_str("=\"");
+        for c in text.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '"' => out.push_str("\\\""),
+                '\n' => out.push_str("\\n"),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+    if !first {
+        out.push('}');
+    }
+    let _ = writeln!(out, " {value}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_escape_label_values() {
+        let mut out = String::new();
+        sample(&mut out, "m", [("a", "x\"y\\z\nw")], 3);
+        sample(&mut out, "n", [], 1.5);
+        assert_eq!(out, "m{a=\"x\\\"y\\\\z\\nw\"} 3\nn 1.5\n");
+    }
+
+    #[test]
+    fn histograms_are_cumulative_and_count_every_observation() {
+        let h = Histogram::default();
+        for micros in [5, 10, 11, 2_000_000] {
+            h.observe(Duration::from_micros(micros));
+        }
+        let mut out = String::new();
+        h.render(&mut out, "t", ("x", "y"));
+        assert!(
+            out.contains("t_bucket{x=\"y\",le=\"0.00001\"} 2\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("t_bucket{x=\"y\",le=\"0.000025\"} 3\n"),
+            "{out}"
+        );
+        assert!(out.contains("t_bucket{x=\"y\",le=\"1\"} 3\n"), "{out}");
+        assert!(out.contains("t_bucket{x=\"y\",le=\"+Inf\"} 4\n"), "{out}");
+        assert!(out.contains("t_sum{x=\"y\"} 2.000026\n"), "{out}");
+        assert!(out.contains("t_count{x=\"y\"} 4\n"), "{out}");
+    }
+}

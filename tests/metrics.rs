@@ -1,0 +1,527 @@
+//! `/metrics`: the exposition parsed back into samples, after known sequences of requests.
+//! Fixed-window rules and a manual clock make every number exact.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use meshlimit::clock::Clock;
+use meshlimit::config::Config;
+use meshlimit::rules::{Algorithm, Unit};
+use meshlimit::service::{Descriptor, Override, Response, Service};
+use meshlimit::store::redis::{RedisOptions, TimeSource};
+use support::redis::RedisServer;
+
+/// One sample: metric name, labels, value.
+type Sample = (String, BTreeMap<String, String>, f64);
+
+/// The samples of a text-format exposition; comments skipped.
+fn parse(text: &str) -> Vec<Sample> {
+    text.lines()
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(|line| parse_line(line).unwrap_or_else(|| panic!("bad sample line {line:?}")))
+        .collect()
+}
+
+/// `name{key="value",...} value`, label values with `\\`, `\"` and `\n` escapes.
+fn parse_line(line: &str) -> Option<Sample> {
+    let name_end = line.find(['{', ' '])?;
+    let name = line[..name_end].to_string();
+    let mut labels = BTreeMap::new();
+    let mut rest = &line[name_end..];
+    if let Some(mut inner) = rest.strip_prefix('{') {
+        loop {
+            if let Some(after) = inner.strip_prefix('}') {
+                rest = after;
+                break;
+            }
+            let (key, after) = inner.split_once("=\"")?;
+            let mut value = String::new();
+            let mut chars = after.char_indices();
+            let end = loop {
+                match chars.next()? {
+                    (_, '\\') => match chars.next()?.1 {
+                        'n' => value.push('\n'),
+                        c => value.push(c),
+                    },
+                    (i, '"') => break i,
+                    (_, c) => value.push(c),
+                }
+            };
+            labels.insert(key.to_string(), value);
+            inner = &after[end + 1..];
+            inner = inner.strip_prefix(',').unwrap_or(inner);
+        }
+    }
+    let value = rest.strip_prefix(' ')?.parse().ok()?;
+    Some((name, labels, value))
+}
+
+/// The value of the sample `name` with exactly `labels`.
+fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let wanted: BTreeMap<String, String> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    samples
+        .iter()
+        .find(|(n, l, _)| n == name && *l == wanted)
+        .map(|s| s.2)
+}
+
+/// The label sets of every sample named `name`.
+fn series(samples: &[Sample], name: &str) -> Vec<BTreeMap<String, String>> {
+    samples
+        .iter()
+        .filter(|(n, ..)| n == name)
+        .map(|(_, l, _)| l.clone())
+        .collect()
+}
+
+const RULE: &str = "ratelimit_service_rate_limit_";
+
+/// The six per-rule counters of one series: total, within, near, over, shadow, cached.
+fn rule_counts(samples: &[Sample], labels: &[(&str, &str)]) -> [f64; 6] {
+    [
+        "total_hits",
+        "within_limit",
+        "near_limit",
+        "over_limit",
+        "shadow_mode",
+        "over_limit_with_local_cache",
+    ]
+    .map(|stat| {
+        value(samples, &format!("{RULE}{stat}"), labels)
+            .unwrap_or_else(|| panic!("no {stat} series for {labels:?}"))
+    })
+}
+
+fn scrape(service: &Service) -> Vec<Sample> {
+    parse(&service.metrics().render())
+}
+
+async fn hit(service: &Service, domain: &str, entries: &[(&str, &str)], hits: u32) -> Response {
+    service
+        .should_rate_limit(domain, &[Descriptor::new(entries)], hits)
+        .await
+        .expect("a valid request")
+}
+
+const SHOP: &str = "
+domain: shop
+descriptors:
+  - key: api
+    rate_limit: {unit: minute, requests_per_unit: 20, algorithm: fixed_window}
+  - key: trial
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: fixed_window}
+";
+
+#[tokio::test]
+async fn fixed_window_hits_split_as_the_go_server_splits_them() {
+    let (service, clock) = support::service(&[("shop.yaml", SHOP)], Algorithm::TokenBucket);
+    // Limit 20, near from 16. (hits, denied): 0→10, 10→18 (2 near), 18→19 (1 near),
+    // 19→23 crosses the limit (1 near, 3 over), 23→25 (2 over).
+    for (hits, denied) in [(10, false), (8, false), (1, false), (4, true), (2, true)] {
+        let answer = hit(&service, "shop", &[("api", "x")], hits).await;
+        assert_eq!(answer.over_limit, denied, "{hits} hits");
+    }
+    let samples = scrape(&service);
+    let api = [("domain", "shop"), ("key1", "api")];
+    assert_eq!(
+        rule_counts(&samples, &api),
+        [25.0, 19.0, 4.0, 5.0, 0.0, 0.0]
+    );
+
+    // A smaller ratio moves the threshold to 10: the next window's 12 hits, 2 near.
+    service.metrics().set_near_limit_ratio(0.5);
+    clock.advance(Duration::from_secs(60));
+    hit(&service, "shop", &[("api", "x")], 12).await;
+    let samples = scrape(&service);
+    assert_eq!(
+        rule_counts(&samples, &api),
+        [37.0, 31.0, 6.0, 5.0, 0.0, 0.0]
+    );
+}
+
+#[tokio::test]
+async fn shadow_rules_count_over_limit_hits_while_answering_ok() {
+    let (service, _clock) = support::service(&[("shop.yaml", SHOP)], Algorithm::TokenBucket);
+    for _ in 0..3 {
+        let answer = hit(&service, "shop", &[("trial", "t")], 1).await;
+        assert!(!answer.over_limit);
+        assert!(!answer.statuses[0].over_limit);
+    }
+    let samples = scrape(&service);
+    // Limit 2, near from 1: the second hit is near, the third over, in shadow.
+    let trial = [("domain", "shop"), ("key1", "trial")];
+    assert_eq!(
+        rule_counts(&samples, &trial),
+        [3.0, 2.0, 1.0, 1.0, 1.0, 0.0]
+    );
+    // The other rule's series exists from the start, at 0.
+    let api = [("domain", "shop"), ("key1", "api")];
+    assert_eq!(rule_counts(&samples, &api), [0.0; 6]);
+}
+
+const DEEP: &str = "
+domain: deep
+descriptors:
+  - key: one
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: two
+    value: x
+    descriptors:
+      - key: sub
+        rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: a
+    descriptors:
+      - key: b
+        value: y
+        descriptors:
+          - key: c
+            rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: svc
+    descriptors:
+      - key: method
+        value: /shop.Cart/Add
+        rate_limit: {unit: minute, requests_per_unit: 100}
+";
+
+#[tokio::test]
+async fn labels_follow_the_go_mapping_at_every_depth() {
+    let (service, _clock) = support::service(&[("deep.yaml", DEEP)], Algorithm::TokenBucket);
+    hit(&service, "deep", &[("one", "1")], 1).await;
+    hit(&service, "deep", &[("two", "x"), ("sub", "s")], 2).await;
+    hit(&service, "deep", &[("a", "q"), ("b", "y"), ("c", "z")], 3).await;
+    hit(
+        &service,
+        "deep",
+        &[("svc", "s"), ("method", "/shop.Cart/Add")],
+        4,
+    )
+    .await;
+    let samples = scrape(&service);
+    let total = format!("{RULE}total_hits");
+    let expected = [
+        (vec![("domain", "deep"), ("key1", "one")], 1.0),
+        (
+            vec![("domain", "deep"), ("key1", "two_x"), ("key2", "sub")],
+            2.0,
+        ),
+        (
+            vec![("domain", "deep"), ("key1", "a"), ("key2", "b_y")],
+            3.0,
+        ),
+        // A value with dots stays whole.
+        (
+            vec![
+                ("domain", "deep"),
+                ("key1", "svc"),
+                ("key2", "method_/shop.Cart/Add"),
+            ],
+            4.0,
+        ),
+    ];
+    for (labels, hits) in &expected {
+        assert_eq!(value(&samples, &total, labels), Some(*hits), "{labels:?}");
+    }
+    assert_eq!(series(&samples, &total).len(), expected.len());
+}
+
+const USERS: &str = "
+domain: users
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: client
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: tier
+    value: gold*
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: free
+    rate_limit: {unlimited: true}
+";
+
+#[tokio::test]
+async fn only_detailed_rules_put_request_values_in_labels() {
+    let (service, _clock) = support::service(&[("users.yaml", USERS)], Algorithm::TokenBucket);
+    for user in ["alice", "bob", "alice"] {
+        hit(&service, "users", &[("user", user)], 1).await;
+    }
+    hit(&service, "users", &[("client", "10.1.2.3:8080")], 1).await;
+    for tier in ["gold1", "gold2"] {
+        hit(&service, "users", &[("tier", tier)], 1).await;
+    }
+    for ip in ["10.0.0.1", "10.0.0.2", "10.0.0.3"] {
+        hit(&service, "users", &[("remote_address", ip)], 1).await;
+    }
+    let samples = scrape(&service);
+    let total = format!("{RULE}total_hits");
+    let mut key1s: Vec<String> = series(&samples, &total)
+        .into_iter()
+        .map(|l| l["key1"].clone())
+        .collect();
+    key1s.sort();
+    // Detailed: the request's values, sanitised as the Go server does. Not detailed: the
+    // config's path, the wildcard's pattern, whatever values the requests carried.
+    assert_eq!(
+        key1s,
+        [
+            "client_10_1_2_3_8080",
+            "free",
+            "remote_address",
+            "tier_gold*",
+            "user_alice",
+            "user_bob"
+        ]
+    );
+    let count = |key1: &str| value(&samples, &total, &[("domain", "users"), ("key1", key1)]);
+    assert_eq!(count("user_alice"), Some(2.0));
+    assert_eq!(count("user_bob"), Some(1.0));
+    assert_eq!(count("tier_gold*"), Some(2.0));
+    assert_eq!(count("remote_address"), Some(3.0));
+}
+
+#[tokio::test]
+async fn unlimited_rules_count_hits_within_their_limit() {
+    let (service, _clock) = support::service(&[("users.yaml", USERS)], Algorithm::TokenBucket);
+    hit(&service, "users", &[("free", "a")], 2).await;
+    hit(&service, "users", &[("free", "b")], 1).await;
+    let samples = scrape(&service);
+    let free = [("domain", "users"), ("key1", "free")];
+    assert_eq!(rule_counts(&samples, &free), [3.0, 3.0, 0.0, 0.0, 0.0, 0.0]);
+}
+
+#[tokio::test]
+async fn limits_sent_in_requests_count_under_one_series_per_domain() {
+    let (service, _clock) = support::service(&[("users.yaml", USERS)], Algorithm::TokenBucket);
+    for value in ["v1", "v2", "v3", "v1", "v1"] {
+        let descriptor = Descriptor {
+            limit: Some(Override {
+                requests_per_unit: 2,
+                unit: Some(Unit::Minute),
+            }),
+            ..Descriptor::new(&[("anything", value)])
+        };
+        service
+            .should_rate_limit("users", &[descriptor], 1)
+            .await
+            .expect("valid");
+    }
+    let samples = scrape(&service);
+    // Token buckets of 2, near once one token is left: v1's second request takes the
+    // last token (near), its third is over.
+    let domain = [("domain", "users")];
+    assert_eq!(
+        rule_counts(&samples, &domain),
+        [5.0, 4.0, 1.0, 1.0, 0.0, 0.0]
+    );
+    let total = format!("{RULE}total_hits");
+    assert!(
+        series(&samples, &total)
+            .iter()
+            .all(|l| !l.values().any(|v| v.contains("anything"))),
+        "request values leaked into labels"
+    );
+}
+
+#[tokio::test]
+async fn every_request_is_counted_and_timed() {
+    let (service, _clock) = support::service(&[("shop.yaml", SHOP)], Algorithm::TokenBucket);
+    for _ in 0..4 {
+        hit(&service, "shop", &[("api", "x")], 1).await;
+    }
+    // No rule, unknown domain: answered without the store.
+    hit(&service, "shop", &[("nothing", "x")], 1).await;
+    hit(&service, "elsewhere", &[("api", "x")], 1).await;
+    // Invalid: no domain, no descriptors.
+    assert!(
+        service
+            .should_rate_limit("", &[Descriptor::new(&[("api", "x")])], 1)
+            .await
+            .is_err()
+    );
+    let none: [Descriptor; 0] = [];
+    assert!(service.should_rate_limit("shop", &none, 1).await.is_err());
+
+    let samples = scrape(&service);
+    let method = [("grpc_method", "ShouldRateLimit")];
+    assert_eq!(
+        value(&samples, "ratelimit_service_total_requests", &method),
+        Some(8.0)
+    );
+    let time = "ratelimit_service_response_time_seconds";
+    assert_eq!(
+        value(&samples, &format!("{time}_count"), &method),
+        Some(8.0)
+    );
+    let inf = [("grpc_method", "ShouldRateLimit"), ("le", "+Inf")];
+    assert_eq!(value(&samples, &format!("{time}_bucket"), &inf), Some(8.0));
+    let errors = "ratelimit_service_should_rate_limit_error";
+    assert_eq!(
+        value(&samples, errors, &[("err_type", "service_error")]),
+        Some(2.0)
+    );
+    assert_eq!(
+        value(&samples, errors, &[("err_type", "redis_error")]),
+        Some(0.0)
+    );
+    let store = [("store", "memory")];
+    let latency = "meshlimit_store_latency_seconds_count";
+    assert_eq!(value(&samples, latency, &store), Some(4.0));
+    assert_eq!(
+        value(&samples, "meshlimit_store_errors_total", &store),
+        Some(0.0)
+    );
+    assert_eq!(value(&samples, "meshlimit_config_rules", &[]), Some(2.0));
+    assert!(
+        !samples
+            .iter()
+            .any(|(n, ..)| n.starts_with("meshlimit_redis")),
+        "no Redis metrics for the embedded store"
+    );
+}
+
+/// Replaces `path` whole (write aside, rename), so that the watcher never reads half a file.
+fn replace(path: &std::path::Path, text: &str) {
+    let aside = path.with_extension("tmp");
+    std::fs::write(&aside, text).unwrap();
+    std::fs::rename(&aside, path).unwrap();
+}
+
+#[tokio::test]
+async fn the_server_serves_metrics_and_counts_config_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("shop.yaml");
+    std::fs::write(&file, SHOP).unwrap();
+    let server = support::TestServer::start(dir.path(), Algorithm::TokenBucket).await;
+    let scrape_http = || async {
+        let (status, headers, body) = support::http_request(server.http, "/metrics", &[])
+            .await
+            .expect("GET /metrics");
+        assert_eq!(status, 200);
+        assert!(
+            headers
+                .iter()
+                .any(|h| h == "content-type: text/plain; version=0.0.4; charset=utf-8"),
+            "{headers:?}"
+        );
+        parse(&body)
+    };
+    let loads = |samples: &[Sample]| {
+        (
+            value(samples, "ratelimit_service_config_load_success", &[]),
+            value(samples, "ratelimit_service_config_load_error", &[]),
+        )
+    };
+    assert_eq!(loads(&scrape_http().await), (Some(1.0), Some(0.0)));
+
+    replace(
+        &file,
+        &SHOP.replace("requests_per_unit: 20", "requests_per_unit: 30"),
+    );
+    support::eventually_async(10, "the good edit counted", || async {
+        loads(&scrape_http().await) == (Some(2.0), Some(0.0))
+    })
+    .await;
+    replace(
+        &file,
+        "domain: shop\ndescriptors: [{key: api, rate_limit: {unit: fortnight}}]\n",
+    );
+    // Any later file event in the watched directories rejects the bad file again.
+    support::eventually_async(10, "the bad edit counted", || async {
+        loads(&scrape_http().await).1 >= Some(1.0)
+    })
+    .await;
+    let samples = scrape_http().await;
+    assert_eq!(loads(&samples).0, Some(2.0));
+    // The rules of the running (good) config are listed.
+    let api = [("domain", "shop"), ("key1", "api")];
+    assert_eq!(rule_counts(&samples, &api), [0.0; 6]);
+    server.stop().await;
+}
+
+const SHARED: &str = "
+domain: shared
+descriptors:
+  - key: pair
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: fixed_window}
+";
+
+#[tokio::test]
+async fn redis_cache_answers_and_store_errors_are_counted() {
+    let mut redis = RedisServer::start();
+    let clock = meshlimit::clock::ManualClock::new(support::START);
+    let config = Config::from_sources(&[("shared.yaml".into(), SHARED.to_string())]).unwrap();
+    let clock_dyn: Arc<dyn Clock> = Arc::new(clock.clone());
+    let service = support::redis_replica(
+        config,
+        clock_dyn,
+        RedisOptions {
+            timeout: Duration::from_secs(5),
+            time: TimeSource::Caller,
+            ..RedisOptions::new(redis.url())
+        },
+    );
+    // Limit 2: Redis decides three, the third over; the cache refuses the next two.
+    let denied: Vec<bool> = {
+        let mut denied = Vec::new();
+        for _ in 0..5 {
+            denied.push(
+                hit(&service, "shared", &[("pair", "p")], 1)
+                    .await
+                    .over_limit,
+            );
+        }
+        denied
+    };
+    assert_eq!(denied, [false, false, true, true, true]);
+    let samples = scrape(&service);
+    let pair = [("domain", "shared"), ("key1", "pair")];
+    assert_eq!(rule_counts(&samples, &pair), [5.0, 2.0, 1.0, 3.0, 0.0, 2.0]);
+    let cache = "meshlimit_redis_cache_hits_total";
+    assert_eq!(
+        value(&samples, cache, &[("cache", "over_limit")]),
+        Some(2.0)
+    );
+    assert_eq!(value(&samples, cache, &[("cache", "lease")]), Some(0.0));
+    assert_eq!(
+        value(&samples, "meshlimit_redis_cache_misses_total", &[]),
+        Some(3.0)
+    );
+    let store = [("store", "redis")];
+    assert_eq!(
+        value(&samples, "meshlimit_store_latency_seconds_count", &store),
+        Some(5.0)
+    );
+
+    // Redis gone: a key the cache knows nothing of fails, twice.
+    redis.kill();
+    for _ in 0..2 {
+        let answer = service
+            .should_rate_limit("shared", &[Descriptor::new(&[("pair", "q")])], 1)
+            .await;
+        assert!(answer.is_err());
+    }
+    let samples = scrape(&service);
+    assert_eq!(
+        value(&samples, "meshlimit_store_errors_total", &store),
+        Some(2.0)
+    );
+    let errors = "ratelimit_service_should_rate_limit_error";
+    assert_eq!(
+        value(&samples, errors, &[("err_type", "redis_error")]),
+        Some(2.0)
+    );
+    let redis_errors = value(&samples, "meshlimit_redis_errors_total", &[]);
+    assert!(redis_errors.unwrap_or(0.0) >= 1.0, "{redis_errors:?}");
+    // Failed requests count no hits.
+    assert_eq!(rule_counts(&samples, &pair)[0], 5.0);
+}
