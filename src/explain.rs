@@ -13,7 +13,7 @@ use crate::clock::NANOS_PER_SEC;
 use crate::matcher::{Matched, Step};
 use crate::rules::{Limit, Mode, Rule};
 use crate::service::{
-    Descriptor, RequestDescriptor, RequestError, Resolved, Service, apply_replaces,
+    Descriptor, RequestDescriptor, RequestError, Resolved, Service, apply_replaces, check_request,
 };
 use crate::store::{Check, RedisStore, Store};
 
@@ -32,18 +32,7 @@ impl Service {
         domain: &str,
         descriptors: &[Descriptor],
     ) -> Result<String, RequestError> {
-        if domain.is_empty() {
-            return Err(RequestError::EmptyDomain);
-        }
-        if descriptors.is_empty() {
-            return Err(RequestError::NoDescriptors);
-        }
-        if let Some(i) = descriptors
-            .iter()
-            .position(|d| d.limit.is_some_and(|o| o.unit.is_none()))
-        {
-            return Err(RequestError::BadOverrideUnit(i));
-        }
+        check_request(domain, descriptors)?;
         let mut out = String::new();
         let store = self.store();
         let _ = writeln!(

@@ -249,18 +249,7 @@ impl Service {
         descriptors: &[D],
         hits_addend: u32,
     ) -> Result<Response, RequestError> {
-        if domain.is_empty() {
-            return Err(RequestError::EmptyDomain);
-        }
-        if descriptors.is_empty() {
-            return Err(RequestError::NoDescriptors);
-        }
-        if let Some(i) = descriptors
-            .iter()
-            .position(|d| d.limit_override().is_some_and(|o| o.unit.is_none()))
-        {
-            return Err(RequestError::BadOverrideUnit(i));
-        }
+        check_request(domain, descriptors)?;
         let config = self.config.load();
         let Some(tree) = config.domain(domain) else {
             return Ok(Response {
@@ -415,6 +404,27 @@ impl Service {
                 key: start..keys.len(),
             },
         }
+    }
+}
+
+/// What no config could answer: an empty domain, no descriptors, or an override without
+/// a valid unit.
+pub(crate) fn check_request<D: RequestDescriptor>(
+    domain: &str,
+    descriptors: &[D],
+) -> Result<(), RequestError> {
+    if domain.is_empty() {
+        return Err(RequestError::EmptyDomain);
+    }
+    if descriptors.is_empty() {
+        return Err(RequestError::NoDescriptors);
+    }
+    match descriptors
+        .iter()
+        .position(|d| d.limit_override().is_some_and(|o| o.unit.is_none()))
+    {
+        Some(i) => Err(RequestError::BadOverrideUnit(i)),
+        None => Ok(()),
     }
 }
 

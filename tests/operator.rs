@@ -470,21 +470,13 @@ async fn grpc_health(ml: &Meshlimit, name: &str) -> i32 {
     .status
 }
 
-fn sigterm(pid: u32) {
-    let sent = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .expect("running kill");
-    assert!(sent.success());
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_fails_health_first_and_keeps_answering_while_draining() {
     let dir = config();
     let mut ml = Meshlimit::start(dir.path(), &["--drain-delay-ms", "4000"]).await;
     let mut client = ml.client().await;
     assert_eq!(http_get(ml.http, "/healthcheck").await, (200, "OK".into()));
-    sigterm(ml.pid());
+    ml.sigterm();
     eventually_async(3, "/healthcheck 500 while draining", || async {
         http_get(ml.http, "/healthcheck").await == (500, "draining".into())
     })
@@ -547,7 +539,7 @@ async fn in_flight_calls_finish_before_the_process_ends() {
         !in_flight.is_finished(),
         "the call should be waiting on the paused Redis"
     );
-    sigterm(ml.pid());
+    ml.sigterm();
     let answer = tokio::time::timeout(Duration::from_secs(15), in_flight)
         .await
         .expect("the in-flight call hung")

@@ -169,18 +169,19 @@ impl Meshlimit {
             .expect("waiting for meshlimit")
     }
 
-    /// Sends SIGTERM and waits (bounded) for the process to end; its exit status.
-    pub async fn terminate(mut self) -> ExitStatus {
-        let pid = self
-            .child
-            .id()
-            .expect("meshlimit still running")
-            .to_string();
+    /// Sends SIGTERM, without waiting.
+    pub fn sigterm(&self) {
+        let pid = self.pid().to_string();
         let sent = std::process::Command::new("kill")
             .args(["-TERM", &pid])
             .status()
             .expect("running kill");
         assert!(sent.success(), "kill -TERM {pid}: {sent}");
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the process to end; its exit status.
+    pub async fn terminate(mut self) -> ExitStatus {
+        self.sigterm();
         tokio::time::timeout(PROCESS_TIMEOUT, self.child.wait())
             .await
             .unwrap_or_else(|_| panic!("meshlimit ignored SIGTERM for {PROCESS_TIMEOUT:?}"))
