@@ -297,11 +297,12 @@ pub fn translate(
     if let Some(level) = set("LOG_LEVEL")
         && !ours("MESHLIMIT_LOG")
     {
-        // logrus levels; fatal and panic have no tracing twin.
+        // logrus levels; fatal and panic have no tracing twin. The level is the server's
+        // own: the libraries under it (hyper, h2, tonic) stay at warn, as Go's do.
         let level = match level.to_ascii_lowercase().as_str() {
-            "warning" => "warn".to_string(),
-            "fatal" | "panic" => "error".to_string(),
-            other => other.to_string(),
+            "warning" | "warn" => "warn".to_string(),
+            "fatal" | "panic" | "error" => "error".to_string(),
+            other => format!("meshlimit={other},warn"),
         };
         push(&["--log", &level]);
     }
@@ -510,8 +511,13 @@ mod tests {
              --http-addr 0.0.0.0:9001 --debug-addr 0.0.0.0:9002"
         );
         assert_eq!(
-            args(&[("RUNTIME_APPDIRECTORY", "limits"), ("HOST", "::1")]),
-            "--config /srv/runtime_data/current/limits --http-addr [::1]:8080"
+            args(&[
+                ("RUNTIME_APPDIRECTORY", "limits"),
+                ("HOST", "::1"),
+                ("LOG_LEVEL", "Debug")
+            ]),
+            "--config /srv/runtime_data/current/limits --http-addr [::1]:8080 \
+             --log meshlimit=debug,warn"
         );
     }
 
