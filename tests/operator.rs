@@ -425,22 +425,7 @@ async fn global_shadow_mode_answers_ok_but_statuses_tell() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_logs() {
     let dir = config();
-    let config = dir.path().display().to_string();
-    let ml = Meshlimit::start_with(
-        &[
-            "serve",
-            "--config",
-            &config,
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-        ],
-        &[],
-    )
-    .await;
+    let ml = Meshlimit::start(dir.path(), &["--log-format", "json"]).await;
     call(&ml, &[&[("three", "j")]]).await;
     let log = ml.log();
     let serving = log
