@@ -209,9 +209,15 @@ pub async fn serve(
         config_path: settings.config.clone(),
         metrics_path: settings.metrics_path.clone(),
     };
+    let also: Vec<String> = listeners
+        .extra_http
+        .iter()
+        .filter_map(|l| l.local_addr().ok().map(|a| a.to_string()))
+        .collect();
     info!(
         grpc = %listeners.grpc.local_addr()?,
         http = %listeners.http.local_addr()?,
+        also_http = %also.join(","),
         config = %settings.config.display(),
         "meshlimit serving"
     );

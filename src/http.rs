@@ -79,10 +79,18 @@ pub fn router(operator: Operator) -> Router {
         .route("/rlconfig", get(rlconfig))
         .route("/explain", get(explain_query).post(explain_json))
         .route("/metrics", get(scrape));
-    let router = if operator.metrics_path != "/metrics" && operator.metrics_path.starts_with('/') {
-        router.route(&operator.metrics_path.clone(), get(scrape))
-    } else {
+    let taken = [
+        "/",
+        "/healthcheck",
+        "/json",
+        "/rlconfig",
+        "/explain",
+        "/metrics",
+    ];
+    let router = if taken.contains(&operator.metrics_path.as_str()) {
         router
+    } else {
+        router.route(&operator.metrics_path.clone(), get(scrape))
     };
     router.with_state(operator)
 }

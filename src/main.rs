@@ -83,7 +83,7 @@ struct Serve {
     #[arg(long, env = "MESHLIMIT_METRICS_ADDR")]
     metrics_addr: Option<SocketAddr>,
     /// Path of the metrics text besides /metrics (the Go server's PROMETHEUS_PATH).
-    #[arg(long, env = "MESHLIMIT_METRICS_PATH", default_value = "/metrics")]
+    #[arg(long, env = "MESHLIMIT_METRICS_PATH", default_value = "/metrics", value_parser = metrics_path)]
     metrics_path: String,
     /// Where bucket state lives.
     #[arg(long, env = "MESHLIMIT_STORE", value_enum, default_value_t = StoreKind::Memory)]
@@ -255,6 +255,19 @@ fn arguments(
         args.extend(rest);
     }
     args
+}
+
+/// A plain URL path: `/` and then letters, digits, `/`, `-`, `_`, `.`.
+fn metrics_path(text: &str) -> Result<String, String> {
+    let plain = text.starts_with('/')
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/-_.".contains(&b));
+    if plain {
+        Ok(text.to_string())
+    } else {
+        Err(format!("{text:?} is not a plain path such as /metrics"))
+    }
 }
 
 /// A share between 0 and 1.

@@ -209,7 +209,7 @@ fn serving_addresses(log: &str) -> Option<(SocketAddr, SocketAddr)> {
     let line = log.lines().find(|l| l.contains("meshlimit serving"))?;
     let field = |name: &str| {
         let text = line
-            .split_once(&format!("{name}="))
+            .split_once(&format!(" {name}="))
             .or_else(|| line.split_once(&format!("\"{name}\":\"")))?
             .1;
         let end = text.find([' ', '"']).unwrap_or(text.len());
