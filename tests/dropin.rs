@@ -9,9 +9,6 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use support::process::Meshlimit;
 use support::redis::RedisServer;
@@ -38,24 +35,21 @@ fn swap_link(link: &Path, target: &Path) {
 
 /// The remaining count of `user=<user>` after one hit, or None when over the limit.
 async fn hit(ml: &Meshlimit, user: &str) -> Option<u32> {
-    let mut client = ml.client().await;
-    let request = RateLimitRequest {
-        domain: "legacy".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "user".into(),
-                value: user.into(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    };
-    let answer = tokio::time::timeout(Duration::from_secs(10), client.should_rate_limit(request))
-        .await
-        .expect("ShouldRateLimit hung")
-        .expect("ShouldRateLimit")
-        .into_inner();
+    let answer = ml
+        .ask(support::rls_request("legacy", &[&[("user", user)]]))
+        .await;
     (answer.overall_code == Code::Ok as i32).then(|| answer.statuses[0].limit_remaining)
+}
+
+/// Waits (bounded) until a fresh user's first hit leaves `limit - 1`: the reload is live.
+/// Each probe is a new user, so probing consumes nothing that is checked later.
+async fn limit_becomes(ml: &Meshlimit, limit: u32) {
+    let probes = AtomicUsize::new(0);
+    eventually_async(20, &format!("a limit of {limit}"), || async {
+        let user = format!("probe{}", probes.fetch_add(1, Ordering::Relaxed));
+        hit(ml, &user).await == Some(limit - 1)
+    })
+    .await;
 }
 
 /// The Go server's variables for a server on fresh loopback ports.
@@ -137,12 +131,7 @@ async fn go_env_with_a_swapped_runtime_root() {
     assert_eq!(hit(&ml, "a").await, Some(2));
 
     swap_link(&root, &v2);
-    let probes = AtomicUsize::new(0);
-    eventually_async(20, "the swapped root's limit of 10", || async {
-        let user = format!("probe{}", probes.fetch_add(1, Ordering::Relaxed));
-        hit(&ml, &user).await == Some(9)
-    })
-    .await;
+    limit_becomes(&ml, 10).await;
     // Same bucket, new limit: a's hit so far counts against 10.
     assert_eq!(hit(&ml, "a").await, Some(8));
 }
@@ -162,12 +151,7 @@ async fn go_env_with_files_edited_in_place() {
     assert_eq!(hit(&ml, "b").await, None);
 
     write(&file, &limits(5));
-    let probes = AtomicUsize::new(0);
-    eventually_async(20, "the edited limit of 5", || async {
-        let user = format!("probe{}", probes.fetch_add(1, Ordering::Relaxed));
-        hit(&ml, &user).await == Some(4)
-    })
-    .await;
+    limit_becomes(&ml, 5).await;
     // b's two hits count against the new limit; its denied one took nothing.
     assert_eq!(hit(&ml, "b").await, Some(2));
     // A broken edit keeps the running limits.

@@ -6,31 +6,16 @@ mod support;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
-    Entry, RateLimitOverride,
-};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use meshlimit::rules::Algorithm;
-use support::TestServer;
+use support::{TestServer, descriptor};
 use tonic::transport::Channel;
 
 const TRADING: &str = include_str!("../config/trading.yaml");
-
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(k, v)| Entry {
-                key: k.to_string(),
-                value: v.to_string(),
-            })
-            .collect(),
-        ..Default::default()
-    }
-}
 
 fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
     RateLimitRequest {

@@ -6,8 +6,6 @@ mod support;
 
 use std::time::Duration;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use serde_json::Value;
@@ -59,35 +57,11 @@ fn json(text: &str) -> Value {
 }
 
 fn request(descriptors: &[&[(&str, &str)]]) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "ops".into(),
-        descriptors: descriptors
-            .iter()
-            .map(|entries| RateLimitDescriptor {
-                entries: entries
-                    .iter()
-                    .map(|(k, v)| Entry {
-                        key: k.to_string(),
-                        value: v.to_string(),
-                    })
-                    .collect(),
-                ..Default::default()
-            })
-            .collect(),
-        hits_addend: 0,
-    }
+    support::rls_request("ops", descriptors)
 }
 
 async fn call(process: &Meshlimit, descriptors: &[&[(&str, &str)]]) -> RateLimitResponse {
-    let mut client = process.client().await;
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        client.should_rate_limit(request(descriptors)),
-    )
-    .await
-    .expect("ShouldRateLimit hung")
-    .expect("ShouldRateLimit")
-    .into_inner()
+    process.ask(request(descriptors)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,8 +10,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
@@ -72,17 +70,7 @@ async fn serve(config: &Path, url: &str, policy: &str, timeout_ms: u64) -> Meshl
 }
 
 fn request(key: &str, value: &str) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "bin".to_string(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: key.to_string(),
-                value: value.to_string(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    }
+    support::rls_request("bin", &[&[(key, value)]])
 }
 
 /// What a ShouldRateLimit call got.

@@ -15,6 +15,35 @@ use meshlimit::rules::Algorithm;
 use meshlimit::service::{Descriptor, Response, Service};
 use meshlimit::store::{MemoryStore, Store};
 
+/// A protobuf descriptor of `entries`, no override, default hits.
+pub fn descriptor(
+    entries: &[(&str, &str)],
+) -> envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// A `RateLimitRequest` for `domain` with one descriptor per entry list.
+pub fn rls_request(
+    domain: &str,
+    descriptors: &[&[(&str, &str)]],
+) -> envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest {
+    envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest {
+        domain: domain.to_string(),
+        descriptors: descriptors.iter().map(|e| descriptor(e)).collect(),
+        hits_addend: 0,
+    }
+}
+
 /// 2026-01-01T00:00:00Z: an instant aligned to every unit up to a day.
 pub const START: u64 = 1_767_225_600 * NANOS_PER_SEC;
 

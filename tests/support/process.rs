@@ -10,6 +10,7 @@ use std::process::{ExitStatus, Output, Stdio};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tempfile::TempDir;
 use tonic::transport::Channel;
 use tonic_health::pb::health_client::HealthClient;
@@ -83,7 +84,6 @@ impl Meshlimit {
     /// Starts `meshlimit argv...` with `env` added to its environment and waits until it
     /// serves (it must log at info level, in either format).
     pub async fn start_with(argv: &[&str], env: &[(&str, &str)]) -> Meshlimit {
-        let args = argv;
         let dir = tempfile::Builder::new()
             .prefix("meshlimit-bin-")
             .tempdir()
@@ -109,13 +109,13 @@ impl Meshlimit {
             }
             if let Some(status) = process.child.try_wait().expect("polling meshlimit") {
                 panic!(
-                    "meshlimit {args:?} exited with {status} before serving:\n{}",
+                    "meshlimit {argv:?} exited with {status} before serving:\n{}",
                     process.log()
                 );
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "meshlimit {args:?} did not serve within {PROCESS_TIMEOUT:?}:\n{}",
+                "meshlimit {argv:?} did not serve within {PROCESS_TIMEOUT:?}:\n{}",
                 process.log()
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -140,6 +140,17 @@ impl Meshlimit {
     /// A RateLimitService client on a fresh connection.
     pub async fn client(&self) -> RateLimitServiceClient<Channel> {
         RateLimitServiceClient::new(self.channel().await)
+    }
+
+    /// One ShouldRateLimit call on a fresh connection, bounded by 10 s; any gRPC error
+    /// fails the test.
+    pub async fn ask(&self, request: RateLimitRequest) -> RateLimitResponse {
+        let mut client = self.client().await;
+        tokio::time::timeout(Duration::from_secs(10), client.should_rate_limit(request))
+            .await
+            .expect("ShouldRateLimit hung")
+            .expect("ShouldRateLimit")
+            .into_inner()
     }
 
     /// A grpc.health.v1 client on a fresh connection.
