@@ -397,12 +397,12 @@ fn redis_url(
     if url.contains("://") {
         return Ok(url.to_string());
     }
-    let auth = set("REDIS_AUTH").map(|a| {
-        // `password` or `user:password`.
-        let (user, password) = a.split_once(':').unwrap_or(("", &a));
-        format!("{}:{}@", escape(user), escape(password))
-    });
-    let auth = auth.as_deref().unwrap_or("");
+    let master_auth = credentials(set("REDIS_AUTH"));
+    let auth = master_auth
+        .as_ref()
+        .map_or(String::new(), |(user, password)| {
+            format!("{user}:{password}@")
+        });
     let tls = flag("REDIS_TLS");
     let insecure = if tls && flag("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION") {
         "#insecure"
@@ -417,19 +417,7 @@ fn redis_url(
             match socket.to_ascii_lowercase().as_str() {
                 "tcp" => Ok(format!("redis{s}://{auth}{url}{insecure}")),
                 "unix" => {
-                    let mut query = Vec::new();
-                    if let Some(a) = set("REDIS_AUTH") {
-                        let (user, password) = a.split_once(':').unwrap_or(("", &a));
-                        if !user.is_empty() {
-                            query.push(format!("user={}", escape(user)));
-                        }
-                        query.push(format!("pass={}", escape(password)));
-                    }
-                    let query = if query.is_empty() {
-                        String::new()
-                    } else {
-                        format!("?{}", query.join("&"))
-                    };
+                    let query = auth_query(master_auth.as_ref(), "user", "pass");
                     Ok(format!("unix://{url}{query}"))
                 }
                 other => Err(format!("REDIS_SOCKET_TYPE={other}: expected tcp or unix")),
@@ -441,15 +429,11 @@ fn redis_url(
             let (master, hosts) = url.split_once(',').ok_or(
                 "REDIS_TYPE=sentinel: REDIS_URL must be master-name,host:port[,host:port...]",
             )?;
-            let query = set("REDIS_SENTINEL_AUTH").map_or(String::new(), |a| {
-                let (user, password) = a.split_once(':').unwrap_or(("", &a));
-                let user = if user.is_empty() {
-                    String::new()
-                } else {
-                    format!("sentinel_username={}&", escape(user))
-                };
-                format!("?{user}sentinel_password={}", escape(password))
-            });
+            let query = auth_query(
+                credentials(set("REDIS_SENTINEL_AUTH")).as_ref(),
+                "sentinel_username",
+                "sentinel_password",
+            );
             Ok(format!(
                 "redis{s}+sentinel://{auth}{hosts}/{master}{query}{insecure}"
             ))
@@ -457,6 +441,23 @@ fn redis_url(
         other => Err(format!(
             "REDIS_TYPE={other}: expected single, sentinel or cluster"
         )),
+    }
+}
+
+/// A Go `*_AUTH` value, `password` or `user:password`, as (user, password), each
+/// percent-encoded; the user may be empty.
+fn credentials(value: Option<String>) -> Option<(String, String)> {
+    let value = value?;
+    let (user, password) = value.split_once(':').unwrap_or(("", &value));
+    Some((escape(user), escape(password)))
+}
+
+/// `?<user_key>=U&<pass_key>=P` (the user left out when empty), or nothing.
+fn auth_query(credentials: Option<&(String, String)>, user_key: &str, pass_key: &str) -> String {
+    match credentials {
+        None => String::new(),
+        Some((user, password)) if user.is_empty() => format!("?{pass_key}={password}"),
+        Some((user, password)) => format!("?{user_key}={user}&{pass_key}={password}"),
     }
 }
 
@@ -545,6 +546,10 @@ mod tests {
         assert_eq!(
             url(&[("REDIS_URL", "/run/redis.sock")]),
             "unix:///run/redis.sock"
+        );
+        assert_eq!(
+            url(&[("REDIS_URL", "/run/redis.sock"), ("REDIS_AUTH", "u:p w")]),
+            "unix:///run/redis.sock?user=u&pass=p%20w"
         );
         assert_eq!(
             url(&[

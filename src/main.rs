@@ -194,6 +194,15 @@ enum AlgorithmArg {
     FixedWindow,
 }
 
+impl From<AlgorithmArg> for Algorithm {
+    fn from(arg: AlgorithmArg) -> Self {
+        match arg {
+            AlgorithmArg::TokenBucket => Algorithm::TokenBucket,
+            AlgorithmArg::FixedWindow => Algorithm::FixedWindow,
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let names: Vec<String> = std::env::vars_os()
         .filter_map(|(name, _)| name.into_string().ok())
@@ -315,10 +324,7 @@ async fn serve_until_signal(serve: Serve) -> Result<(), Box<dyn std::error::Erro
         }
     };
     let settings = Settings {
-        algorithm: match serve.algorithm {
-            AlgorithmArg::TokenBucket => Algorithm::TokenBucket,
-            AlgorithmArg::FixedWindow => Algorithm::FixedWindow,
-        },
+        algorithm: serve.algorithm.into(),
         max_buckets: serve.max_buckets,
         reload_debounce: Duration::from_millis(serve.reload_debounce_ms),
         redis: match serve.store {
@@ -365,10 +371,7 @@ async fn serve_until_signal(serve: Serve) -> Result<(), Box<dyn std::error::Erro
 
 async fn explain(args: ExplainArgs) -> ExitCode {
     let mut settings = Settings::new(args.config);
-    settings.algorithm = match args.algorithm {
-        AlgorithmArg::TokenBucket => Algorithm::TokenBucket,
-        AlgorithmArg::FixedWindow => Algorithm::FixedWindow,
-    };
+    settings.algorithm = args.algorithm.into();
     settings.redis = args.redis_url.map(RedisOptions::new);
     let service = match app::build_service(&settings) {
         Ok(service) => service,
