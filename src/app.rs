@@ -20,7 +20,9 @@ use crate::http::{self, Health};
 use crate::rules::Algorithm;
 use crate::service::Service;
 use crate::store::redis::{RedisOptions, UrlError};
-use crate::store::{MemoryStore, RedisStore, Store};
+use crate::store::{
+    Bounds, DEFAULT_MAX_BUCKETS, DEFAULT_MAX_STORE_BYTES, MemoryStore, RedisStore, Store,
+};
 
 /// The full gRPC name of the rate-limit service, as health checks ask for it.
 const RLS_SERVICE_NAME: &str = <envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<Rls> as tonic::server::NamedService>::NAME;
@@ -53,6 +55,8 @@ pub struct Settings {
     /// Where the operator endpoints also serve the Prometheus text, besides `/metrics`
     /// (the Go server's `PROMETHEUS_PATH`).
     pub metrics_path: String,
+    /// Upper bound on the bytes held by the embedded store (keys plus per-bucket overhead).
+    pub max_store_bytes: u64,
 }
 
 impl Settings {
@@ -62,7 +66,7 @@ impl Settings {
         Self {
             config: config.into(),
             algorithm: Algorithm::TokenBucket,
-            max_buckets: 1_000_000,
+            max_buckets: DEFAULT_MAX_BUCKETS,
             reload_debounce: Duration::from_millis(200),
             redis: None,
             global_shadow: false,
@@ -71,6 +75,7 @@ impl Settings {
             drain_timeout: Duration::from_secs(10),
             metrics_path: "/metrics".into(),
             near_limit_ratio: crate::metrics::DEFAULT_NEAR_LIMIT_RATIO,
+            max_store_bytes: DEFAULT_MAX_STORE_BYTES,
         }
     }
 }
@@ -115,7 +120,13 @@ pub fn build_service(settings: &Settings) -> Result<Service, Error> {
     let config = config::load(&settings.config).map_err(|e| Error::Config(render_errors(&e)))?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let store = match &settings.redis {
-        None => Store::Memory(MemoryStore::new(settings.max_buckets, clock.clone())),
+        None => Store::Memory(MemoryStore::bounded(
+            Bounds {
+                buckets: settings.max_buckets,
+                bytes: settings.max_store_bytes,
+            },
+            clock.clone(),
+        )),
         Some(options) => Store::Redis(RedisStore::new(options.clone(), clock.clone())?),
     };
     let service = Service::new(

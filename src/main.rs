@@ -14,6 +14,7 @@ use meshlimit::gocompat;
 use meshlimit::grpc::HeaderNames;
 use meshlimit::rules::Algorithm;
 use meshlimit::store::redis::{FailurePolicy, RedisOptions};
+use meshlimit::store::{DEFAULT_MAX_BUCKETS, DEFAULT_MAX_STORE_BYTES};
 use tracing::warn;
 
 #[derive(Parser)]
@@ -117,8 +118,9 @@ struct Serve {
     /// Algorithm for rules that do not set rate_limit.algorithm.
     #[arg(long, env = "MESHLIMIT_ALGORITHM", value_enum, default_value_t = AlgorithmArg::TokenBucket)]
     algorithm: AlgorithmArg,
-    /// Most buckets the embedded store holds; idle ones expire long before.
-    #[arg(long, env = "MESHLIMIT_MAX_BUCKETS", default_value_t = 1_000_000)]
+    /// Most buckets the embedded store holds; beyond it, the least recently used are
+    /// evicted (idle ones expire long before).
+    #[arg(long, env = "MESHLIMIT_MAX_BUCKETS", default_value_t = DEFAULT_MAX_BUCKETS)]
     max_buckets: u64,
     /// Milliseconds of quiet after a config file event before reloading.
     #[arg(long, env = "MESHLIMIT_RELOAD_DEBOUNCE_MS", default_value_t = 200)]
@@ -167,6 +169,10 @@ struct Serve {
     /// Log line format.
     #[arg(long, env = "MESHLIMIT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Most bytes the embedded store holds (keys plus a fixed per-bucket overhead); beyond
+    /// it, the least recently used buckets are evicted.
+    #[arg(long, env = "MESHLIMIT_MAX_STORE_BYTES", default_value_t = DEFAULT_MAX_STORE_BYTES)]
+    max_store_bytes: u64,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -354,6 +360,7 @@ async fn serve_until_signal(serve: Serve) -> Result<(), Box<dyn std::error::Erro
         drain_timeout: Duration::from_millis(serve.drain_timeout_ms),
         metrics_path: serve.metrics_path,
         near_limit_ratio: serve.near_limit_ratio,
+        max_store_bytes: serve.max_store_bytes,
         ..Settings::new(config)
     };
     let mut extra_http = Vec::new();

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use meshlimit::clock::{Clock, ManualClock};
 use meshlimit::rules::{Algorithm, Limit, Mode, Unit};
-use meshlimit::store::{Check, MemoryStore};
+use meshlimit::store::{Bounds, Check, MemoryStore};
 
 fn limit(rpu: u32, algorithm: Algorithm) -> Limit {
     Limit {
@@ -128,78 +128,229 @@ fn a_repeated_descriptor_counts_twice() {
     );
 }
 
-/// The entry bound holds, and idle (full again) buckets are dropped.
-#[tokio::test]
-async fn memory_is_bounded() {
-    let clock = ManualClock::new(support::START);
-    let shared: Arc<dyn Clock> = Arc::new(clock.clone());
-    let store = MemoryStore::new(500, shared);
-    let fast = Limit {
-        requests_per_unit: 1000,
-        unit: Unit::Second,
-        burst: 1,
-        algorithm: Algorithm::TokenBucket,
-    };
-    for i in 0..5_000 {
-        let key = format!("user-{i}");
-        store.check(
-            &[Check {
-                key: &key,
-                limit: fast,
-                hits: 1,
-                mode: Mode::Enforce,
-            }],
-            support::START,
-        );
-    }
-    support::eventually(30, "size bound enforced", || {
-        store.maintain();
-        store.len() <= 500
-    })
-    .await;
-    assert!(!store.is_empty());
+/// A limit whose bucket holds one token and refills in 1 ms: idle almost at once.
+const FAST: Limit = Limit {
+    requests_per_unit: 1000,
+    unit: Unit::Second,
+    burst: 1,
+    algorithm: Algorithm::TokenBucket,
+};
 
-    // Every bucket refills in 1 ms of store time; once that has passed they are idle and
-    // expire when their registration does (a couple of real seconds).
-    clock.advance(Duration::from_millis(5));
-    support::eventually(30, "idle buckets expire", || {
-        store.maintain();
-        store.is_empty()
-    })
-    .await;
-}
-
-/// A bucket that is not idle by the store's clock is kept when its moka registration
-/// expires in real time: expiry never loses state that still matters.
-#[tokio::test]
-async fn a_busy_bucket_survives_expiry() {
-    let clock = ManualClock::new(support::START);
-    let store = MemoryStore::new(500, Arc::new(clock.clone()));
-    // Refills in 1 ms of store time, so its registration lives ~2 s of real time.
-    let fast = Limit {
-        requests_per_unit: 1000,
-        unit: Unit::Second,
-        burst: 1,
-        algorithm: Algorithm::TokenBucket,
-    };
-    let c = Check {
-        key: "busy",
-        limit: fast,
+fn one(key: &str, limit: Limit) -> Check<'_> {
+    Check {
+        key,
+        limit,
         hits: 1,
         mode: Mode::Enforce,
-    };
-    assert!(!store.check(&[c], support::START)[0].over);
-    // The store clock stands still: the bucket stays empty while real time passes the
-    // registration's expiry.
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
-    store.maintain();
-    assert!(store.check(&[c], support::START)[0].over, "state was kept");
-    assert_eq!(store.len(), 1);
-    // Once idle by the store clock, it goes.
+    }
+}
+
+/// The bucket bound holds at once, and idle (full again) buckets are dropped by upkeep.
+#[test]
+fn memory_is_bounded() {
+    let clock = ManualClock::new(support::START);
+    let store = MemoryStore::new(500, Arc::new(clock.clone()));
+    for i in 0..5_000 {
+        store.check(&[one(&format!("user-{i}"), FAST)], support::START);
+        assert!(store.len() <= 500);
+    }
+    assert_eq!(store.len(), 500);
+    // Every bucket refills in 1 ms of store time; once that has passed, they are idle.
     clock.advance(Duration::from_millis(5));
-    support::eventually(30, "idle bucket expires", || {
-        store.maintain();
-        store.is_empty()
-    })
-    .await;
+    store.maintain();
+    assert!(store.is_empty());
+    assert_eq!(store.stats().bytes, 0);
+}
+
+/// Upkeep never drops a bucket that is not idle by the store's clock, however long since
+/// its last use: dropping a bucket loses nothing only once it is full again.
+#[test]
+fn a_busy_bucket_survives_upkeep() {
+    let clock = ManualClock::new(support::START);
+    let store = MemoryStore::new(500, Arc::new(clock.clone()));
+    let busy = one("busy", FAST);
+    assert!(!store.check(&[busy], support::START)[0].over);
+    store.maintain();
+    assert_eq!(store.len(), 1);
+    assert!(
+        store.check(&[busy], support::START)[0].over,
+        "state was kept"
+    );
+    clock.advance(Duration::from_millis(5));
+    store.maintain();
+    assert!(store.is_empty(), "once idle, it goes");
+}
+
+/// Issue 9, defect 4: the store is bounded in bytes too; large keys evict the least
+/// recently used buckets, not a caller that keeps using its own.
+#[test]
+fn the_byte_bound_holds_with_large_keys() {
+    let bound = 1 << 20;
+    let store = MemoryStore::bounded(
+        Bounds {
+            buckets: 1_000_000,
+            bytes: bound,
+        },
+        Arc::new(ManualClock::new(support::START)),
+    );
+    let large = "k".repeat(10_000);
+    let caller = format!("caller-{large}");
+    let mut passed = 0;
+    for i in 0..1_000 {
+        passed += usize::from(!store.check(&[one(&caller, PER_USER)], support::START)[0].over);
+        store.check(&[one(&format!("{i}-{large}"), PER_USER)], support::START);
+        let stats = store.stats();
+        assert!(stats.bytes <= bound, "{stats:?}");
+    }
+    assert_eq!(passed, 100, "the caller kept its limit");
+    let stats = store.stats();
+    // About 100 buckets of 10 kB fit in 1 MiB; their bytes fill it but one bucket's worth.
+    assert!((90..=104).contains(&stats.buckets), "{stats:?}");
+    assert!(stats.bytes > bound - 10_200, "{stats:?}");
+    assert!(stats.evictions > 800, "{stats:?}");
+}
+
+/// Issue 9, defect 1: evictions are counted, and those of buckets not yet full (a caller's
+/// limit restarted) apart.
+#[test]
+fn evictions_that_weaken_a_limit_are_counted() {
+    let clock = ManualClock::new(support::START);
+    let store = MemoryStore::new(10, Arc::new(clock.clone()));
+    let now = || clock.now();
+    for i in 0..10 {
+        store.check(&[one(&format!("fast-{i}"), FAST)], now());
+    }
+    clock.advance(Duration::from_millis(5));
+    // The fast buckets are full again (idle, not yet dropped): evicting them loses nothing.
+    for i in 0..10 {
+        store.check(&[one(&format!("busy-{i}"), PER_USER)], now());
+    }
+    let stats = store.stats();
+    assert_eq!((stats.evictions, stats.evictions_weakened), (10, 0));
+    // Now each eviction takes a bucket missing a token.
+    for i in 10..15 {
+        store.check(&[one(&format!("busy-{i}"), PER_USER)], now());
+    }
+    let stats = store.stats();
+    assert_eq!((stats.evictions, stats.evictions_weakened), (15, 5));
+    assert_eq!((stats.buckets, store.len()), (10, 10));
+}
+
+/// A request with many descriptors (past the few that are compared pairwise for repeated
+/// keys) is still all or nothing, and counts a repeated key once per descriptor.
+#[test]
+fn a_large_request_is_all_or_nothing() {
+    let store = MemoryStore::new(100_000, Arc::new(ManualClock::new(support::START)));
+    let keys: Vec<String> = (0..1_000).map(|i| format!("key-{i}")).collect();
+    let scarce = one("scarce", limit(3, Algorithm::TokenBucket));
+    let request: Vec<Check<'_>> = keys
+        .iter()
+        .map(|k| one(k, limit(5, Algorithm::TokenBucket)))
+        .chain([scarce; 3])
+        .collect();
+    let reports = store.check(&request, support::START);
+    assert!(reports.iter().all(|r| !r.over));
+    assert_eq!(
+        reports[1_002].remaining, 0,
+        "the third `scarce` took the last token"
+    );
+    let reports = store.check(&request, support::START);
+    assert!(reports[1_000].over, "no token left");
+    assert!(reports[..1_000].iter().all(|r| !r.over && r.remaining == 4));
+    for key in &keys {
+        let left = store.peek(&one(key, limit(5, Algorithm::TokenBucket)), support::START);
+        assert_eq!(
+            left.remaining, 4,
+            "the denied request took nothing from {key}"
+        );
+    }
+}
+
+/// Issue 9, defect 1: 100 per hour per user in a store of 1,000 buckets.
+const PER_USER: Limit = Limit {
+    requests_per_unit: 100,
+    unit: Unit::Hour,
+    burst: 100,
+    algorithm: Algorithm::TokenBucket,
+};
+
+/// Requests at the store's start, one key each, with the store's upkeep run every 64th
+/// request, as the server runs it about once a second.
+struct Traffic {
+    store: MemoryStore,
+    requests: u64,
+    one_off: u64,
+}
+
+impl Traffic {
+    fn new(store: MemoryStore) -> Self {
+        Self {
+            store,
+            requests: 0,
+            one_off: 0,
+        }
+    }
+
+    /// One request of `user` under [`PER_USER`]; whether it passed.
+    fn ask(&mut self, user: &str) -> bool {
+        if self.requests % 64 == 0 {
+            self.store.maintain();
+        }
+        self.requests += 1;
+        let check = Check {
+            key: user,
+            limit: PER_USER,
+            hits: 1,
+            mode: Mode::Enforce,
+        };
+        !self.store.check(&[check], support::START)[0].over
+    }
+
+    /// Of `n` requests of `user`, how many passed.
+    fn passed(&mut self, user: &str, n: usize) -> usize {
+        (0..n).filter(|_| self.ask(user)).count()
+    }
+
+    /// `n` requests of keys never seen before.
+    fn flood(&mut self, n: u64) {
+        for _ in 0..n {
+            self.ask(&format!("one-off-{}", self.one_off));
+            self.one_off += 1;
+        }
+    }
+}
+
+/// Issue 9, defect 1: after a flood of one-off keys, a new caller alone was not limited:
+/// moka's TinyLFU admission refused its bucket's registration (no more frequent than the
+/// one-off keys), so the bucket was dropped and started full on every request.
+#[test]
+fn a_new_caller_is_limited_after_a_flood_of_one_off_keys() {
+    let mut traffic = Traffic::new(MemoryStore::new(
+        1000,
+        Arc::new(ManualClock::new(support::START)),
+    ));
+    let before = traffic.passed("caller-before", 150);
+    assert_eq!(before, 100, "a caller alone, before the flood");
+    traffic.flood(20_000);
+    let after = traffic.passed("caller-after", 150);
+    assert_eq!(after, 100, "a new caller alone, after 20,000 one-off keys");
+    assert!(traffic.store.len() <= 1000);
+}
+
+/// Issue 9, defect 1: a caller that arrives while one-off keys flood a full store keeps its
+/// limit, as long as fewer than `max_buckets` keys are created between two of its requests
+/// (290 here, against 1,000).
+#[test]
+fn a_caller_interleaved_with_a_flood_keeps_its_limit() {
+    let mut traffic = Traffic::new(MemoryStore::new(
+        1000,
+        Arc::new(ManualClock::new(support::START)),
+    ));
+    traffic.flood(2_000);
+    let mut passed = 0;
+    for _ in 0..300 {
+        passed += usize::from(traffic.ask("caller"));
+        traffic.flood(290);
+    }
+    assert_eq!(passed, 100, "of 300 requests during a flood of 87,000 keys");
 }

@@ -20,7 +20,8 @@
 //!   in a new config) and `ratelimit_service_config_load_error` (rejected reloads).
 //!
 //! meshlimit's own: `meshlimit_config_rules`, `meshlimit_store_latency_seconds{store}`,
-//! `meshlimit_store_errors_total{store}` and, with Redis, `meshlimit_redis_cache_hits_total{cache}`
+//! `meshlimit_store_errors_total{store}`, with the embedded store
+//! `meshlimit_store_evictions_total` and `meshlimit_store_evictions_weakened_total` and, with Redis, `meshlimit_redis_cache_hits_total{cache}`
 //! (`over_limit`, `lease`), `meshlimit_redis_cache_misses_total`, `meshlimit_redis_errors_total`
 //! and `meshlimit_redis_fallbacks_total`, read from the store's own counters at scrape time.
 //!
@@ -350,6 +351,25 @@ impl Metrics {
             [("store", kind)],
             self.store_errors.load(Relaxed),
         );
+        if let Store::Memory(memory) = &self.store {
+            let stats = memory.stats();
+            let counters = [
+                (
+                    "meshlimit_store_evictions_total",
+                    "Buckets the embedded store evicted to respect --max-buckets or --max-store-bytes (least recently used first).",
+                    stats.evictions,
+                ),
+                (
+                    "meshlimit_store_evictions_weakened_total",
+                    "Of those, buckets not yet full again: each restarted a caller's limit from full.",
+                    stats.evictions_weakened,
+                ),
+            ];
+            for (name, help, value) in counters {
+                family(out, name, "counter", help);
+                sample(out, name, [], value);
+            }
+        }
         let Store::Redis(redis) = &self.store else {
             return;
         };

@@ -4,7 +4,7 @@
 mod memory;
 pub mod redis;
 
-pub use memory::MemoryStore;
+pub use memory::{Bounds, DEFAULT_MAX_BUCKETS, DEFAULT_MAX_STORE_BYTES, MemoryStats, MemoryStore};
 pub use redis::RedisStore;
 use smallvec::SmallVec;
 

@@ -1,0 +1,182 @@
+//! Requests with several descriptors: decided together, in time linear in their number.
+//!
+//! # Locking
+//! A request locks the shards of all its keys, in ascending shard order (so two requests
+//! never deadlock), and holds them while it looks up or creates its buckets, steps each
+//! descriptor (twice at most) and writes the outcome back. That is what exactness needs:
+//! the request's fate depends on every bucket, and no other decision may change one of them
+//! in between. Everything else happens outside the locks: hashing, finding repeated keys
+//! (one hash-table pass beyond a few descriptors), the lock order (a bitmap of the 256
+//! shards, so no sort), and the evictions that buckets it created may cause. The time
+//! under the locks is linear in the descriptors, a few microseconds at the service's
+//! 64-descriptor cap, and an unrelated request waits only when it needs one of those shards.
+//!
+//! An optimistic scheme (read without locks, then lock, validate and write) would still
+//! have to hold every lock while validating and writing, which is most of the work here,
+//! and would retry under contention.
+
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
+use parking_lot::MutexGuard;
+use smallvec::SmallVec;
+
+use super::shard::Buckets;
+use super::{Inner, SHARDS, shard_index};
+use crate::clock::Nanos;
+use crate::limiter::{self, Report, State, Step};
+use crate::store::{Check, Reports};
+
+/// Up to this many descriptors, repeated keys are found by comparing each with those before
+/// it (cheaper than building a table).
+const LINEAR_DEDUP: usize = 16;
+
+impl Inner {
+    /// Several descriptors: all their shards locked in shard order, then two passes.
+    pub(super) fn check_many(&self, checks: &[Check<'_>], now: Nanos) -> Reports {
+        let hashes: SmallVec<[u64; 4]> =
+            checks.iter().map(|c| self.hasher.hash_one(c.key)).collect();
+        // The same key twice in one request is one bucket: `first[i]` is the first check
+        // with check i's key, and holds the bucket's evolving state.
+        let first = first_of_each_key(checks, &hashes);
+        let mut shards = ShardSet::default();
+        for &hash in &hashes {
+            shards.insert(shard_index(hash));
+        }
+        let mut guards: SmallVec<[MutexGuard<'_, Buckets>; 4]> =
+            shards.iter().map(|s| self.shards[s].0.lock()).collect();
+
+        let mut created = false;
+        let mut slots: SmallVec<[u32; 4]> = SmallVec::with_capacity(checks.len());
+        let mut states: SmallVec<[Option<State>; 4]> = SmallVec::with_capacity(checks.len());
+        for (i, (check, &hash)) in checks.iter().zip(&hashes).enumerate() {
+            if first[i] != i {
+                slots.push(slots[first[i]]);
+                states.push(None);
+                continue;
+            }
+            let buckets = &mut guards[shards.rank(shard_index(hash))];
+            let touched = buckets.touch(check.key, hash, self.usage.current(), |bytes| {
+                self.usage.created(bytes)
+            });
+            created |= touched.created;
+            slots.push(touched.slot);
+            states.push(buckets.slot(touched.slot).state);
+        }
+        let stored = states.clone();
+
+        // Pass 1: as if the request passes, each check seeing the hits of earlier checks on
+        // the same bucket.
+        let mut steps: SmallVec<[Step; 4]> = SmallVec::with_capacity(checks.len());
+        for (i, check) in checks.iter().enumerate() {
+            let step = limiter::step(states[first[i]].as_ref(), &check.limit, check.hits, now);
+            states[first[i]] = Some(step.consumed().0);
+            steps.push(step);
+        }
+        let denied =
+            limiter::request_denied(checks.iter().zip(&steps).map(|(c, s)| (c.mode, s.over())));
+
+        // Pass 2: settle. A denied request replays without consumption (needed only when
+        // a bucket repeats); each check keeps its pass-1 verdict, which decided the request.
+        let mut reports = Reports::with_capacity(checks.len());
+        if denied {
+            states = stored;
+            for (i, check) in checks.iter().enumerate() {
+                let step = limiter::step(states[first[i]].as_ref(), &check.limit, check.hits, now);
+                let (state, report) = step.unconsumed();
+                states[first[i]] = Some(state);
+                reports.push(Report {
+                    over: steps[i].over(),
+                    ..report
+                });
+            }
+        } else {
+            reports.extend(steps.iter().map(|s| s.consumed().1));
+        }
+        for (i, (check, &hash)) in checks.iter().zip(&hashes).enumerate() {
+            if first[i] == i {
+                let bucket = guards[shards.rank(shard_index(hash))].slot_mut(slots[i]);
+                bucket.state = states[i];
+                bucket.requests_per_unit = check.limit.requests_per_unit;
+            }
+        }
+        for (index, buckets) in shards.iter().zip(&guards) {
+            self.publish(index, buckets);
+        }
+        drop(guards);
+        if created {
+            self.enforce_bounds(now);
+        }
+        reports
+    }
+}
+
+/// For each check, the index of the first check with the same key.
+fn first_of_each_key(checks: &[Check<'_>], hashes: &[u64]) -> SmallVec<[usize; 4]> {
+    let same = |i: usize, j: usize| hashes[i] == hashes[j] && checks[i].key == checks[j].key;
+    if checks.len() <= LINEAR_DEDUP {
+        return (0..checks.len())
+            .map(|i| (0..i).find(|&j| same(i, j)).unwrap_or(i))
+            .collect();
+    }
+    let mut seen: HashTable<usize> = HashTable::with_capacity(checks.len());
+    (0..checks.len())
+        .map(
+            |i| match seen.entry(hashes[i], |&j| same(i, j), |&j| hashes[j]) {
+                Entry::Occupied(found) => *found.get(),
+                Entry::Vacant(absent) => {
+                    absent.insert(i);
+                    i
+                }
+            },
+        )
+        .collect()
+}
+
+/// A set of shard indices, iterated in ascending order: the lock order.
+#[derive(Debug, Default)]
+struct ShardSet([u64; SHARDS / 64]);
+
+impl ShardSet {
+    fn insert(&mut self, shard: usize) {
+        self.0[shard / 64] |= 1 << (shard % 64);
+    }
+
+    /// The members, ascending.
+    fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.0.iter().enumerate().flat_map(|(word, &bits)| {
+            let mut bits = bits;
+            std::iter::from_fn(move || {
+                let bit = (bits != 0).then(|| bits.trailing_zeros() as usize)?;
+                bits &= bits - 1;
+                Some(word * 64 + bit)
+            })
+        })
+    }
+
+    /// The position of member `shard` in [`ShardSet::iter`]'s order.
+    fn rank(&self, shard: usize) -> usize {
+        let (word, bit) = (shard / 64, shard % 64);
+        let below: u32 = self.0[..word].iter().map(|w| w.count_ones()).sum();
+        (below + (self.0[word] & ((1 << bit) - 1)).count_ones()) as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_set_orders_and_ranks() {
+        let mut set = ShardSet::default();
+        for shard in [200, 3, 64, 3, 255, 0] {
+            set.insert(shard);
+        }
+        let members: Vec<usize> = set.iter().collect();
+        assert_eq!(members, [0, 3, 64, 200, 255]);
+        for (rank, &shard) in members.iter().enumerate() {
+            assert_eq!(set.rank(shard), rank);
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! The embedded store: buckets in process memory, exact under concurrency, bounded in
+//! buckets and bytes, least recently used evicted first.
+//!
+//! Buckets live in [`SHARDS`] shards, each a `parking_lot` mutex around a table of buckets
+//! kept in recency order (see [`shard`]). A one-descriptor decision takes one lock, the
+//! shard of its key; a request with several descriptors takes the locks of all its shards
+//! (see [`batch`]). N concurrent requests against a limit L let exactly L through, and a
+//! denied request takes no token from any bucket.
+//!
+//! # Bounds and eviction
+//! The store holds at most [`Bounds::buckets`] buckets and [`Bounds::bytes`] bytes (keys
+//! plus a fixed per-bucket overhead). A decision that creates a bucket beyond a bound then
+//! evicts the least recently used bucket of the whole store, after releasing its own lock:
+//! each shard publishes the stamp of its oldest bucket in an atomic, the evicting thread
+//! picks the shard with the smallest and takes that bucket (see [`bounds`] for the stamps).
+//! So a bucket used at least once while fewer than `buckets` other buckets are created is
+//! never evicted, whatever the flood of one-off keys around it. Evicting a bucket that is
+//! not full again forgets tokens its caller already took: the limit restarts from full for
+//! that caller. Such evictions are counted apart and logged, at most one line every ten
+//! seconds. Counts may pass a bound by the buckets being created at the same moment on
+//! other threads, until their own evictions run.
+//!
+//! # Expiry
+//! [`MemoryStore::maintain`] (about once a second) drops every bucket that is idle by the
+//! store's clock: full again, or its window over. Such a bucket is indistinguishable from
+//! no bucket at all, so dropping it loses nothing, and it is not counted as an eviction.
+//! Slots freed by evictions and expiry are reused; the shards' tables do not shrink.
+
+mod batch;
+mod bounds;
+mod shard;
+
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use foldhash::fast::RandomState;
+use parking_lot::Mutex;
+
+use bounds::Usage;
+pub use bounds::{Bounds, DEFAULT_MAX_BUCKETS, DEFAULT_MAX_STORE_BYTES, MemoryStats};
+use shard::{Buckets, EMPTY};
+
+use super::{Check, Reports};
+use crate::clock::{Clock, Nanos};
+use crate::limiter::{self, Report};
+
+/// Shards of the bucket table; a power of two, comfortably more than cores.
+const SHARDS: usize = 256;
+
+/// The embedded store. Cheap to clone; clones share the buckets.
+#[derive(Clone)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shards: Box<[Shard]>,
+    /// Each shard's oldest stamp ([`EMPTY`] when it holds nothing), written under the
+    /// shard's lock when it changes. Packed in one array, apart from the shards, so that
+    /// finding the oldest bucket of the store reads 32 cache lines and takes no lock.
+    oldest: Box<[AtomicU64]>,
+    hasher: RandomState,
+    /// Bounds, counts and the creation counter.
+    usage: Usage,
+    /// The store's clock, for maintenance's "is it idle now" question.
+    clock: Arc<dyn Clock>,
+}
+
+/// One shard, alone on its cache lines so that cores working on different shards do not
+/// slow each other down. A `parking_lot` mutex, not a read-write lock: every decision
+/// writes, and the critical section is a lookup and a few arithmetic operations.
+#[repr(align(128))]
+struct Shard(Mutex<Buckets>);
+
+impl MemoryStore {
+    /// A store holding at most `max_buckets` buckets and [`DEFAULT_MAX_STORE_BYTES`],
+    /// reading idle-ness from `clock`.
+    pub fn new(max_buckets: u64, clock: Arc<dyn Clock>) -> Self {
+        let bounds = Bounds {
+            buckets: max_buckets,
+            ..Bounds::default()
+        };
+        Self::bounded(bounds, clock)
+    }
+
+    /// A store within `bounds`, reading idle-ness from `clock`.
+    pub fn bounded(bounds: Bounds, clock: Arc<dyn Clock>) -> Self {
+        let inner = Inner {
+            shards: (0..SHARDS)
+                .map(|_| Shard(Mutex::new(Buckets::new())))
+                .collect(),
+            oldest: (0..SHARDS).map(|_| AtomicU64::new(EMPTY)).collect(),
+            hasher: RandomState::default(),
+            usage: Usage::new(bounds),
+            clock,
+        };
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// Number of buckets held.
+    pub fn len(&self) -> usize {
+        self.stats().buckets as usize
+    }
+
+    /// Whether no bucket is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bounds this store keeps.
+    pub fn bounds(&self) -> Bounds {
+        self.inner.usage.bounds
+    }
+
+    /// What the store holds and has evicted so far.
+    pub fn stats(&self) -> MemoryStats {
+        self.inner.usage.stats()
+    }
+
+    /// Drops idle buckets (see the module docs) and reports weakening evictions not logged
+    /// yet. Locks one shard at a time.
+    pub fn maintain(&self) {
+        let inner = &*self.inner;
+        let now = inner.clock.now();
+        for (index, shard) in inner.shards.iter().enumerate() {
+            let mut buckets = shard.0.lock();
+            if buckets.len() == 0 {
+                continue;
+            }
+            let gone = buckets.remove_idle(|slot| {
+                slot.state
+                    .is_none_or(|s| s.idle_in(now, slot.requests_per_unit) == 0)
+            });
+            inner.publish(index, &buckets);
+            drop(buckets);
+            for bucket in &gone {
+                inner.usage.removed(bucket.bytes());
+            }
+        }
+        inner.enforce_bounds(now);
+        inner.usage.report(now);
+    }
+
+    /// Decides `checks` at `now`, all or nothing (see [`super::Store::check`]).
+    pub fn check(&self, checks: &[Check<'_>], now: Nanos) -> Reports {
+        match checks {
+            [check] => smallvec::smallvec![self.inner.check_one(check, now)],
+            _ => self.inner.check_many(checks, now),
+        }
+    }
+
+    /// What `check` would report at `now` for one more hit, changing nothing (a bucket
+    /// that does not exist is full and stays absent; recency is not refreshed).
+    pub fn peek(&self, check: &Check<'_>, now: Nanos) -> Report {
+        let hash = self.inner.hasher.hash_one(check.key);
+        let buckets = self.inner.shards[shard_index(hash)].0.lock();
+        let state = buckets
+            .find(check.key, hash)
+            .and_then(|slot| buckets.slot(slot).state);
+        drop(buckets);
+        limiter::step(state.as_ref(), &check.limit, 0, now)
+            .unconsumed()
+            .1
+    }
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("bounds", &self.bounds())
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Inner {
+    /// One descriptor: one lock, held for the lookup and the arithmetic.
+    fn check_one(&self, check: &Check<'_>, now: Nanos) -> Report {
+        let hash = self.hasher.hash_one(check.key);
+        let index = shard_index(hash);
+        let mut buckets = self.shards[index].0.lock();
+        let touched = buckets.touch(check.key, hash, self.usage.current(), |bytes| {
+            self.usage.created(bytes)
+        });
+        let bucket = buckets.slot_mut(touched.slot);
+        let step = limiter::step(bucket.state.as_ref(), &check.limit, check.hits, now);
+        let denied = limiter::request_denied([(check.mode, step.over())]);
+        let (state, report) = step.settle(denied);
+        bucket.state = Some(state);
+        bucket.requests_per_unit = check.limit.requests_per_unit;
+        self.publish(index, &buckets);
+        drop(buckets);
+        if touched.created {
+            self.enforce_bounds(now);
+        }
+        report
+    }
+
+    /// Makes shard `index`'s oldest stamp visible to evicting threads; called with its
+    /// lock held after every change. A hit that moved nothing writes nothing, so the array
+    /// stays in every core's cache.
+    fn publish(&self, index: usize, buckets: &Buckets) {
+        let stamp = buckets.oldest_stamp();
+        let published = &self.oldest[index];
+        if published.load(Relaxed) != stamp {
+            published.store(stamp, Relaxed);
+        }
+    }
+
+    /// Evicts least recently used buckets while a bound is exceeded. Called with no shard
+    /// lock held: it takes the lock of whichever shard holds the oldest bucket.
+    fn enforce_bounds(&self, now: Nanos) {
+        while self.usage.over() {
+            if !self.evict_oldest(now) {
+                break;
+            }
+        }
+    }
+
+    /// Evicts the store's least recently used bucket; false if none was found.
+    fn evict_oldest(&self, now: Nanos) -> bool {
+        for attempt in 0..4 {
+            let Some((index, seen)) = self.oldest_shard() else {
+                return false;
+            };
+            let mut buckets = self.shards[index].0.lock();
+            // Used since the scan: another shard may hold the oldest bucket now. After a
+            // few tries under heavy churn, a bucket nearly as old will do.
+            if buckets.oldest_stamp() > seen && attempt < 3 {
+                continue;
+            }
+            let Some(gone) = buckets.pop_oldest() else {
+                continue;
+            };
+            self.publish(index, &buckets);
+            drop(buckets);
+            self.usage.removed(gone.bytes());
+            self.usage.evicted(gone.weakens(now), now);
+            return true;
+        }
+        false
+    }
+
+    /// The shard whose oldest bucket is the store's oldest, and that bucket's stamp.
+    fn oldest_shard(&self) -> Option<(usize, u64)> {
+        let (stamp, index) = self
+            .oldest
+            .iter()
+            .enumerate()
+            .map(|(index, stamp)| (stamp.load(Relaxed), index))
+            .min()?;
+        (stamp != EMPTY).then_some((index, stamp))
+    }
+}
+
+/// The shard of a key's hash: bits 48 to 55. The table inside a shard finds buckets by the
+/// low bits and filters candidates by the top seven, so neither may be constant in a shard.
+fn shard_index(hash: u64) -> usize {
+    (hash >> 48) as usize % SHARDS
+}
