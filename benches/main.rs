@@ -4,6 +4,10 @@
 //! - `store/threads/N`: the same from N threads on their own keys, as time per decision
 //!   across all threads (it should fall as N grows up to the core count), with a
 //!   `Mutex<HashMap>` baseline that collapses instead.
+//! - `store/flood`: a new key into a full store, per key (creation plus the eviction of the
+//!   least recently used bucket).
+//! - `store/check_many/N`: one request of N distinct descriptors, per descriptor (flat as N
+//!   grows: linear cost).
 //! - `service/three_descriptors`: a three-descriptor request through matching, replaces,
 //!   hits and the store.
 
@@ -16,6 +20,8 @@ criterion_group!(
     benches,
     store::decide_one,
     store::threads,
+    store::flood,
+    store::check_many,
     service::three_descriptors
 );
 criterion_main!(benches);

@@ -86,6 +86,77 @@ pub fn decide_one(c: &mut Criterion) {
     group.finish();
 }
 
+/// Buckets in the store of the flood bench: full, so that every new key evicts one.
+const FLOOD_STORE: u64 = 10_000;
+
+/// One-off keys cycled by the flood bench; far more than the store holds, so a key is
+/// evicted long before it comes round again.
+const FLOOD_KEYS: usize = 200_000;
+
+/// A flood of one-off keys into a full store: each decision creates a bucket and evicts
+/// the least recently used one (creation and eviction cost, per key).
+pub fn flood(c: &mut Criterion) {
+    let keys: Vec<String> = (0..FLOOD_KEYS)
+        .map(|i| format!("7:trading7:user_id9:f{i:08}"))
+        .collect();
+    let store = MemoryStore::new(FLOOD_STORE, Arc::new(ManualClock::new(NOW)));
+    let mut i = 0;
+    let mut next = move || {
+        i = (i + 1) % FLOOD_KEYS;
+        i
+    };
+    for _ in 0..FLOOD_STORE {
+        let check = Check {
+            key: &keys[next()],
+            limit: limit(),
+            hits: 1,
+            mode: Mode::Enforce,
+        };
+        store.check(&[check], NOW);
+    }
+    let mut group = c.benchmark_group("store");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("flood", |b| {
+        b.iter(|| {
+            let check = Check {
+                key: &keys[next()],
+                limit: limit(),
+                hits: 1,
+                mode: Mode::Enforce,
+            };
+            black_box(store.check(black_box(&[check]), NOW));
+        })
+    });
+    group.finish();
+}
+
+/// One request of N distinct descriptors whose buckets exist, as time per descriptor: it
+/// should stay flat as N grows (linear cost per request).
+pub fn check_many(c: &mut Criterion) {
+    let mut group = c.benchmark_group("store/check_many");
+    group.sample_size(10);
+    for n in [4, 64, 1024, 4096] {
+        let keys: Vec<String> = (0..n)
+            .map(|i| format!("7:trading7:user_id9:m{i:08}"))
+            .collect();
+        let store = store_with(&keys);
+        let checks: Vec<Check<'_>> = keys
+            .iter()
+            .map(|key| Check {
+                key,
+                limit: limit(),
+                hits: 1,
+                mode: Mode::Enforce,
+            })
+            .collect();
+        group.throughput(Throughput::Elements(n as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(n), &checks, |b, checks| {
+            b.iter(|| black_box(store.check(black_box(checks), NOW)))
+        });
+    }
+    group.finish();
+}
+
 /// The naive design the store is measured against: one lock around one map.
 struct NaiveStore(Mutex<HashMap<String, State>>);
 
