@@ -347,6 +347,7 @@ async fn serve_until_signal(serve: Serve) -> Result<(), Box<dyn std::error::Erro
                 cache_size: serve.redis_cache_size,
                 cache_ttl: Duration::from_millis(serve.redis_cache_ttl_ms),
                 fallback_buckets: serve.max_buckets,
+                fallback_bytes: serve.max_store_bytes,
                 ..RedisOptions::new(serve.redis_url.unwrap_or_default())
             }),
         },

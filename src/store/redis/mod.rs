@@ -40,7 +40,7 @@ use tracing::{info, warn};
 pub use conn::UrlError;
 use conn::{Backend, Target};
 
-use super::{Check, MemoryStore, Reports, StoreError};
+use super::{Bounds, Check, MemoryStore, Reports, StoreError};
 use crate::clock::{Clock, Nanos};
 use crate::limiter::{self, Report, State};
 use crate::rules::{Algorithm, Limit, Mode};
@@ -92,6 +92,8 @@ pub struct RedisOptions {
     pub time: TimeSource,
     /// Buckets the embedded fallback store holds ([`FailurePolicy::Local`]).
     pub fallback_buckets: u64,
+    /// Bytes the embedded fallback store holds ([`FailurePolicy::Local`]).
+    pub fallback_bytes: u64,
 }
 
 impl std::fmt::Debug for RedisOptions {
@@ -106,6 +108,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("cache_ttl", &self.cache_ttl)
             .field("time", &self.time)
             .field("fallback_buckets", &self.fallback_buckets)
+            .field("fallback_bytes", &self.fallback_bytes)
             .finish()
     }
 }
@@ -123,6 +126,7 @@ impl RedisOptions {
             cache_ttl: Duration::from_secs(60),
             time: TimeSource::Redis,
             fallback_buckets: 1_000_000,
+            fallback_bytes: super::DEFAULT_MAX_STORE_BYTES,
         }
     }
 }
@@ -376,8 +380,13 @@ impl RedisStore {
             .max_capacity(options.cache_size)
             .expire_after(BlockedExpiry)
             .build_with_hasher(RandomState::default());
-        let fallback = (options.failure == FailurePolicy::Local)
-            .then(|| MemoryStore::new(options.fallback_buckets, clock));
+        let fallback = (options.failure == FailurePolicy::Local).then(|| {
+            let bounds = Bounds {
+                buckets: options.fallback_buckets,
+                bytes: options.fallback_bytes,
+            };
+            MemoryStore::bounded(bounds, clock)
+        });
         Ok(Self {
             inner: Arc::new(Inner {
                 backend: Backend::new(target, options.timeout),
