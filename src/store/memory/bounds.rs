@@ -17,6 +17,10 @@ pub const DEFAULT_MAX_BUCKETS: u64 = 1_000_000;
 /// store holds, 1 GiB.
 pub const DEFAULT_MAX_STORE_BYTES: u64 = 1 << 30;
 
+/// Highest bucket bound: a shard's slots are numbered in 32 bits, and the store never
+/// holds more buckets than its bound (but for those being created at the same moment).
+pub(super) const MAX_BUCKETS_LIMIT: u64 = 1 << 31;
+
 /// Shortest time between two warnings about weakened limits.
 const WARN_EVERY: Nanos = 10 * NANOS_PER_SEC;
 
@@ -24,7 +28,7 @@ const WARN_EVERY: Nanos = 10 * NANOS_PER_SEC;
 /// beyond either bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bounds {
-    /// Most buckets held (at least 1).
+    /// Most buckets held (taken as at least 1 and at most 2^31).
     pub buckets: u64,
     /// Most bytes held: every bucket's key plus a fixed per-bucket overhead.
     pub bytes: u64,
@@ -53,8 +57,10 @@ pub struct MemoryStats {
     pub evictions_weakened: u64,
 }
 
-/// What the store holds and has evicted.
+/// What the store holds and has evicted. On cache lines of its own: its counters change
+/// with every creation, and must not evict the store's read-only fields from other cores.
 #[derive(Debug)]
+#[repr(align(128))]
 pub(super) struct Usage {
     /// The bounds to keep.
     pub(super) bounds: Bounds,
@@ -76,11 +82,11 @@ pub(super) struct Usage {
 }
 
 impl Usage {
-    /// Nothing held yet, within `bounds` (a bound of 0 buckets is taken as 1).
+    /// Nothing held yet, within `bounds` (see [`Bounds::buckets`] for its range).
     pub(super) fn new(bounds: Bounds) -> Self {
         Self {
             bounds: Bounds {
-                buckets: bounds.buckets.max(1),
+                buckets: bounds.buckets.clamp(1, MAX_BUCKETS_LIMIT),
                 bytes: bounds.bytes,
             },
             creations: AtomicU64::new(0),

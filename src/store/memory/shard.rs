@@ -184,7 +184,10 @@ impl Buckets {
         let slot = match self.free {
             NIL => {
                 self.slots.push(bucket);
-                u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 buckets per shard")
+                // Below 2^31 + what is being created at the same moment: the store's bound
+                // (`bounds::MAX_BUCKETS_LIMIT`) caps every shard's buckets, and slots are
+                // reused before new ones are added.
+                (self.slots.len() - 1) as u32
             }
             free => {
                 self.free = self.slots[free as usize].next;
