@@ -158,7 +158,7 @@ async fn a_dead_master_fails_only_its_own_domains_until_a_replica_takes_over() {
         #[allow(clippy::disallowed_methods)] // measuring for the report
         let asked = std::time::Instant::now();
         if let Err(e) = call(&service, live_domain).await {
-            live_failures.push(format!("{live_domain}: {e}"));
+            live_failures.push(format!("{:?} {live_domain}: {e}", killed.elapsed()));
         }
         slowest_live = slowest_live.max(asked.elapsed());
         live_calls += 1;

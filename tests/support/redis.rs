@@ -378,8 +378,11 @@ impl RedisCluster {
     }
 
     /// [`RedisCluster::start`] with `replicas` replicas per master (`--cluster-replicas`),
-    /// a 1 s `cluster-node-timeout` so that a dead master is failed over within seconds;
-    /// returns once the cluster is ok and every replica is synced with its master.
+    /// a 1 s `cluster-node-timeout` so that a dead master is failed over within seconds,
+    /// and `cluster-require-full-coverage no`, so that the other masters keep serving
+    /// their slots while a dead master's are uncovered (with `yes`, Redis itself answers
+    /// CLUSTERDOWN for every slot until the failover); returns once the cluster is ok and
+    /// every replica is synced with its master.
     pub fn start_with_replicas(masters: usize, replicas: usize) -> RedisCluster {
         assert!(
             masters >= 3,
@@ -392,6 +395,8 @@ impl RedisCluster {
             args.extend([
                 "--cluster-node-timeout",
                 "1000",
+                "--cluster-require-full-coverage",
+                "no",
                 "--repl-diskless-sync-delay",
                 "0",
             ]);
