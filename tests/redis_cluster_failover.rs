@@ -97,6 +97,27 @@ async fn call(service: &Service, domain: &str) -> Result<(), String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_dead_master_fails_only_its_own_domains_until_a_replica_takes_over() {
+    failover_under_traffic(Death::Killed).await;
+}
+
+/// The same with a master that hangs instead (SIGSTOP): calls to it time out rather than
+/// being refused. Before the fix its domains did not decide again after the promotion
+/// without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hung_master_times_out_only_its_own_domains_until_a_replica_takes_over() {
+    failover_under_traffic(Death::Hung).await;
+}
+
+/// How the master dies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Death {
+    /// SIGKILL: its port is closed, connections are refused.
+    Killed,
+    /// SIGSTOP: its port stays open, nothing answers.
+    Hung,
+}
+
+async fn failover_under_traffic(death: Death) {
     let mut cluster = RedisCluster::start_with_replicas(3, 1);
     let groups = domains_by_master(&mut cluster);
     let all: Vec<&str> = groups
@@ -126,7 +147,10 @@ async fn a_dead_master_fails_only_its_own_domains_until_a_replica_takes_over() {
         .iter()
         .flat_map(|(_, d)| d.iter().cloned())
         .collect();
-    cluster.nodes[dead].kill();
+    match death {
+        Death::Killed => cluster.nodes[dead].kill(),
+        Death::Hung => cluster.nodes[dead].freeze(),
+    }
     #[allow(clippy::disallowed_methods)] // measuring for the report, not for any decision
     let killed = std::time::Instant::now();
     let probe_key = redis_key(&dead_domains[0]);
@@ -181,7 +205,7 @@ async fn a_dead_master_fails_only_its_own_domains_until_a_replica_takes_over() {
     let (_cluster, promoted, failover_took) = failover.await.expect("harness thread");
     let decided_after = first_decided.expect("the dead master's domains decided again");
     eprintln!(
-        "cluster failover: {live_calls} live-domain calls, {} failed (slowest {slowest_live:?}); \
+        "cluster failover ({death:?}): {live_calls} live-domain calls, {} failed (slowest {slowest_live:?}); \
          dead-domain calls: {dead_failures} failed by the policy, then decided again {:?} after \
          the kill (the cluster promoted node {promoted} after {failover_took:?})",
         live_failures.len(),

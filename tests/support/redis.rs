@@ -311,6 +311,17 @@ impl RedisServer {
         fill().unwrap_or_else(|e| panic!("filling {}: {e}", self.addr()))
     }
 
+    /// Stops the process (SIGSTOP) without killing it: its port stays open but nothing
+    /// answers, as with a host that hangs; callers time out instead of being refused.
+    pub fn freeze(&mut self) {
+        let pid = self.child.as_ref().expect("a running process").id();
+        let status = Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status()
+            .expect("running kill -STOP");
+        assert!(status.success(), "kill -STOP {pid}: {status}");
+    }
+
     /// Kills the process (SIGKILL) and reaps it; does nothing if it is not running.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
