@@ -25,6 +25,7 @@ use crate::metrics;
 use crate::reload;
 use crate::rules::Rule;
 use crate::service::{Descriptor, Service};
+use crate::store::StoreHealth;
 
 /// Whether the server answers as healthy; cleared while draining.
 #[derive(Debug, Clone, Default)]
@@ -105,23 +106,16 @@ async fn scrape(State(op): State<Operator>) -> Response {
 }
 
 /// `GET /healthcheck`: 200 `OK` when serving, 500 otherwise (the Go server's contract).
-/// While Redis is unreachable the body says so: 500 under `--redis-failure error`, 200
-/// under `allow` or `local`, which still answer.
+/// While part of Redis, or all of it under `--redis-failure allow` or `local`, cannot
+/// decide: 200 `OK (degraded: <why>)`; while nothing can answer: 500 with why.
 async fn healthcheck(State(op): State<Operator>) -> (StatusCode, String) {
     if !op.health.healthy() {
         return (StatusCode::INTERNAL_SERVER_ERROR, "draining".into());
     }
-    let store = op.service.store();
-    match store.health() {
-        Ok(()) => (StatusCode::OK, "OK".into()),
-        Err(why) if store.serving() => (
-            StatusCode::OK,
-            format!("OK (degraded: Redis unreachable, answering by the failure policy: {why})"),
-        ),
-        Err(why) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("Redis unreachable: {why}"),
-        ),
+    match op.service.store().health() {
+        StoreHealth::Healthy => (StatusCode::OK, "OK".into()),
+        StoreHealth::Degraded(why) => (StatusCode::OK, format!("OK (degraded: {why})")),
+        StoreHealth::Down(why) => (StatusCode::INTERNAL_SERVER_ERROR, why),
     }
 }
 

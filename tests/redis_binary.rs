@@ -378,6 +378,11 @@ async fn error_policy_answers_unavailable_while_redis_is_down_then_recovers() {
     let (status, body) = healthcheck(&process).await;
     assert_eq!(status, 500, "{body}");
     assert!(body.contains("Redis unreachable"), "{body}");
+    assert!(
+        process.log().contains("cannot decide"),
+        "the outage is logged:\n{}",
+        process.log()
+    );
     health_becomes(&process, ServingStatus::NotServing).await;
 
     // Back on the same port, empty; meshlimit reconnects by itself.
@@ -474,6 +479,60 @@ async fn local_policy_limits_alone_while_redis_is_down_then_returns_to_redis() {
 
     check_traffic("local", &traffic.stop().await);
     assert!(process.is_running());
+    assert!(process.terminate().await.success());
+}
+
+/// Issue 9, defect 3, end to end: with Redis out of memory (`noeviction`), every call is
+/// UNAVAILABLE saying why, the log says it once (rate-limited, not per call),
+/// `/healthcheck` answers 500 with the reason and gRPC health NOT_SERVING, steadily; once
+/// Redis takes writes again, all is well without a restart. Before the fix: nothing
+/// logged, `/healthcheck` OK, gRPC health SERVING.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redis_out_of_memory_is_logged_and_shown_in_health() {
+    let redis =
+        RedisServer::start_with(&["--maxmemory", "1mb", "--maxmemory-policy", "noeviction"]);
+    let config = config();
+    let process = serve(config.path(), &redis.url(), "error", 1000).await;
+    let mut rls = process.client().await;
+    let _full = redis.fill_memory();
+    for i in 0..200 {
+        match call(&mut rls, "big", &format!("oom{i}")).await {
+            Answer::Unavailable(why) => assert!(why.contains("OOM"), "{why}"),
+            other => panic!("call {i} with Redis out of memory: {other:?}"),
+        }
+    }
+    health_becomes(&process, ServingStatus::NotServing).await;
+    // Steady while the background checks write and fail (one a second).
+    for _ in 0..3 {
+        let (status, body) = healthcheck(&process).await;
+        assert_eq!(status, 500, "{body}");
+        assert!(body.contains("OOM"), "{body}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for name in HEALTH_NAMES {
+        assert_eq!(
+            health_status(&process, name).await,
+            ServingStatus::NotServing as i32,
+            "{name:?}"
+        );
+    }
+    let log = process.log();
+    let logged: Vec<&str> = log.lines().filter(|l| l.contains("OOM")).collect();
+    assert_eq!(
+        logged.len(),
+        1,
+        "one rate-limited line, not one per call:\n{log}"
+    );
+    assert!(logged[0].contains("cannot decide"), "{log}");
+
+    assert_eq!(redis.cli(&["CONFIG", "SET", "maxmemory", "0"]), "OK");
+    support::eventually_async(20, "decisions once Redis takes writes", || async {
+        call(&mut rls.clone(), "big", "after").await == Answer::Ok
+    })
+    .await;
+    healthy_again(&process).await;
+    health_becomes(&process, ServingStatus::Serving).await;
+    assert!(process.log().contains("Redis decides again"));
     assert!(process.terminate().await.success());
 }
 

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use meshlimit::clock::{Clock, ManualClock, SystemClock};
 use meshlimit::config::Config;
 use meshlimit::service::{Descriptor, RequestError, Response, Service};
+use meshlimit::store::StoreHealth;
 use meshlimit::store::redis::{FailurePolicy, RedisOptions, TimeSource};
 use support::START;
 use support::redis::RedisServer;
@@ -251,14 +252,14 @@ async fn the_error_policy_answers_unavailable_then_recovers() {
         Err(RequestError::Store(e)) => assert!(e.to_string().contains("Redis"), "{e}"),
         other => panic!("expected a store error, got {other:?}"),
     }
-    assert!(service.store().health().is_err());
+    assert!(!service.store().health().is_healthy());
     assert!(!service.store().serving());
     redis.restart();
     support::eventually_async(20, "Redis reachable again", || async {
         ask(&service, &[("user", "e")]).await.is_ok()
     })
     .await;
-    assert!(service.store().health().is_ok());
+    assert!(service.store().health().is_healthy());
 }
 
 #[tokio::test]
@@ -276,7 +277,7 @@ async fn the_allow_policy_answers_ok_while_redis_is_down() {
     assert!(support::redis_stats(&service).fallbacks >= 5);
     redis.restart();
     support::eventually_async(20, "Redis reachable again", || async {
-        service.store().health().is_ok()
+        service.store().health().is_healthy()
     })
     .await;
     assert!(passes(&service, &[("pair", "a")]).await);
@@ -300,14 +301,14 @@ async fn the_local_policy_limits_alone_then_returns_to_redis() {
     assert!(!passes(&service, &[("pair", "l")]).await, "limited locally");
     redis.restart();
     support::eventually_async(20, "Redis reachable again", || async {
-        service.store().health().is_ok()
+        service.store().health().is_healthy()
     })
     .await;
     // Redis (restarted empty) decides again: a fresh bucket there.
     let misses = support::redis_stats(&service).misses;
     assert!(passes(&service, &[("pair", "l")]).await);
     assert_eq!(support::redis_stats(&service).misses, misses + 1);
-    assert_eq!(redis.cli(&["DBSIZE"]), "1");
+    assert_eq!(bucket_keys(&redis), 1);
 }
 
 #[tokio::test]
@@ -338,8 +339,84 @@ async fn a_redis_that_refuses_the_connection_counts_as_unreachable() {
         Err(RequestError::Store(e)) => assert!(e.to_string().contains("DB index"), "{e}"),
         other => panic!("expected a store error, got {other:?}"),
     }
-    let health = service.store().health().expect_err("unreachable");
-    assert!(health.contains("DB index"), "{health}");
+    match service.store().health() {
+        StoreHealth::Down(why) => assert!(why.contains("DB index"), "{why}"),
+        other => panic!("expected Down, got {other:?}"),
+    }
+}
+
+/// Issue 9, defect 3: a Redis that answers but refuses writes (out of memory under
+/// `noeviction`) cannot decide. Its error replies follow the failure policy like an
+/// unreachable Redis, open the circuit (Redis is asked once, not per request), and show in
+/// health, which stays down while the probe's writes are refused (no flapping); decisions
+/// return by themselves once Redis takes writes again. Before the fix every request went
+/// to Redis, failed with `OOM`, and health said OK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_refusing_writes_cannot_decide_until_it_takes_writes_again() {
+    let redis =
+        RedisServer::start_with(&["--maxmemory", "1mb", "--maxmemory-policy", "noeviction"]);
+    let strict = replica(&redis.url(), system(), |o| {
+        o.timeout = Duration::from_millis(500);
+    });
+    let allowing = replica(&redis.url(), system(), |o| {
+        o.timeout = Duration::from_millis(500);
+        o.failure = FailurePolicy::Allow;
+    });
+    assert!(passes(&strict, &[("user", "before")]).await);
+    assert!(strict.store().health().is_healthy());
+    let _full = redis.fill_memory();
+
+    for i in 0..20 {
+        match ask(&strict, &[("user", &format!("oom{i}"))]).await {
+            Err(RequestError::Store(e)) => assert!(e.to_string().contains("OOM"), "{e}"),
+            other => panic!("call {i} with Redis out of memory: {other:?}"),
+        }
+        // Under `allow`, the policy answers OK.
+        assert!(passes(&allowing, &[("user", &format!("oom{i}"))]).await);
+    }
+    let stats = support::redis_stats(&strict);
+    assert_eq!(
+        stats.errors, 1,
+        "the circuit opened at the first error: {stats:?}"
+    );
+    assert!(support::redis_stats(&allowing).fallbacks >= 20);
+
+    // Health says why, and keeps saying it while probes write (and fail) in the
+    // background, as the server's maintenance tick runs them.
+    for _ in 0..10 {
+        strict.store().maintain();
+        allowing.store().maintain();
+        match strict.store().health() {
+            StoreHealth::Down(why) => assert!(why.contains("OOM"), "{why}"),
+            other => panic!("error policy, Redis out of memory: {other:?}"),
+        }
+        assert!(!strict.store().serving());
+        match allowing.store().health() {
+            StoreHealth::Degraded(why) => assert!(why.contains("OOM"), "{why}"),
+            other => panic!("allow policy, Redis out of memory: {other:?}"),
+        }
+        assert!(allowing.store().serving());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Room again (the clients alone may hold most of 1 MB): Redis decides again, without
+    // a restart.
+    assert_eq!(redis.cli(&["CONFIG", "SET", "maxmemory", "0"]), "OK");
+    support::eventually_async(20, "decisions once Redis takes writes", || async {
+        ask(&strict, &[("user", "after")]).await.is_ok()
+    })
+    .await;
+    support::eventually_async(20, "health once Redis takes writes", || async {
+        strict.store().health().is_healthy() && allowing.store().health().is_healthy()
+    })
+    .await;
+    let misses = support::redis_stats(&allowing).misses;
+    assert!(passes(&allowing, &[("user", "after")]).await);
+    assert_eq!(
+        support::redis_stats(&allowing).misses,
+        misses + 1,
+        "decided by Redis"
+    );
 }
 
 #[tokio::test]
@@ -349,19 +426,19 @@ async fn health_notices_an_unreachable_redis_without_traffic() {
         o.timeout = Duration::from_millis(500);
     });
     redis.kill();
-    assert!(service.store().health().is_ok(), "nothing asked yet");
+    assert!(service.store().health().is_healthy(), "nothing asked yet");
     // What the server's maintenance tick does, once a second.
     support::eventually_async(20, "health to say Redis is unreachable", || async {
         service.store().maintain();
         tokio::time::sleep(Duration::from_millis(50)).await;
-        service.store().health().is_err()
+        !service.store().health().is_healthy()
     })
     .await;
     redis.restart();
     support::eventually_async(20, "health to recover", || async {
         service.store().maintain();
         tokio::time::sleep(Duration::from_millis(50)).await;
-        service.store().health().is_ok()
+        service.store().health().is_healthy()
     })
     .await;
 }
@@ -428,5 +505,13 @@ async fn tls_urls_work() {
         assert!(passes(&service, &[("pair", "tls")]).await);
     }
     assert!(!passes(&service, &[("pair", "tls")]).await);
-    assert_eq!(redis.cli(&["DBSIZE"]), "1");
+    assert_eq!(bucket_keys(&redis), 1);
+}
+
+/// The bucket keys Redis holds (not the store's short-lived probe keys).
+fn bucket_keys(redis: &RedisServer) -> usize {
+    redis
+        .cli(&["--scan", "--pattern", "ml1:{*"])
+        .lines()
+        .count()
 }

@@ -79,26 +79,40 @@ impl Store {
         }
     }
 
-    /// Whether requests get real answers: the store is healthy, or a failure policy other
-    /// than `error` answers for it.
+    /// Whether requests get answers: the store decides, or a failure policy other than
+    /// `error` answers for the part that does not, or only part of it does not decide.
     pub fn serving(&self) -> bool {
-        match self {
-            Store::Memory(_) => true,
-            Store::Redis(store) => {
-                store.health().is_ok() || store.failure_policy() != redis::FailurePolicy::Error
-            }
-        }
+        !matches!(self.health(), StoreHealth::Down(_))
     }
 
-    /// Whether the store can decide; the reason when it cannot (Redis unreachable).
-    ///
-    /// # Errors
-    /// The store's backend is unreachable.
-    pub fn health(&self) -> Result<(), String> {
+    /// Whether the store decides, and why not where it does not.
+    pub fn health(&self) -> StoreHealth {
         match self {
-            Store::Memory(_) => Ok(()),
+            Store::Memory(_) => StoreHealth::Healthy,
             Store::Redis(store) => store.health(),
         }
+    }
+}
+
+/// A store's health, as `/healthcheck` and gRPC health show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreHealth {
+    /// Every request is decided: `/healthcheck` 200 `OK`.
+    Healthy,
+    /// Requests are answered, but some not by the store: a Redis Cluster master that
+    /// cannot decide (its slots follow the failure policy), or Redis down under the
+    /// `allow` or `local` policy. `/healthcheck` 200 `OK (degraded: <reason>)`, gRPC
+    /// `SERVING`.
+    Degraded(String),
+    /// Nothing decides and the policy is `error`: `/healthcheck` 500 with the reason,
+    /// gRPC `NOT_SERVING`.
+    Down(String),
+}
+
+impl StoreHealth {
+    /// Whether every request is decided.
+    pub fn is_healthy(&self) -> bool {
+        *self == StoreHealth::Healthy
     }
 }
 

@@ -273,6 +273,55 @@ impl RedisServer {
         command
     }
 
+    /// Writes 1 KiB keys (`fill:N`) over one connection until the server refuses one with
+    /// `OOM` (it must run with a `--maxmemory` and `--maxmemory-policy noeviction`), and
+    /// returns that connection: keep it open while Redis must stay full, since closing it
+    /// frees its buffers, which would let a few writes in again. Panics after 100,000 keys
+    /// or on any other failure.
+    pub fn fill_memory(&self) -> TcpStream {
+        let fill = || -> io::Result<TcpStream> {
+            let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+            let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+            stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+            let mut reader = BufReader::new(stream.try_clone()?);
+            let mut writer = stream.try_clone()?;
+            let mut ask = |args: &[&str]| -> io::Result<String> {
+                let mut request = format!("*{}\r\n", args.len());
+                for arg in args {
+                    request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+                }
+                writer.write_all(request.as_bytes())?;
+                read_reply(&mut reader)
+            };
+            if let Some(password) = &self.cli_auth {
+                ask(&["AUTH", password])?;
+            }
+            let value = "x".repeat(1024);
+            for n in 0..100_000 {
+                if let Err(e) = ask(&["SET", &format!("fill:{n}"), &value]) {
+                    return if e.to_string().contains("OOM") {
+                        Ok(stream)
+                    } else {
+                        Err(e)
+                    };
+                }
+            }
+            Err(io::Error::other("100,000 keys of 1 KiB and no OOM"))
+        };
+        fill().unwrap_or_else(|e| panic!("filling {}: {e}", self.addr()))
+    }
+
+    /// Stops the process (SIGSTOP) without killing it: its port stays open but nothing
+    /// answers, as with a host that hangs; callers time out instead of being refused.
+    pub fn freeze(&mut self) {
+        let pid = self.child.as_ref().expect("a running process").id();
+        let status = Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status()
+            .expect("running kill -STOP");
+        assert!(status.success(), "kill -STOP {pid}: {status}");
+    }
+
     /// Kills the process (SIGKILL) and reaps it; does nothing if it is not running.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -326,7 +375,7 @@ impl Drop for RedisServer {
     }
 }
 
-/// A Redis Cluster of masters without replicas, one [`RedisServer`] per node.
+/// A Redis Cluster, one [`RedisServer`] per node (masters, and replicas if asked for).
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
 }
@@ -336,23 +385,43 @@ impl RedisCluster {
     /// once every node reports `cluster_state:ok`, all 16384 slots assigned and all nodes
     /// known.
     pub fn start(masters: usize) -> RedisCluster {
+        Self::start_with_replicas(masters, 0)
+    }
+
+    /// [`RedisCluster::start`] with `replicas` replicas per master (`--cluster-replicas`),
+    /// a 1 s `cluster-node-timeout` so that a dead master is failed over within seconds,
+    /// and `cluster-require-full-coverage no`, so that the other masters keep serving
+    /// their slots while a dead master's are uncovered (with `yes`, Redis itself answers
+    /// CLUSTERDOWN for every slot until the failover); returns once the cluster is ok and
+    /// every replica is synced with its master.
+    pub fn start_with_replicas(masters: usize, replicas: usize) -> RedisCluster {
         assert!(
             masters >= 3,
             "redis-cli --cluster create needs at least 3 masters, asked for {masters}"
         );
         let started = now();
-        let nodes: Vec<RedisServer> = (0..masters)
-            .map(|_| RedisServer::start_with(&CLUSTER_ARGS))
-            .collect();
+        let total = masters * (1 + replicas);
+        let mut args = CLUSTER_ARGS.to_vec();
+        if replicas > 0 {
+            args.extend([
+                "--cluster-node-timeout",
+                "1000",
+                "--cluster-require-full-coverage",
+                "no",
+                "--repl-diskless-sync-delay",
+                "0",
+            ]);
+        }
+        let nodes: Vec<RedisServer> = (0..total).map(|_| RedisServer::start_with(&args)).collect();
         let cluster = RedisCluster { nodes };
         let mut create = Command::new(require("redis-cli"));
         create.arg("--cluster").arg("create");
         create.args(cluster.nodes.iter().map(RedisServer::addr));
-        create.args(["--cluster-replicas", "0", "--cluster-yes"]);
+        create.args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"]);
         if let Err(e) = run(&mut create, CLI_TIMEOUT) {
             panic!("creating the cluster failed: {e}");
         }
-        let known = masters.to_string();
+        let known = total.to_string();
         wait_for(
             "every cluster node to report a full, ok cluster",
             SLOW_POLL,
@@ -369,11 +438,87 @@ impl RedisCluster {
                 Ok(())
             },
         );
+        wait_for("every replica to sync with its master", SLOW_POLL, || {
+            let mut synced = 0;
+            for node in &cluster.nodes {
+                let info = node.try_cli(&["INFO", "replication"])?;
+                if info_field(&info, "role") == Some("slave") {
+                    if info_field(&info, "master_link_status") != Some("up") {
+                        return Err(format!("replica {}: {info}", node.addr()));
+                    }
+                    synced += 1;
+                }
+            }
+            if synced == masters * replicas {
+                Ok(())
+            } else {
+                Err(format!("{synced} replicas synced"))
+            }
+        });
         eprintln!(
-            "redis harness: {masters}-master cluster up in {:?}",
+            "redis harness: {masters}-master cluster with {replicas} replica(s) each up in {:?}",
             started.elapsed()
         );
         cluster
+    }
+
+    /// Indexes in `nodes` of the running nodes whose `ROLE` is master.
+    pub fn masters(&mut self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| {
+                self.nodes[i].is_running()
+                    && self.nodes[i]
+                        .try_cli(&["ROLE"])
+                        .is_ok_and(|role| role.lines().next() == Some("master"))
+            })
+            .collect()
+    }
+
+    /// Waits (bounded) until a running node other than `dead` is the master of `key`'s
+    /// slot, as that node and the cluster see it (`cluster_state:ok`), after `dead` was
+    /// killed; returns its index.
+    pub fn wait_for_promotion(&self, key: &str, dead: usize) -> usize {
+        let started = now();
+        let promoted = wait_for(
+            "a replica to take over the dead master's slots",
+            SLOW_POLL,
+            || {
+                let (slot, nodes) = self
+                    .nodes
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i != dead)
+                    .find_map(|(_, node)| {
+                        let commands: [&[&str]; 2] =
+                            [&["CLUSTER", "KEYSLOT", key], &["CLUSTER", "NODES"]];
+                        query(node.port, node.cli_auth.as_deref(), &commands).ok()
+                    })
+                    .map(|replies| (replies[0].clone(), replies[1].clone()))
+                    .ok_or("no live node answers")?;
+                let slot: u16 = slot.parse().map_err(|_| format!("KEYSLOT {slot:?}"))?;
+                // A failed master still lists its slots (flags `master,fail`): not it.
+                let port = master_port_for_slot(&nodes, slot)
+                    .ok_or_else(|| format!("no master for slot {slot}: {nodes}"))?;
+                let index = self
+                    .nodes
+                    .iter()
+                    .position(|n| n.port == port)
+                    .ok_or_else(|| format!("port {port} is not ours"))?;
+                if index == dead {
+                    return Err(format!("slot {slot} is still the dead master's: {nodes}"));
+                }
+                let info = self.nodes[index].try_cli(&["CLUSTER", "INFO"])?;
+                if info_field(&info, "cluster_state") != Some("ok") {
+                    return Err(format!("new master {}: {info}", self.nodes[index].addr()));
+                }
+                Ok(index)
+            },
+        );
+        eprintln!(
+            "redis harness: cluster failover took {:?}",
+            started.elapsed()
+        );
+        promoted
     }
 
     /// `"redis+cluster://127.0.0.1:P1,127.0.0.1:P2,..."`.

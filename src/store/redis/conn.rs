@@ -1,6 +1,4 @@
-//! Connections to Redis: one multiplexed connection (or a cluster connection) shared by
-//! every request, made lazily, replaced when it breaks, and never waited on longer than
-//! the per-operation timeout.
+//! Redis URLs, and the nodes they name ([`Backend`]).
 //!
 //! URLs:
 //! - `redis://[[user]:password@]host[:port][/db]`, `rediss://…` (TLS),
@@ -15,24 +13,29 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwapOption;
-use redis::aio::MultiplexedConnection;
-use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{AsyncConnectionConfig, Client, ConnectionAddr, RedisError, TlsMode};
+use redis::{Client, ConnectionAddr, TlsMode};
+
+use super::cluster::Cluster;
+use super::node::{Node, Source};
 
 /// A Redis deployment, parsed from a URL.
 pub(crate) enum Target {
     Single(Client),
-    Cluster(redis::cluster::ClusterClient),
-    Sentinel(tokio::sync::Mutex<SentinelClient>),
+    /// Seed nodes (`host:port`) and how to make each node's URL around its address.
+    Cluster {
+        seeds: Vec<String>,
+        url_prefix: String,
+        url_suffix: String,
+    },
+    Sentinel(SentinelClient),
 }
 
 impl std::fmt::Debug for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Target::Single(_) => "Single",
-            Target::Cluster(_) => "Cluster",
+            Target::Cluster { .. } => "Cluster",
             Target::Sentinel(_) => "Sentinel",
         })
     }
@@ -45,7 +48,7 @@ pub struct UrlError(String);
 
 impl Target {
     /// Parses `url` (see the module docs); connects to nothing yet.
-    pub(crate) fn parse(url: &str, timeout: Duration) -> Result<Target, UrlError> {
+    pub(crate) fn parse(url: &str) -> Result<Target, UrlError> {
         let bad = |e: &dyn std::fmt::Display| UrlError(format!("{}: {e}", redact(url)));
         let (scheme, rest) = url
             .split_once("://")
@@ -57,26 +60,33 @@ impl Target {
             "redis+cluster" | "rediss+cluster" => {
                 let tls = scheme.starts_with("rediss");
                 let (auth, hosts) = split_auth(rest);
+                let (hosts, url_suffix) = match hosts.strip_suffix("#insecure") {
+                    Some(hosts) => (hosts, "/#insecure"),
+                    None => (hosts, ""),
+                };
                 let hosts = hosts.trim_end_matches('/');
-                let nodes: Vec<String> = hosts
+                let seeds: Vec<String> = hosts
                     .split(',')
                     .filter(|h| !h.is_empty())
-                    .map(|h| format!("{}://{auth}{h}", if tls { "rediss" } else { "redis" }))
+                    .map(str::to_string)
                     .collect();
-                if nodes.is_empty() {
+                if seeds.is_empty() {
                     return Err(UrlError(format!("{}: no cluster nodes", redact(url))));
                 }
-                redis::cluster::ClusterClientBuilder::new(nodes)
-                    .connection_timeout(timeout)
-                    .response_timeout(timeout)
-                    .build()
-                    .map(Target::Cluster)
-                    .map_err(|e| bad(&e))
+                let url_prefix = format!("{}://{auth}", if tls { "rediss" } else { "redis" });
+                for seed in &seeds {
+                    Client::open(format!("{url_prefix}{seed}{url_suffix}")).map_err(|e| bad(&e))?;
+                }
+                Ok(Target::Cluster {
+                    seeds,
+                    url_prefix,
+                    url_suffix: url_suffix.to_string(),
+                })
             }
             "redis+sentinel" | "rediss+sentinel" => {
                 let tls = scheme.starts_with("rediss");
                 sentinel(rest, tls)
-                    .map(|c| Target::Sentinel(tokio::sync::Mutex::new(c)))
+                    .map(Target::Sentinel)
                     .map_err(|e| bad(&e))
             }
             other => Err(UrlError(format!(
@@ -189,125 +199,68 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// A live connection of either kind; clones share it.
-#[derive(Clone)]
-pub(crate) enum Conn {
-    Multiplexed(MultiplexedConnection),
-    Cluster(ClusterConnection),
-}
-
-impl redis::aio::ConnectionLike for Conn {
-    fn req_packed_command<'a>(
-        &'a mut self,
-        cmd: &'a redis::Cmd,
-    ) -> redis::RedisFuture<'a, redis::Value> {
-        match self {
-            Conn::Multiplexed(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        cmd: &'a redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
-        match self {
-            Conn::Multiplexed(c) => c.req_packed_commands(cmd, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Conn::Multiplexed(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
-        }
-    }
-}
-
-/// The shared connection to a [`Target`], replaced when it breaks.
-pub(crate) struct Backend {
-    target: Target,
-    current: ArcSwapOption<Conn>,
-    /// One connection attempt at a time.
-    connecting: tokio::sync::Mutex<()>,
-    timeout: Duration,
-}
-
-impl std::fmt::Debug for Backend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Backend")
-            .field("target", &self.target)
-            .field("connected", &self.current.load().is_some())
-            .finish()
-    }
+/// The Redis nodes requests go to: one, or a Cluster's masters.
+#[derive(Debug)]
+pub(crate) enum Backend {
+    /// One server, or the master the sentinels name.
+    One(Arc<Node>),
+    /// A Redis Cluster, routed by slot.
+    Cluster(Arc<Cluster>),
 }
 
 impl Backend {
-    pub(crate) fn new(target: Target, timeout: Duration) -> Self {
-        Self {
-            target,
-            current: ArcSwapOption::empty(),
-            connecting: tokio::sync::Mutex::new(()),
-            timeout,
-        }
-    }
-
-    /// The shared connection, connecting first if there is none. Bounded by the timeout.
-    pub(crate) async fn conn(&self) -> Result<Conn, RedisError> {
-        if let Some(c) = self.current.load_full() {
-            return Ok((*c).clone());
-        }
-        let _one = self.connecting.lock().await;
-        if let Some(c) = self.current.load_full() {
-            return Ok((*c).clone());
-        }
-        let conn = tokio::time::timeout(self.timeout, self.connect())
-            .await
-            .map_err(|_| timed_out("connecting"))??;
-        self.current.store(Some(Arc::new(conn.clone())));
-        Ok(conn)
-    }
-
-    /// Whether this is a Redis Cluster.
-    pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self.target, Target::Cluster(_))
-    }
-
-    /// Drops the shared connection (it failed); the next call connects anew. Sentinel
-    /// targets ask the sentinels for the master again then.
-    pub(crate) fn reset(&self) {
-        self.current.store(None);
-    }
-
-    async fn connect(&self) -> Result<Conn, RedisError> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout));
-        match &self.target {
-            Target::Single(client) => client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await
-                .map(Conn::Multiplexed),
-            Target::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
+    /// The nodes of `target`, `url` naming a single one in messages; connects to nothing.
+    pub(crate) fn new(target: Target, url: &str, timeout: Duration) -> Result<Self, UrlError> {
+        let one = |source| Backend::One(Arc::new(Node::new(redact(url), source, timeout)));
+        match target {
+            Target::Single(client) => Ok(one(Source::Client(client))),
             Target::Sentinel(sentinel) => {
-                let client = sentinel.lock().await.async_get_client().await?;
-                client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await
-                    .map(Conn::Multiplexed)
+                Ok(one(Source::Sentinel(tokio::sync::Mutex::new(sentinel))))
             }
+            Target::Cluster {
+                seeds,
+                url_prefix,
+                url_suffix,
+            } => Cluster::new(seeds, url_prefix, url_suffix, timeout)
+                .map(|c| Backend::Cluster(Arc::new(c)))
+                .map_err(|e| UrlError(format!("{}: {e}", redact(url)))),
         }
     }
-}
 
-pub(crate) fn timed_out(what: &str) -> RedisError {
-    RedisError::from(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        format!("Redis timed out {what}"),
-    ))
+    /// The node that holds `key` (a Redis key).
+    ///
+    /// # Errors
+    /// A Cluster whose slot map cannot be read, or that has no master for the slot.
+    pub(crate) async fn node_for(&self, key: &str) -> Result<Arc<Node>, String> {
+        match self {
+            Backend::One(node) => Ok(node.clone()),
+            Backend::Cluster(cluster) => cluster.owner(key).await,
+        }
+    }
+
+    /// The nodes requests go to now.
+    pub(crate) fn nodes(&self) -> Vec<Arc<Node>> {
+        match self {
+            Backend::One(node) => vec![node.clone()],
+            Backend::Cluster(cluster) => cluster.masters(),
+        }
+    }
+
+    /// A key that `node` holds, for probe writes (`None`: it holds no slot any more).
+    pub(crate) fn probe_key(&self, node: &Node) -> Option<String> {
+        match self {
+            Backend::One(_) => Some(format!("{}probe{{0}}", super::KEY_PREFIX)),
+            Backend::Cluster(cluster) => cluster.probe_key(node),
+        }
+    }
+
+    /// The Cluster, if this is one.
+    pub(crate) fn cluster(&self) -> Option<&Arc<Cluster>> {
+        match self {
+            Backend::One(_) => None,
+            Backend::Cluster(cluster) => Some(cluster),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -316,28 +269,24 @@ mod tests {
 
     #[test]
     fn urls_parse_or_say_why() {
-        let t = Duration::from_millis(100);
         assert!(matches!(
-            Target::parse("redis://127.0.0.1:6379/2", t),
+            Target::parse("redis://127.0.0.1:6379/2"),
             Ok(Target::Single(_))
         ));
         assert!(matches!(
-            Target::parse("redis+unix:///tmp/redis.sock", t),
+            Target::parse("redis+unix:///tmp/redis.sock"),
             Ok(Target::Single(_))
         ));
         assert!(matches!(
-            Target::parse("rediss://u:p@127.0.0.1:6380", t),
+            Target::parse("rediss://u:p@127.0.0.1:6380"),
             Ok(Target::Single(_))
         ));
         assert!(matches!(
-            Target::parse("redis+cluster://127.0.0.1:7000,127.0.0.1:7001", t),
-            Ok(Target::Cluster(_))
+            Target::parse("redis+cluster://127.0.0.1:7000,127.0.0.1:7001"),
+            Ok(Target::Cluster { .. })
         ));
         assert!(matches!(
-            Target::parse(
-                "redis+sentinel://:pw@127.0.0.1:26379,127.0.0.1:26380/mymaster/1",
-                t
-            ),
+            Target::parse("redis+sentinel://:pw@127.0.0.1:26379,127.0.0.1:26380/mymaster/1"),
             Ok(Target::Sentinel(_))
         ));
         for (url, why) in [
@@ -347,7 +296,7 @@ mod tests {
             ("redis+sentinel://127.0.0.1/m", "no port"),
             ("redis+cluster://", "no cluster nodes"),
         ] {
-            let err = Target::parse(url, t).unwrap_err().to_string();
+            let err = Target::parse(url).unwrap_err().to_string();
             assert!(err.contains(why), "{url}: {err}");
         }
     }
@@ -358,9 +307,7 @@ mod tests {
             redact("redis://user:secret@host:1/0"),
             "redis://user:***@host:1/0"
         );
-        let err = Target::parse("nope://u:secret@h", Duration::from_secs(1))
-            .unwrap_err()
-            .to_string();
+        let err = Target::parse("nope://u:secret@h").unwrap_err().to_string();
         assert!(!err.contains("secret"), "{err}");
         assert_eq!(percent_decode("p%40ss"), "p@ss");
     }

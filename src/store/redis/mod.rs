@@ -3,7 +3,13 @@
 //! Every request that needs Redis is one `EVALSHA` of [`decide.lua`](./decide.lua), which
 //! decides all its limited descriptors atomically with the same two-pass rule as the
 //! embedded store, on Redis' own clock (`TIME`), so replicas' clocks never matter.
-//! Concurrent requests share one multiplexed connection and are pipelined on it.
+//! Concurrent requests share one multiplexed connection per node and are pipelined on it.
+//!
+//! Each node (the one server, or each Cluster master) has a circuit ([`circuit`]): any
+//! failure (unreachable, a timeout, any error reply but `NOSCRIPT`) opens it, its requests
+//! then follow the failure policy at once, and a probe write closes it again ([`health`]).
+//! A Cluster is routed here, by slot, so that a dead master fails only its own slots
+//! ([`cluster`]).
 //!
 //! Keys are `ml1:{<domain>}<bucket>`: a versioned prefix, then the domain as the Cluster
 //! hash tag, so every key of one request (they share the domain) lives in one slot while
@@ -26,19 +32,24 @@
 //! a limit in integers (microsecond quanta, a token reduced by the gcd of unit and rate)
 //! that stay below that for any practical limit.
 
+mod circuit;
+mod cluster;
 mod conn;
+mod health;
+mod node;
+pub mod reply;
+mod script;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use foldhash::fast::RandomState;
-use parking_lot::Mutex;
-use redis::{ErrorKind, RedisError, ServerErrorKind};
-use tracing::{info, warn};
 
 pub use conn::UrlError;
 use conn::{Backend, Target};
+use reply::{CheckReply, Reply};
+use script::Failure;
 
 use super::{Bounds, Check, MemoryStore, Reports, StoreError};
 use crate::clock::{Clock, Nanos};
@@ -160,13 +171,6 @@ struct Inner {
     blocked: moka::sync::Cache<Arc<str>, Blocked, RandomState>,
     leases: moka::sync::Cache<String, Arc<Lease>, RandomState>,
     fallback: Option<MemoryStore>,
-    /// False from a connection failure until a probe reaches Redis again.
-    up: AtomicBool,
-    /// A probe or a check is running.
-    probing: AtomicBool,
-    /// Failed requests since the last success (Cluster only).
-    failures_in_a_row: std::sync::atomic::AtomicU32,
-    last_error: Mutex<String>,
     counts: [AtomicU64; 5],
 }
 
@@ -175,7 +179,6 @@ impl std::fmt::Debug for Inner {
         f.debug_struct("RedisStore")
             .field("backend", &self.backend)
             .field("options", &self.options)
-            .field("up", &self.up.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
@@ -366,7 +369,7 @@ impl RedisStore {
     /// # Errors
     /// The URL is invalid.
     pub fn new(options: RedisOptions, clock: Arc<dyn Clock>) -> Result<Self, UrlError> {
-        let target = Target::parse(&options.url, options.timeout)?;
+        let target = Target::parse(&options.url)?;
         let cache = |ttl: Option<Duration>| {
             let builder = moka::sync::Cache::builder().max_capacity(options.cache_size);
             match ttl {
@@ -389,15 +392,11 @@ impl RedisStore {
         });
         Ok(Self {
             inner: Arc::new(Inner {
-                backend: Backend::new(target, options.timeout),
+                backend: Backend::new(target, &options.url, options.timeout)?,
                 sha: redis::Script::new(SCRIPT).get_hash().to_string(),
                 blocked,
                 leases: cache(Some(options.lease_ttl)),
                 fallback,
-                up: AtomicBool::new(true),
-                probing: AtomicBool::new(false),
-                failures_in_a_row: Default::default(),
-                last_error: Mutex::new(String::new()),
                 counts: Default::default(),
                 options,
             }),
@@ -430,9 +429,26 @@ impl RedisStore {
         // One budget for the whole request, waiting for a lease included (a deadline for
         // the runtime's timers, not a time any decision depends on).
         let deadline = tokio::time::Instant::now() + inner.options.timeout;
-        if !inner.up.load(Ordering::Acquire) {
-            self.spawn_probe();
-            return inner.fail(checks, now, &inner.last_error.lock().clone());
+        let keys: smallvec::SmallVec<[String; 4]> = checks
+            .iter()
+            .map(|c| RedisStore::redis_key(c.key))
+            .collect();
+        // Every key of a request shares its domain, so its hash tag and its slot.
+        let routed = tokio::time::timeout_at(
+            deadline,
+            inner
+                .backend
+                .node_for(keys.first().map_or("", String::as_str)),
+        )
+        .await
+        .unwrap_or_else(|_| Err("Redis timed out reading the Cluster's slot map".into()));
+        let node = match routed {
+            Ok(node) => node,
+            Err(why) => return inner.fail(checks, now, &why),
+        };
+        if !node.circuit.is_up() {
+            self.spawn_probe(node.clone());
+            return inner.fail(checks, now, &node.circuit.reason());
         }
         if let [check] = checks
             && let Some(lease) = inner.leases.get(check.key)
@@ -450,24 +466,32 @@ impl RedisStore {
         inner.counts[MISSES].fetch_add(1, Ordering::Relaxed);
         let refills: smallvec::SmallVec<[(u64, Option<Refill>); 4]> =
             checks.iter().map(|c| inner.lease_want(c)).collect();
-        let reply = tokio::time::timeout_at(deadline, inner.decide(checks, &refills, now))
+        let decided = inner.decide(node.clone(), &keys, checks, &refills, now);
+        let reply = tokio::time::timeout_at(deadline, decided)
             .await
-            .unwrap_or(Err(Failure::Call(conn::timed_out("deciding"))));
+            .unwrap_or_else(|_| {
+                node.reset();
+                Err(Failure {
+                    reason: script::describe(&node, &node::timed_out("deciding")),
+                    node,
+                    opens: true,
+                })
+            });
         match reply {
-            Ok(values) => {
-                inner.failures_in_a_row.store(0, Ordering::Relaxed);
-                match inner.settle(checks, &refills, now, &values) {
-                    Some(reports) => Ok(reports),
-                    None => inner.fail(checks, now, "Redis sent a malformed reply"),
-                }
-            }
+            Ok(reply) => match inner.settle(checks, &refills, now, &reply) {
+                Some(reports) => Ok(reports),
+                None => inner.fail(
+                    checks,
+                    now,
+                    "Redis sent a malformed reply: one per check expected",
+                ),
+            },
             Err(failure) => {
                 inner.counts[ERRORS].fetch_add(1, Ordering::Relaxed);
-                let message = format!("Redis: {}", failure.error());
-                if inner.unreachable(&failure) {
-                    self.trip(&message);
+                if failure.opens {
+                    self.trip(&failure.node, &failure.reason);
                 }
-                inner.fail(checks, now, &message)
+                inner.fail(checks, now, &failure.reason)
             }
         }
     }
@@ -489,22 +513,32 @@ impl RedisStore {
             .collect();
         let refills: smallvec::SmallVec<[(u64, Option<Refill>); 4]> =
             checks.iter().map(|_| (0, None)).collect();
-        let values =
-            tokio::time::timeout(inner.options.timeout, inner.decide(&checks, &refills, now))
+        let keys: smallvec::SmallVec<[String; 4]> = checks
+            .iter()
+            .map(|c| RedisStore::redis_key(c.key))
+            .collect();
+        let asked = async {
+            let node = inner
+                .backend
+                .node_for(keys.first().map_or("", String::as_str))
                 .await
-                .unwrap_or(Err(Failure::Call(conn::timed_out("reading"))))
-                .map_err(|f| StoreError(format!("Redis: {}", f.error())))?;
+                .map_err(StoreError)?;
+            // Boxed: keeps the explain endpoint's future small.
+            Box::pin(inner.decide(node, &keys, &checks, &refills, now))
+                .await
+                .map_err(|f| StoreError(f.reason))
+        };
+        let reply = tokio::time::timeout(inner.options.timeout, asked)
+            .await
+            .unwrap_or_else(|_| Err(StoreError("Redis timed out reading".into())))?;
         inner
-            .settle(&checks, &refills, now, &values)
+            .settle(&checks, &refills, now, &reply)
             .ok_or_else(|| StoreError("Redis sent a malformed reply".into()))
     }
 
     /// Tops a lease up ahead of need: a check of 0 hits that leases what is missing.
     async fn top_up(&self, key: &str, limit: Limit, refill: Refill, now: Nanos) {
         let inner = &*self.inner;
-        if !inner.up.load(Ordering::Acquire) {
-            return;
-        }
         let want =
             u64::from(inner.options.lease).saturating_sub(refill.0.tokens.load(Ordering::Acquire));
         let checks = [Check {
@@ -514,34 +548,17 @@ impl RedisStore {
             mode: Mode::Enforce,
         }];
         let refills = [(want, Some(refill))];
+        let keys = [RedisStore::redis_key(key)];
         // A failure here costs nothing: the next request without tokens asks Redis itself.
-        if let Ok(Ok(values)) =
-            tokio::time::timeout(inner.options.timeout, inner.decide(&checks, &refills, now)).await
-        {
-            inner.settle(&checks, &refills, now, &values);
-        }
-    }
-
-    /// Redis counts as unreachable: requests stop asking it, and a probe reconnects.
-    fn trip(&self, message: &str) {
-        let inner = &*self.inner;
-        inner.backend.reset();
-        *inner.last_error.lock() = message.to_string();
-        if inner.up.swap(false, Ordering::AcqRel) {
-            warn!(error = message, policy = ?inner.options.failure, "Redis unreachable");
-        }
-        self.spawn_probe();
-    }
-
-    /// Whether Redis is reachable; the reason when not.
-    ///
-    /// # Errors
-    /// The last connection error while Redis is unreachable.
-    pub fn health(&self) -> Result<(), String> {
-        if self.inner.up.load(Ordering::Acquire) {
-            Ok(())
-        } else {
-            Err(self.inner.last_error.lock().clone())
+        let asked = async {
+            let node = inner.backend.node_for(&keys[0]).await.ok()?;
+            if !node.circuit.is_up() {
+                return None;
+            }
+            inner.decide(node, &keys, &checks, &refills, now).await.ok()
+        };
+        if let Ok(Some(reply)) = tokio::time::timeout(inner.options.timeout, asked).await {
+            inner.settle(&checks, &refills, now, &reply);
         }
     }
 
@@ -562,21 +579,6 @@ impl RedisStore {
         }
     }
 
-    /// Cache upkeep, and a reconnection probe while Redis is unreachable even without
-    /// traffic (so health recovers by itself); call about once a second, on the runtime.
-    pub fn maintain(&self) {
-        if self.inner.up.load(Ordering::Acquire) {
-            self.spawn_check();
-        } else {
-            self.spawn_probe();
-        }
-        self.inner.blocked.run_pending_tasks();
-        self.inner.leases.run_pending_tasks();
-        if let Some(fallback) = &self.inner.fallback {
-            fallback.maintain();
-        }
-    }
-
     /// The Redis key of bucket `key` (see the module docs).
     pub fn redis_key(key: &str) -> String {
         // The bucket key starts with the domain as `<len>:<domain>`.
@@ -593,110 +595,9 @@ impl RedisStore {
         out.push_str(&key[end..]);
         out
     }
-
-    /// Until Redis answers again: one probe at a time, backing off to once a second.
-    fn spawn_probe(&self) {
-        if self.inner.probing.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let inner = self.inner.clone();
-        tokio::spawn(async move {
-            let mut delay = Duration::from_millis(50);
-            loop {
-                tokio::time::sleep(delay).await;
-                match inner.ping().await {
-                    Ok(()) => {
-                        // Done probing before up: a failure from here on starts a new probe.
-                        inner.probing.store(false, Ordering::Release);
-                        inner.failures_in_a_row.store(0, Ordering::Relaxed);
-                        inner.up.store(true, Ordering::Release);
-                        info!("Redis reachable again");
-                        return;
-                    }
-                    Err(e) => {
-                        inner.backend.reset();
-                        *inner.last_error.lock() = format!("Redis: {}", e.error());
-                    }
-                }
-                delay = (delay * 2).min(PROBE_EVERY);
-            }
-        });
-    }
-
-    /// While Redis counts as reachable: one background round trip, so that health notices
-    /// an unreachable Redis without waiting for traffic (at startup too).
-    fn spawn_check(&self) {
-        if self.inner.probing.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let store = self.clone();
-        tokio::spawn(async move {
-            let result = store.inner.ping().await;
-            store.inner.probing.store(false, Ordering::Release);
-            if let Err(e) = result {
-                // In a Cluster a dead node fails only its own slots' requests; the check
-                // trips only when no connection to the cluster can be made at all.
-                if !store.inner.backend.is_cluster() || matches!(e, Failure::Connect(_)) {
-                    store.trip(&format!("Redis: {}", e.error()));
-                }
-            }
-        });
-    }
-}
-
-/// How often, at most, an unreachable Redis is probed.
-const PROBE_EVERY: Duration = Duration::from_millis(250);
-
-/// Consecutive failed requests after which a Cluster counts as unreachable (a single dead
-/// node fails only the requests for its slots, among successes that reset the count).
-const CLUSTER_TRIP: u32 = 8;
-
-/// Why Redis did not decide.
-#[derive(Debug)]
-enum Failure {
-    /// No connection could be made (refused, auth, bad database, sentinel without a
-    /// master, ...).
-    Connect(RedisError),
-    /// The call failed or timed out.
-    Call(RedisError),
-}
-
-impl Failure {
-    fn error(&self) -> &RedisError {
-        match self {
-            Failure::Connect(e) | Failure::Call(e) => e,
-        }
-    }
 }
 
 impl Inner {
-    /// Whether `failure` means Redis is unreachable rather than one call failing.
-    fn unreachable(&self, failure: &Failure) -> bool {
-        match failure {
-            Failure::Connect(_) => true,
-            Failure::Call(e) if breaks_connection(e) => {
-                !self.backend.is_cluster()
-                    || self.failures_in_a_row.fetch_add(1, Ordering::Relaxed) + 1 >= CLUSTER_TRIP
-            }
-            Failure::Call(_) => false,
-        }
-    }
-
-    /// One round trip (`TIME`: a random node in a Cluster), bounded by the timeout.
-    async fn ping(&self) -> Result<(), Failure> {
-        let round_trip = async {
-            let mut conn = self.backend.conn().await.map_err(Failure::Connect)?;
-            redis::cmd("TIME")
-                .query_async::<Vec<String>>(&mut conn)
-                .await
-                .map(drop)
-                .map_err(Failure::Call)
-        };
-        tokio::time::timeout(self.options.timeout, round_trip)
-            .await
-            .unwrap_or(Err(Failure::Call(conn::timed_out("answering"))))
-    }
-
     /// Answers from the caches when they are sure: every check covered by leased tokens
     /// (ours to spend, whatever Redis says of the bucket now), or every check refused by an
     /// over-limit snapshot.
@@ -797,89 +698,27 @@ impl Inner {
         )
     }
 
-    /// One script call for the request.
-    async fn decide(
-        &self,
-        checks: &[Check<'_>],
-        leases: &[(u64, Option<Refill>)],
-        now: Nanos,
-    ) -> Result<Vec<i64>, Failure> {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(&self.sha).arg(checks.len());
-        for check in checks {
-            cmd.arg(RedisStore::redis_key(check.key));
-        }
-        match self.options.time {
-            TimeSource::Redis => cmd.arg(""),
-            TimeSource::Caller => cmd.arg(now / 1000),
-        };
-        for (check, &(lease, _)) in checks.iter().zip(leases) {
-            let mode = match check.mode {
-                Mode::Enforce => "e",
-                Mode::Shadow => "s",
-                Mode::Quota => "q",
-                Mode::ShadowQuota => "x",
-            };
-            match check.limit.algorithm {
-                Algorithm::TokenBucket => {
-                    let s = Scale::of(&check.limit);
-                    cmd.arg("t")
-                        .arg(check.hits)
-                        .arg(mode)
-                        .arg(s.token)
-                        .arg(s.rate)
-                        .arg(s.cap)
-                        .arg(s.q)
-                        .arg(lease);
-                }
-                Algorithm::FixedWindow => {
-                    cmd.arg("w")
-                        .arg(check.hits)
-                        .arg(mode)
-                        .arg(check.limit.requests_per_unit)
-                        .arg(check.limit.unit.seconds())
-                        .arg(0)
-                        .arg(0)
-                        .arg(0);
-                }
-            }
-        }
-        let mut conn = self.backend.conn().await.map_err(Failure::Connect)?;
-        let reply = match cmd.query_async::<Vec<i64>>(&mut conn).await {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                // Flushed, restarted or failed over: EVAL loads the script as it runs.
-                let mut eval = redis::cmd("EVAL");
-                eval.arg(SCRIPT);
-                for arg in cmd.args_iter().skip(2) {
-                    if let redis::Arg::Simple(bytes) = arg {
-                        eval.arg(bytes);
-                    }
-                }
-                eval.query_async(&mut conn).await
-            }
-            other => other,
-        };
-        reply.map_err(Failure::Call)
-    }
-
     /// Reports from the script's reply; caches what it says about the future.
     fn settle(
         &self,
         checks: &[Check<'_>],
         refills: &[(u64, Option<Refill>)],
         now: Nanos,
-        values: &[i64],
+        reply: &Reply,
     ) -> Option<Reports> {
-        let per = values.get(1..)?;
-        if per.len() != checks.len() * 5 {
+        if reply.checks.len() != checks.len() {
             return None;
         }
         let mut reports = Reports::with_capacity(checks.len());
-        for ((check, v), (_, refill)) in checks.iter().zip(per.chunks_exact(5)).zip(refills) {
-            let &[over, remaining, reset_us, a, b] = v else {
-                return None;
-            };
-            let (over, a, b) = (over != 0, a.max(0) as u64, b.max(0) as u64);
+        for ((check, v), (_, refill)) in checks.iter().zip(&reply.checks).zip(refills) {
+            let CheckReply {
+                over,
+                remaining,
+                reset_us,
+                a,
+                b,
+            } = *v;
+            let (a, b) = (a.max(0) as u64, b.max(0) as u64);
             let mut report = Report {
                 over,
                 remaining: u32::try_from(remaining.max(0)).unwrap_or(u32::MAX),
@@ -968,26 +807,6 @@ impl Inner {
             }
         }
     }
-}
-
-/// Errors after which the connection is replaced and Redis counts as unreachable.
-fn breaks_connection(e: &RedisError) -> bool {
-    e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.is_unrecoverable_error()
-        || matches!(
-            e.kind(),
-            ErrorKind::Server(
-                ServerErrorKind::ReadOnly
-                    | ServerErrorKind::MasterDown
-                    | ServerErrorKind::ClusterDown
-                    | ServerErrorKind::BusyLoading
-                    | ServerErrorKind::TryAgain
-            )
-        )
-        || e.to_string().contains("READONLY")
 }
 
 #[cfg(test)]

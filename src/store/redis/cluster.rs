@@ -1,0 +1,405 @@
+//! A Redis Cluster as the store routes to it: its own slot map (from `CLUSTER SLOTS`) and
+//! one [`Node`] per master, each with its own connection and circuit.
+//!
+//! Why not redis-rs' cluster connection: it runs every node's requests through one task
+//! that stops serving all of them while it rebuilds its slot map or reconnects to a dead
+//! node, so one dead master held up (and timed out) requests for the live ones. Here a
+//! request goes to the master of its key's slot directly; a dead master fails only the
+//! requests for its own slots, fast (its circuit is open), while the map is refreshed in
+//! the background until the cluster has promoted a replica in its place.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use redis::{Client, Value};
+
+use super::node::{Node, Source};
+
+/// Slots in a Redis Cluster.
+const SLOTS: u16 = 16384;
+
+/// Least time between two background refreshes of the slot map.
+const REFRESH_EVERY: Duration = Duration::from_millis(200);
+
+/// The cluster slot of `key`: CRC16 (XMODEM) of its hash tag (the part between the first
+/// `{` and the next `}`, when not empty), else of the whole key, modulo 16384.
+pub(crate) fn slot(key: &[u8]) -> u16 {
+    let tag = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.iter()
+                .position(|&b| b == b'}')
+                .map(|close| &rest[..close])
+        })
+        .filter(|tag| !tag.is_empty())
+        .unwrap_or(key);
+    crc16::State::<crc16::XMODEM>::calculate(tag) % SLOTS
+}
+
+/// Which master serves each slot.
+#[derive(Default)]
+struct SlotMap {
+    /// `(first, last, master)`, sorted by `first`, not overlapping.
+    ranges: Vec<(u16, u16, Arc<Node>)>,
+}
+
+impl SlotMap {
+    fn owner(&self, slot: u16) -> Option<&Arc<Node>> {
+        let after = self.ranges.partition_point(|r| r.0 <= slot);
+        let (_, last, node) = self.ranges.get(after.checked_sub(1)?)?;
+        (slot <= *last).then_some(node)
+    }
+
+    /// Every master serving at least one slot, once each.
+    fn masters(&self) -> Vec<Arc<Node>> {
+        let mut out: Vec<Arc<Node>> = Vec::new();
+        for (_, _, node) in &self.ranges {
+            if !out.iter().any(|n| Arc::ptr_eq(n, node)) {
+                out.push(node.clone());
+            }
+        }
+        out
+    }
+}
+
+/// A Redis Cluster; see the module docs.
+pub(crate) struct Cluster {
+    /// The seed nodes' `host:port`, from the URL.
+    seeds: Vec<String>,
+    /// What goes before `host:port` in a node's URL: scheme and credentials.
+    url_prefix: String,
+    /// What goes after it (`/#insecure` for unchecked TLS).
+    url_suffix: String,
+    timeout: Duration,
+    map: ArcSwap<SlotMap>,
+    /// Every node met so far (seeds, masters), by `host:port`; pruned to the seeds and
+    /// the current masters at each refresh.
+    nodes: Mutex<HashMap<String, Arc<Node>>>,
+    /// One refresh at a time.
+    refreshing: tokio::sync::Mutex<()>,
+    /// When the last background refresh started.
+    last_refresh: Mutex<Option<tokio::time::Instant>>,
+    /// Why the last refresh failed (no node answered `CLUSTER SLOTS`); cleared by a success.
+    refresh_error: Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("seeds", &self.seeds)
+            .field("masters", &self.map.load().masters())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cluster {
+    /// A cluster reached through `seeds` (`host:port`), each node's URL being
+    /// `<url_prefix>host:port<url_suffix>`. Connects to nothing yet.
+    ///
+    /// # Errors
+    /// A node URL that redis-rs rejects.
+    pub(crate) fn new(
+        seeds: Vec<String>,
+        url_prefix: String,
+        url_suffix: String,
+        timeout: Duration,
+    ) -> Result<Self, String> {
+        let cluster = Self {
+            seeds,
+            url_prefix,
+            url_suffix,
+            timeout,
+            map: ArcSwap::default(),
+            nodes: Mutex::new(HashMap::new()),
+            refreshing: tokio::sync::Mutex::new(()),
+            last_refresh: Mutex::new(None),
+            refresh_error: Mutex::new(None),
+        };
+        for seed in &cluster.seeds {
+            cluster.node_at(seed)?;
+        }
+        Ok(cluster)
+    }
+
+    /// The node at `addr` (`host:port`), made on first use.
+    ///
+    /// # Errors
+    /// A URL that redis-rs rejects.
+    pub(crate) fn node_at(&self, addr: &str) -> Result<Arc<Node>, String> {
+        let mut nodes = self.nodes.lock();
+        if let Some(node) = nodes.get(addr) {
+            return Ok(node.clone());
+        }
+        let url = format!("{}{addr}{}", self.url_prefix, self.url_suffix);
+        let client = Client::open(url).map_err(|e| format!("Redis Cluster node {addr}: {e}"))?;
+        let node = Arc::new(Node::new(
+            addr.to_string(),
+            Source::Client(client),
+            self.timeout,
+        ));
+        nodes.insert(addr.to_string(), node.clone());
+        Ok(node)
+    }
+
+    /// The master serving `key`'s slot; reads the slot map first when it has none for it.
+    ///
+    /// # Errors
+    /// No node answers `CLUSTER SLOTS`, or no master serves the slot.
+    pub(crate) async fn owner(&self, key: &str) -> Result<Arc<Node>, String> {
+        let slot = slot(key.as_bytes());
+        if let Some(node) = self.map.load().owner(slot) {
+            return Ok(node.clone());
+        }
+        // Boxed: rare, and large (it may try every node).
+        Box::pin(self.refresh()).await?;
+        self.map.load().owner(slot).cloned().ok_or_else(|| {
+            format!("Redis Cluster unreachable: no master serves slot {slot} (cluster down?)")
+        })
+    }
+
+    /// The masters serving slots now.
+    pub(crate) fn masters(&self) -> Vec<Arc<Node>> {
+        self.map.load().masters()
+    }
+
+    /// Whether `node` serves slots now.
+    pub(crate) fn serves(&self, node: &Node) -> bool {
+        self.map
+            .load()
+            .ranges
+            .iter()
+            .any(|(_, _, n)| std::ptr::eq(&**n, node))
+    }
+
+    /// Why the cluster as a whole cannot be used: no slot map, and the last attempt to
+    /// read one failed.
+    pub(crate) fn unreachable(&self) -> Option<String> {
+        if self.map.load().ranges.is_empty() {
+            self.refresh_error.lock().clone()
+        } else {
+            None
+        }
+    }
+
+    /// A key in one of `node`'s slots, for its probe writes.
+    pub(crate) fn probe_key(&self, node: &Node) -> Option<String> {
+        let map = self.map.load();
+        (0..100_000).find_map(|n| {
+            let key = format!("{}probe{{{n}}}", super::KEY_PREFIX);
+            let owner = map.owner(slot(key.as_bytes()))?;
+            std::ptr::eq(&**owner, node).then_some(key)
+        })
+    }
+
+    /// Refreshes the slot map in the background, unless one was started less than
+    /// [`REFRESH_EVERY`] ago.
+    pub(crate) fn refresh_soon(self: &Arc<Self>) {
+        let now = tokio::time::Instant::now();
+        {
+            let mut last = self.last_refresh.lock();
+            if last.is_some_and(|at| now.duration_since(at) < REFRESH_EVERY) {
+                return;
+            }
+            *last = Some(now);
+        }
+        let cluster = self.clone();
+        tokio::spawn(async move {
+            let _ = cluster.refresh().await;
+        });
+    }
+
+    /// Reads the slot map from the first node that answers: masters that are up first,
+    /// then the seeds, then the rest, each within the timeout.
+    ///
+    /// # Errors
+    /// No node answered.
+    pub(crate) async fn refresh(&self) -> Result<(), String> {
+        let Ok(_one) = self.refreshing.try_lock() else {
+            // Another refresh is running: its outcome is this one's.
+            let _done = self.refreshing.lock().await;
+            return self.refresh_error.lock().clone().map_or(Ok(()), Err);
+        };
+        let mut candidates: Vec<Arc<Node>> = Vec::new();
+        let mut add = |node: Arc<Node>| {
+            if !candidates.iter().any(|n| Arc::ptr_eq(n, &node)) {
+                candidates.push(node);
+            }
+        };
+        let masters = self.masters();
+        masters
+            .iter()
+            .filter(|n| n.circuit.is_up())
+            .for_each(|n| add(n.clone()));
+        for seed in &self.seeds {
+            if let Ok(node) = self.node_at(seed) {
+                add(node);
+            }
+        }
+        let known: Vec<Arc<Node>> = self.nodes.lock().values().cloned().collect();
+        known.into_iter().for_each(&mut add);
+        let mut last_error = String::from("no cluster node to ask");
+        for node in candidates {
+            let asked = tokio::time::timeout(self.timeout, self.read_slots(&node)).await;
+            match asked.unwrap_or_else(|_| Err("Redis timed out reading the slot map".into())) {
+                Ok(ranges) => {
+                    self.install(ranges);
+                    *self.refresh_error.lock() = None;
+                    return Ok(());
+                }
+                Err(e) => last_error = format!("{}: {e}", node.name),
+            }
+        }
+        let message = format!("Redis Cluster unreachable: {last_error}");
+        *self.refresh_error.lock() = Some(message.clone());
+        Err(message)
+    }
+
+    /// Replaces the slot map and forgets nodes that are neither seeds nor masters.
+    fn install(&self, ranges: Vec<(u16, u16, Arc<Node>)>) {
+        let mut map = SlotMap { ranges };
+        map.ranges.sort_by_key(|r| r.0);
+        let masters = map.masters();
+        self.map.store(Arc::new(map));
+        self.nodes.lock().retain(|addr, node| {
+            self.seeds.contains(addr) || masters.iter().any(|m| Arc::ptr_eq(m, node))
+        });
+    }
+
+    /// `CLUSTER SLOTS` from `node`, as ranges and their masters.
+    async fn read_slots(&self, node: &Node) -> Result<Vec<(u16, u16, Arc<Node>)>, String> {
+        let mut conn = node.conn().await.map_err(|e| {
+            node.reset();
+            e.to_string()
+        })?;
+        let reply: Value = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| {
+                node.reset();
+                e.to_string()
+            })?;
+        // A node that does not know its own address answers an empty host.
+        let asked_host = node.name.rsplit_once(':').map_or("", |(h, _)| h);
+        let ranges = parse_slots(&reply, asked_host)?;
+        if ranges.is_empty() {
+            return Err("CLUSTER SLOTS lists no slots".into());
+        }
+        ranges
+            .into_iter()
+            .map(|(first, last, addr)| Ok((first, last, self.node_at(&addr)?)))
+            .collect()
+    }
+}
+
+/// `CLUSTER SLOTS` as `(first, last, "host:port" of the master)`; an empty host is
+/// `asked_host`, ranges whose master's address is unknown (`?`) are left out.
+///
+/// # Errors
+/// A reply of another shape.
+fn parse_slots(reply: &Value, asked_host: &str) -> Result<Vec<(u16, u16, String)>, String> {
+    let bad = || format!("unexpected CLUSTER SLOTS reply: {reply:?}");
+    let Value::Array(entries) = reply else {
+        return Err(bad());
+    };
+    let mut out = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let Value::Array(fields) = entry else {
+            return Err(bad());
+        };
+        let (Some(Value::Int(first)), Some(Value::Int(last)), Some(Value::Array(master))) =
+            (fields.first(), fields.get(1), fields.get(2))
+        else {
+            return Err(bad());
+        };
+        let (Ok(first), Ok(last)) = (u16::try_from(*first), u16::try_from(*last)) else {
+            return Err(bad());
+        };
+        let host = match master.first() {
+            Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
+            Some(Value::SimpleString(host)) => host.clone(),
+            _ => return Err(bad()),
+        };
+        let Some(Value::Int(port)) = master.get(1) else {
+            return Err(bad());
+        };
+        if host == "?" || first > last || last >= SLOTS {
+            continue;
+        }
+        let host = if host.is_empty() { asked_host } else { &host };
+        let host = if host.contains(':') && !host.starts_with('[') {
+            format!("[{host}]")
+        } else {
+            host.to_string()
+        };
+        out.push((first, last, format!("{host}:{port}")));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_follow_the_hash_tag() {
+        // Values from the Redis Cluster specification's CRC16 test vector and
+        // `CLUSTER KEYSLOT`.
+        assert_eq!(
+            crc16::State::<crc16::XMODEM>::calculate(b"123456789"),
+            0x31C3
+        );
+        assert_eq!(slot(b"foo"), 12182);
+        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
+        assert_eq!(slot(b"foo{}{bar}"), slot(b"foo{}{bar}"));
+        assert_ne!(
+            slot(b"foo{}{bar}"),
+            slot(b"bar"),
+            "an empty tag hashes the key"
+        );
+        assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
+    }
+
+    #[test]
+    fn slot_replies_parse_or_say_why() {
+        let int = Value::Int;
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let reply = Value::Array(vec![
+            Value::Array(vec![
+                int(0),
+                int(5460),
+                Value::Array(vec![bulk("127.0.0.1"), int(7000), bulk("id")]),
+                Value::Array(vec![bulk("127.0.0.1"), int(7003), bulk("id")]),
+            ]),
+            Value::Array(vec![
+                int(5461),
+                int(10922),
+                Value::Array(vec![bulk(""), int(7001)]),
+            ]),
+            Value::Array(vec![
+                int(10923),
+                int(16383),
+                Value::Array(vec![bulk("?"), int(7002)]),
+            ]),
+        ]);
+        assert_eq!(
+            parse_slots(&reply, "10.0.0.9").expect("valid"),
+            [
+                (0, 5460, "127.0.0.1:7000".to_string()),
+                (5461, 10922, "10.0.0.9:7001".to_string())
+            ]
+        );
+        for bad in [
+            Value::Nil,
+            Value::Array(vec![Value::Int(1)]),
+            Value::Array(vec![Value::Array(vec![int(-1), int(3), Value::Nil])]),
+        ] {
+            assert!(parse_slots(&bad, "h").is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! Whether each Redis node decides: circuits opened by failures, probe writes that close
+//! them, background checks that notice a failing node without traffic, and the store's
+//! health as the operator endpoints show it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Value;
+
+use super::node::{Node, timed_out};
+use super::script::describe;
+use super::{FailurePolicy, Inner, RedisStore};
+use crate::store::StoreHealth;
+
+/// How often, at most, a node whose circuit is open is probed.
+const PROBE_EVERY: Duration = Duration::from_millis(250);
+
+/// Lifetime of a probe key: long enough to be written, short enough to leave nothing.
+const PROBE_TTL_MS: u64 = 2000;
+
+impl FailurePolicy {
+    /// The policy as `--redis-failure` names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            FailurePolicy::Error => "error",
+            FailurePolicy::Allow => "allow",
+            FailurePolicy::Local => "local",
+        }
+    }
+}
+
+impl RedisStore {
+    /// `node` cannot decide because of `reason`: its requests go to the failure policy
+    /// until a probe write succeeds.
+    pub(super) fn trip(&self, node: &Arc<Node>, reason: &str) {
+        node.circuit
+            .open(&node.name, reason, self.inner.options.failure);
+        if let Some(cluster) = self.inner.backend.cluster() {
+            // A dead master's slots move to a replica: find out as soon as they do.
+            cluster.refresh_soon();
+        }
+        self.spawn_probe(node.clone());
+    }
+
+    /// Whether Redis decides: healthy; degraded while some nodes (a Cluster's masters) do
+    /// not, or none does but the failure policy answers; down when nothing answers.
+    pub fn health(&self) -> StoreHealth {
+        let inner = &*self.inner;
+        let policy = inner.options.failure;
+        let whole = |why: String| match policy {
+            FailurePolicy::Error => StoreHealth::Down(why),
+            _ => StoreHealth::Degraded(format!(
+                "{why}; answering by the failure policy ({})",
+                policy.name()
+            )),
+        };
+        if let Some(why) = inner.backend.cluster().and_then(|c| c.unreachable()) {
+            return whole(why);
+        }
+        let nodes = inner.backend.nodes();
+        let down: Vec<String> = nodes
+            .iter()
+            .filter(|n| !n.circuit.is_up())
+            .map(|n| n.circuit.reason())
+            .collect();
+        if down.is_empty() {
+            StoreHealth::Healthy
+        } else if down.len() == nodes.len() {
+            whole(down.join("; "))
+        } else {
+            StoreHealth::Degraded(format!(
+                "{} of {} Redis Cluster masters cannot decide, their slots answer by the \
+                 failure policy ({}): {}",
+                down.len(),
+                nodes.len(),
+                policy.name(),
+                down.join("; ")
+            ))
+        }
+    }
+
+    /// Cache upkeep, a check of every node that decides (so health notices a failing node
+    /// without traffic, at startup too) and a probe of every node that does not; a
+    /// Cluster's slot map is read again. Call about once a second, on the runtime.
+    pub fn maintain(&self) {
+        let inner = &*self.inner;
+        if let Some(cluster) = inner.backend.cluster() {
+            cluster.refresh_soon();
+        }
+        for node in inner.backend.nodes() {
+            if node.circuit.is_up() {
+                self.spawn_check(node);
+            } else {
+                self.spawn_probe(node);
+            }
+        }
+        inner.blocked.run_pending_tasks();
+        inner.leases.run_pending_tasks();
+        if let Some(fallback) = &inner.fallback {
+            fallback.maintain();
+        }
+    }
+
+    /// Until `node` takes a write again: one probe at a time, backing off to
+    /// [`PROBE_EVERY`]. Ends early when a Cluster no longer gives the node any slot (a
+    /// replica took its place).
+    pub(super) fn spawn_probe(&self, node: Arc<Node>) {
+        if !node.circuit.start_probe() {
+            return;
+        }
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            let mut delay = Duration::from_millis(50);
+            loop {
+                tokio::time::sleep(delay).await;
+                if let Some(cluster) = inner.backend.cluster() {
+                    cluster.refresh_soon();
+                    if !cluster.serves(&node) {
+                        node.circuit.end_probe();
+                        return;
+                    }
+                }
+                match inner.probe_write(&node).await {
+                    Ok(()) => {
+                        // Done probing before closing: a failure from here on starts a
+                        // new probe.
+                        node.circuit.end_probe();
+                        node.circuit.close(&node.name);
+                        return;
+                    }
+                    Err(reason) => node.circuit.set_reason(&reason),
+                }
+                delay = (delay * 2).min(PROBE_EVERY);
+            }
+        });
+    }
+
+    /// While `node` decides: one background probe write, which opens its circuit when it
+    /// fails.
+    fn spawn_check(&self, node: Arc<Node>) {
+        if !node.circuit.start_probe() {
+            return;
+        }
+        let store = self.clone();
+        tokio::spawn(async move {
+            let result = store.inner.probe_write(&node).await;
+            node.circuit.end_probe();
+            if let Err(reason) = result {
+                store.trip(&node, &reason);
+            }
+        });
+    }
+}
+
+impl Inner {
+    /// Writes a short-lived key on `node`, within the timeout: a node that answers but
+    /// refuses writes (out of memory, read-only, ...) cannot decide either.
+    async fn probe_write(&self, node: &Node) -> Result<(), String> {
+        let Some(key) = self.backend.probe_key(node) else {
+            return Ok(());
+        };
+        let write = async {
+            let mut conn = node.conn().await?;
+            redis::cmd("SET")
+                .arg(&key)
+                .arg(1)
+                .arg("PX")
+                .arg(PROBE_TTL_MS)
+                .query_async::<Value>(&mut conn)
+                .await
+        };
+        let result = tokio::time::timeout(self.options.timeout, write)
+            .await
+            .unwrap_or_else(|_| Err(timed_out("writing a probe key")));
+        result.map(drop).map_err(|e| {
+            if e.code().is_none() {
+                node.reset();
+            }
+            describe(node, &e)
+        })
+    }
+}

@@ -1,0 +1,107 @@
+//! One Redis server as the store uses it: a multiplexed connection shared by every
+//! request, made lazily, replaced when it breaks and never waited on longer than the
+//! timeout, and the [`Circuit`] saying whether requests may ask it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use redis::aio::MultiplexedConnection;
+use redis::sentinel::SentinelClient;
+use redis::{AsyncConnectionConfig, Client, RedisError};
+
+use super::circuit::Circuit;
+
+/// How a node's connections are made.
+pub(crate) enum Source {
+    /// A server at a fixed address.
+    Client(Client),
+    /// Whatever master the sentinels name at connection time.
+    Sentinel(tokio::sync::Mutex<SentinelClient>),
+}
+
+/// One Redis server; see the module docs.
+pub(crate) struct Node {
+    /// The node in messages: `host:port`, or the URL without its password.
+    pub(crate) name: String,
+    source: Source,
+    current: ArcSwapOption<MultiplexedConnection>,
+    /// One connection attempt at a time.
+    connecting: tokio::sync::Mutex<()>,
+    timeout: Duration,
+    /// Whether requests may ask this node.
+    pub(crate) circuit: Circuit,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("name", &self.name)
+            .field("connected", &self.current.load().is_some())
+            .field("up", &self.circuit.is_up())
+            .finish()
+    }
+}
+
+impl Node {
+    /// A node that connects on first use.
+    pub(crate) fn new(name: String, source: Source, timeout: Duration) -> Self {
+        Self {
+            name,
+            source,
+            current: ArcSwapOption::empty(),
+            connecting: tokio::sync::Mutex::new(()),
+            timeout,
+            circuit: Circuit::new(),
+        }
+    }
+
+    /// The shared connection, connecting first if there is none. Bounded by the timeout.
+    pub(crate) async fn conn(&self) -> Result<MultiplexedConnection, RedisError> {
+        if let Some(c) = self.current.load_full() {
+            return Ok((*c).clone());
+        }
+        let _one = self.connecting.lock().await;
+        if let Some(c) = self.current.load_full() {
+            return Ok((*c).clone());
+        }
+        // Boxed as a trait object: connecting is rare, and redis-rs' connection future is
+        // so deep that every crate spawning a request would otherwise need a higher
+        // recursion limit to prove it `Send`.
+        let connect: std::pin::Pin<
+            Box<dyn Future<Output = Result<MultiplexedConnection, RedisError>> + Send + '_>,
+        > = Box::pin(self.connect());
+        let conn = tokio::time::timeout(self.timeout, connect)
+            .await
+            .map_err(|_| timed_out("connecting"))??;
+        self.current.store(Some(Arc::new(conn.clone())));
+        Ok(conn)
+    }
+
+    /// Drops the shared connection (it failed); the next call connects anew. A sentinel
+    /// source asks the sentinels for the master again then.
+    pub(crate) fn reset(&self) {
+        self.current.store(None);
+    }
+
+    async fn connect(&self) -> Result<MultiplexedConnection, RedisError> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout));
+        let client = match &self.source {
+            Source::Client(client) => client.clone(),
+            Source::Sentinel(sentinel) => sentinel.lock().await.async_get_client().await?,
+        };
+        client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+    }
+}
+
+/// An I/O timeout error saying what timed out.
+pub(crate) fn timed_out(what: &str) -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("Redis timed out {what}"),
+    ))
+}

@@ -1,0 +1,166 @@
+//! The decision script's reply ([`decide.lua`](./decide.lua)) as plain numbers.
+//!
+//! A pure function of the raw reply, so that it can be fuzzed: anything that is not the
+//! script's exact shape is an error, never a panic.
+
+use redis::Value;
+
+/// What the script decided for one check (see the script's header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckReply {
+    /// The check is over its limit.
+    pub over: bool,
+    /// Whole tokens (or window hits) left.
+    pub remaining: i64,
+    /// Microseconds until the bucket can pass again (token buckets) or the window resets.
+    pub reset_us: i64,
+    /// Token bucket: debt after the decision (scaled); fixed window: count after it.
+    pub a: i64,
+    /// Token bucket: tokens leased; fixed window: microseconds until the window ends.
+    pub b: i64,
+}
+
+/// The script's whole reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// The request was denied (no token bucket consumed).
+    pub denied: bool,
+    /// One entry per check, in request order.
+    pub checks: Vec<CheckReply>,
+}
+
+/// A reply that is not the script's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("Redis sent a malformed reply: {0}")]
+pub struct ReplyError(String);
+
+/// Fields per check in the reply.
+const FIELDS: usize = 5;
+
+/// Parses an `EVALSHA` reply of the decision script: an array of integers, the denied
+/// flag then [`FIELDS`] per check.
+///
+/// # Errors
+/// Anything else: another type, a non-integer element, a length that is not 1 + 5n, or a
+/// flag that is neither 0 nor 1.
+pub fn parse(value: &Value) -> Result<Reply, ReplyError> {
+    let Value::Array(items) = value else {
+        return Err(ReplyError(format!(
+            "expected an array, got {}",
+            kind(value)
+        )));
+    };
+    let numbers = items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| match item {
+            Value::Int(n) => Ok(*n),
+            other => Err(ReplyError(format!("element {i} is {}", kind(other)))),
+        })
+        .collect::<Result<Vec<i64>, _>>()?;
+    let (&denied, per) = numbers
+        .split_first()
+        .ok_or_else(|| ReplyError("empty array".into()))?;
+    if per.len() % FIELDS != 0 {
+        return Err(ReplyError(format!(
+            "{} elements, not 1 + {FIELDS} per check",
+            numbers.len()
+        )));
+    }
+    let flag = |n: i64, what: &str| match n {
+        0 => Ok(false),
+        1 => Ok(true),
+        other => Err(ReplyError(format!("{what} flag {other}"))),
+    };
+    let checks = per
+        .chunks_exact(FIELDS)
+        .map(|c| {
+            Ok(CheckReply {
+                over: flag(c[0], "over")?,
+                remaining: c[1],
+                reset_us: c[2],
+                a: c[3],
+                b: c[4],
+            })
+        })
+        .collect::<Result<Vec<_>, ReplyError>>()?;
+    Ok(Reply {
+        denied: flag(denied, "denied")?,
+        checks,
+    })
+}
+
+/// A value's type, for messages (never its content, which may be large).
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Nil => "nil",
+        Value::Int(_) => "an integer",
+        Value::BulkString(_) => "a bulk string",
+        Value::Array(_) => "an array",
+        Value::SimpleString(_) => "a simple string",
+        Value::Okay => "OK",
+        Value::ServerError(_) => "an error reply",
+        _ => "another type",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ints(ns: &[i64]) -> Value {
+        Value::Array(ns.iter().map(|&n| Value::Int(n)).collect())
+    }
+
+    #[test]
+    fn the_scripts_shape_parses() {
+        let reply = parse(&ints(&[1, 1, 0, 500, 7, 0, 0, 3, 0, 2, 1])).expect("valid");
+        assert!(reply.denied);
+        assert_eq!(
+            reply.checks,
+            [
+                CheckReply {
+                    over: true,
+                    remaining: 0,
+                    reset_us: 500,
+                    a: 7,
+                    b: 0
+                },
+                CheckReply {
+                    over: false,
+                    remaining: 3,
+                    reset_us: 0,
+                    a: 2,
+                    b: 1
+                },
+            ]
+        );
+        assert_eq!(parse(&ints(&[0])).expect("no checks").checks, []);
+    }
+
+    #[test]
+    fn malformed_replies_are_errors_not_panics() {
+        let nested = Value::Array(vec![Value::Int(0), ints(&[1, 2, 3, 4, 5])]);
+        for bad in [
+            Value::Nil,
+            Value::Okay,
+            Value::Int(0),
+            Value::BulkString(b"\x00\xff".to_vec()),
+            Value::SimpleString("OK".into()),
+            ints(&[]),
+            ints(&[0, 1, 2]),
+            ints(&[0, 1, 2, 3, 4, 5, 6]),
+            ints(&[2, 0, 0, 0, 0, 0]),
+            ints(&[0, -1, 0, 0, 0, 0]),
+            ints(&[i64::MIN, 0, 0, 0, 0, 0]),
+            nested,
+            Value::Array(vec![Value::Int(0), Value::Nil, Value::Int(0)]),
+            Value::Array(vec![Value::Int(0); 1_000_002]),
+        ] {
+            let Err(err) = parse(&bad) else {
+                panic!("accepted a malformed reply");
+            };
+            assert!(err.to_string().starts_with("Redis sent a malformed reply"));
+        }
+    }
+}
