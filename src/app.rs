@@ -23,7 +23,7 @@ use crate::store::redis::{RedisOptions, UrlError};
 use crate::store::{MemoryStore, RedisStore, Store};
 
 /// The full gRPC name of the rate-limit service, as health checks ask for it.
-const RLS_SERVICE_NAME: &str = <envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<Rls> as tonic::server::NamedService>::NAME;
+const RLS_SERVICE_NAME: &str = <crate::grpc::RateLimitServer as tonic::server::NamedService>::NAME;
 
 /// What `meshlimit serve` needs, whatever it was parsed from.
 #[derive(Debug, Clone)]
