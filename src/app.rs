@@ -11,12 +11,13 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{self, render_errors};
 use crate::grpc::{HEALTH_SERVICE_NAME, HeaderNames, Rls};
 use crate::http::{self, Health};
+use crate::net::{self, ConnectionOptions, Connections, Protocols, TlsError, TlsFiles, TlsSource};
 use crate::rules::Algorithm;
 use crate::service::Service;
 use crate::store::redis::{RedisOptions, UrlError};
@@ -25,7 +26,7 @@ use crate::store::{
 };
 
 /// The full gRPC name of the rate-limit service, as health checks ask for it.
-const RLS_SERVICE_NAME: &str = <envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<Rls> as tonic::server::NamedService>::NAME;
+const RLS_SERVICE_NAME: &str = <crate::grpc::RateLimitServer as tonic::server::NamedService>::NAME;
 
 /// What `meshlimit serve` needs, whatever it was parsed from.
 #[derive(Debug, Clone)]
@@ -57,7 +58,28 @@ pub struct Settings {
     pub metrics_path: String,
     /// Upper bound on the bytes held by the embedded store (keys plus per-bucket overhead).
     pub max_store_bytes: u64,
+    /// A connection (HTTP or gRPC) with nothing from the peer and no request in flight
+    /// for this long is closed.
+    pub idle_timeout: Duration,
+    /// Most connections open at once over all ports (`None`: what the file-descriptor
+    /// limit allows, see [`net::descriptors::default_max_connections`]).
+    pub max_connections: Option<usize>,
+    /// gRPC connections older than this (±10%) are asked to close (`None`: never; the Go
+    /// server's `GRPC_MAX_CONNECTION_AGE`).
+    pub grpc_max_connection_age: Option<Duration>,
+    /// After that GOAWAY, how long calls in flight may still run (the Go server's
+    /// `GRPC_MAX_CONNECTION_AGE_GRACE`).
+    pub grpc_max_connection_age_grace: Duration,
+    /// TLS (and mTLS) on the gRPC address; `None`: plain.
+    pub grpc_tls: Option<TlsFiles>,
+    /// TLS on the main HTTP address (never client certificates); `None`: plain.
+    pub http_tls: Option<TlsFiles>,
 }
+
+/// Default of [`Settings::idle_timeout`], in milliseconds.
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 300_000;
+/// Default of [`Settings::grpc_max_connection_age_grace`], in milliseconds.
+pub const DEFAULT_GRPC_MAX_CONNECTION_AGE_GRACE_MS: u64 = 10_000;
 
 impl Settings {
     /// Defaults for everything but the config path: embedded store, token buckets, no
@@ -76,6 +98,14 @@ impl Settings {
             metrics_path: "/metrics".into(),
             near_limit_ratio: crate::metrics::DEFAULT_NEAR_LIMIT_RATIO,
             max_store_bytes: DEFAULT_MAX_STORE_BYTES,
+            idle_timeout: Duration::from_millis(DEFAULT_IDLE_TIMEOUT_MS),
+            max_connections: None,
+            grpc_max_connection_age: None,
+            grpc_max_connection_age_grace: Duration::from_millis(
+                DEFAULT_GRPC_MAX_CONNECTION_AGE_GRACE_MS,
+            ),
+            grpc_tls: None,
+            http_tls: None,
         }
     }
 }
@@ -110,6 +140,9 @@ pub enum Error {
     /// The Redis URL is invalid.
     #[error("{0}")]
     Redis(#[from] UrlError),
+    /// A TLS certificate, key or CA file is missing or invalid.
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
 }
 
 /// Builds the service for `settings` with the real clock; loads the config once.
@@ -213,6 +246,15 @@ pub async fn serve(
         })
     };
 
+    let connections = Connections::new(
+        settings
+            .max_connections
+            .unwrap_or_else(net::descriptors::default_max_connections),
+    );
+    service.metrics().follow_connections(connections.clone());
+    let grpc_tls = load_tls(settings.grpc_tls.clone(), Protocols::Grpc)?;
+    let http_tls = load_tls(settings.http_tls.clone(), Protocols::Http)?;
+
     let operator = http::Operator {
         health: health.clone(),
         service: service.clone(),
@@ -230,21 +272,32 @@ pub async fn serve(
         http = %listeners.http.local_addr()?,
         also_http = %also.join(","),
         config = %settings.config.display(),
+        max_connections = connections.max(),
+        grpc_tls = grpc_tls.is_some(),
+        http_tls = http_tls.is_some(),
         "meshlimit serving"
     );
     // The operator endpoints stop only after gRPC has drained.
     let (http_stop_tx, http_stop_rx) = watch::channel(false);
     let mut http_servers = Vec::new();
-    for listener in std::iter::once(listeners.http).chain(listeners.extra_http) {
+    let extra_http = listeners.extra_http.into_iter().map(|l| (l, None));
+    for (listener, tls) in std::iter::once((listeners.http, http_tls)).chain(extra_http) {
         let router = http::router(operator.clone());
         let mut stop = http_stop_rx.clone();
-        http_servers.push(tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|&s| s).await;
-                })
-                .await
-        }));
+        let options = ConnectionOptions {
+            tls,
+            ..ConnectionOptions::new(settings.idle_timeout)
+        };
+        http_servers.push(tokio::spawn(net::serve(
+            listener,
+            router,
+            options,
+            connections.clone(),
+            async move {
+                let _ = stop.wait_for(|&s| s).await;
+            },
+            settings.drain_timeout,
+        )));
     }
 
     let grpc_stop = {
@@ -259,56 +312,48 @@ pub async fn serve(
             tokio::time::sleep(delay).await;
         }
     };
-    let (grpc_stopping_tx, grpc_stopping_rx) = tokio::sync::oneshot::channel::<()>();
-    let grpc_server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(health_service)
-            .add_service(
-                Rls::new(service)
-                    .with_response_headers(settings.response_headers.clone())
-                    .into_server(),
-            )
-            .serve_with_incoming_shutdown(crate::grpc::incoming(listeners.grpc), async move {
-                grpc_stop.await;
-                let _ = grpc_stopping_tx.send(());
-            }),
-    );
-    let grpc_result = drain(grpc_server, grpc_stopping_rx, settings.drain_timeout).await;
+    let routes = tonic::service::Routes::new(health_service)
+        .add_service(
+            Rls::new(service)
+                .with_response_headers(settings.response_headers.clone())
+                .into_server(),
+        )
+        .prepare();
+    let grpc_options = ConnectionOptions {
+        max_age: settings.grpc_max_connection_age,
+        max_age_grace: settings.grpc_max_connection_age_grace,
+        http2_only: true,
+        tls: grpc_tls,
+        ..ConnectionOptions::new(settings.idle_timeout)
+    };
+    // Stops accepting once `grpc_stop` completes, then drains (at most drain_timeout).
+    let grpc_result = tokio::spawn(net::serve(
+        listeners.grpc,
+        routes,
+        grpc_options,
+        connections,
+        grpc_stop,
+        settings.drain_timeout,
+    ))
+    .await;
     maintenance.abort();
     let _ = http_stop_tx.send(true);
     for server in http_servers {
-        match server.await {
-            Ok(result) => result?,
-            Err(join) => return Err(Error::Http(std::io::Error::other(join))),
-        }
+        server
+            .await
+            .map_err(|join| Error::Http(std::io::Error::other(join)))?;
     }
-    grpc_result?;
+    grpc_result.map_err(|join| Error::Http(std::io::Error::other(join)))?;
     info!("meshlimit stopped");
     Ok(())
 }
 
-/// Waits for the gRPC server; once it has stopped accepting, gives in-flight calls at
-/// most `timeout` before dropping them.
-async fn drain(
-    mut server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
-    stopping: tokio::sync::oneshot::Receiver<()>,
-    timeout: Duration,
-) -> Result<(), Error> {
-    let result = tokio::select! {
-        result = &mut server => result,
-        _ = stopping => match tokio::time::timeout(timeout, &mut server).await {
-            Ok(result) => result,
-            Err(_) => {
-                warn!(timeout = ?timeout, "in-flight gRPC calls still running; dropping them");
-                server.abort();
-                return Ok(());
-            }
-        },
-    };
-    match result {
-        Ok(served) => Ok(served?),
-        Err(join) => Err(Error::Http(std::io::Error::other(join))),
-    }
+/// The TLS source for `files`, watched for changes; `None` without files.
+fn load_tls(
+    files: Option<TlsFiles>,
+    protocols: Protocols,
+) -> Result<Option<Arc<TlsSource>>, Error> {
+    Ok(files.map(|f| TlsSource::load(f, protocols)).transpose()?)
 }
 
 /// The names gRPC health answers for: overall (""), the Go server's `ratelimit`, and

@@ -7,6 +7,9 @@
 //! meshlimit's defaults. Variables meshlimit does not support are returned by name with
 //! the reason, for one startup warning.
 
+mod go_duration;
+mod grpc_server;
+
 /// The Go server's config location when no variable says otherwise:
 /// `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`.
 pub const DEFAULT_RUNTIME_ROOT: &str = "/srv/runtime_data/current";
@@ -61,41 +64,6 @@ const UNSUPPORTED: &[(&str, Option<bool>, &str)] = &[
         "add labels in the Prometheus scrape config",
     ),
     ("GRPC_UDS", None, "gRPC listens on TCP only"),
-    (
-        "GRPC_SERVER_USE_TLS",
-        Some(true),
-        "gRPC TLS is not supported; use the mesh's mTLS",
-    ),
-    (
-        "GRPC_SERVER_TLS_CERT",
-        None,
-        "gRPC TLS is not supported; use the mesh's mTLS",
-    ),
-    (
-        "GRPC_SERVER_TLS_KEY",
-        None,
-        "gRPC TLS is not supported; use the mesh's mTLS",
-    ),
-    (
-        "GRPC_CLIENT_TLS_CACERT",
-        None,
-        "gRPC TLS is not supported; use the mesh's mTLS",
-    ),
-    (
-        "GRPC_CLIENT_TLS_SAN",
-        None,
-        "gRPC TLS is not supported; use the mesh's mTLS",
-    ),
-    (
-        "GRPC_MAX_CONNECTION_AGE",
-        None,
-        "connections are kept until the client closes them",
-    ),
-    (
-        "GRPC_MAX_CONNECTION_AGE_GRACE",
-        None,
-        "connections are kept until the client closes them",
-    ),
     (
         "MERGE_DOMAIN_CONFIG",
         Some(true),
@@ -222,7 +190,8 @@ fn parse_bool(value: &str) -> Option<bool> {
 ///
 /// # Errors
 /// A variable the Go server would also refuse: `CONFIG_TYPE` other than `FILE`, a
-/// `BACKEND_TYPE` of memcache, an unknown `REDIS_TYPE` or `REDIS_SOCKET_TYPE`.
+/// `BACKEND_TYPE` of memcache, an unknown `REDIS_TYPE` or `REDIS_SOCKET_TYPE`, a
+/// duration that is not one, `GRPC_SERVER_USE_TLS=true` without a certificate and key.
 pub fn translate(
     var: impl Fn(&str) -> Option<String>,
     names: &[String],
@@ -345,6 +314,10 @@ pub fn translate(
             push(&[flag_name, &value]);
         }
     }
+
+    let grpc = grpc_server::translate(&set, &ours, flag("GRPC_SERVER_USE_TLS"))?;
+    out.args.extend(grpc.args);
+    out.unsupported.extend(grpc.ignored);
 
     for &(name, when, why) in UNSUPPORTED {
         let Some(value) = set(name) else { continue };
@@ -631,5 +604,34 @@ mod tests {
         }
         assert!(run(&[("CONFIG_TYPE", "GRPC_XDS_SOTW")]).is_err());
         assert!(run(&[("BACKEND_TYPE", "memcache")]).is_err());
+    }
+
+    #[test]
+    fn grpc_tls_and_connection_ages() {
+        assert_eq!(
+            args(&[
+                ("GRPC_SERVER_USE_TLS", "true"),
+                ("GRPC_SERVER_TLS_CERT", "/tls/cert.pem"),
+                ("GRPC_SERVER_TLS_KEY", "/tls/key.pem"),
+                ("GRPC_CLIENT_TLS_CACERT", "/tls/ca.pem"),
+                ("GRPC_CLIENT_TLS_SAN", "envoy.mesh"),
+                ("GRPC_MAX_CONNECTION_AGE", "1h"),
+                ("GRPC_MAX_CONNECTION_AGE_GRACE", "30s"),
+            ]),
+            "--grpc-max-connection-age-ms 3600000 --grpc-max-connection-age-grace-ms 30000 \
+             --grpc-tls-cert /tls/cert.pem --grpc-tls-key /tls/key.pem \
+             --grpc-client-ca /tls/ca.pem --grpc-client-san envoy.mesh"
+        );
+        // An age alone gets the Go server's default grace (1 h).
+        assert_eq!(
+            args(&[("GRPC_MAX_CONNECTION_AGE", "10m")]),
+            "--grpc-max-connection-age-ms 600000 --grpc-max-connection-age-grace-ms 3600000"
+        );
+        // Without GRPC_SERVER_USE_TLS the files are ignored, as by the Go server.
+        let ignored = run(&[("GRPC_SERVER_TLS_CERT", "/tls/cert.pem")]).unwrap();
+        assert!(ignored.args.is_empty());
+        assert_eq!(ignored.unsupported.len(), 1);
+        assert!(run(&[("GRPC_SERVER_USE_TLS", "true")]).is_err());
+        assert!(run(&[("GRPC_MAX_CONNECTION_AGE", "1 day")]).is_err());
     }
 }

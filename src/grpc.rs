@@ -7,9 +7,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
-    RateLimitService, RateLimitServiceServer,
-};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use tonic::{Request, Response, Status};
@@ -17,6 +15,11 @@ use tonic::{Request, Response, Status};
 use crate::clock::NANOS_PER_SEC;
 use crate::rules::Unit;
 use crate::service::{self, Override, RequestDescriptor, RequestError, Service};
+
+mod codec;
+mod route;
+
+pub use route::RateLimitServer;
 
 /// The gRPC face of a [`Service`].
 #[derive(Debug, Clone)]
@@ -64,9 +67,9 @@ impl Rls {
         self
     }
 
-    /// The tonic service to mount.
-    pub fn into_server(self) -> RateLimitServiceServer<Self> {
-        RateLimitServiceServer::new(self)
+    /// The tonic service to mount; it answers malformed protobuf `INVALID_ARGUMENT`.
+    pub fn into_server(self) -> RateLimitServer {
+        RateLimitServer::new(self)
     }
 }
 

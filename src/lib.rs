@@ -11,6 +11,7 @@
 //! - [`http`]: the operator's HTTP endpoints; [`json`]: their JSON form of requests.
 //! - [`explain`]: why a request gets its answer (`/explain`, `meshlimit explain`).
 //! - [`metrics`]: Prometheus statistics under the Go server's names, served at `/metrics`.
+//! - [`net`]: connections: accept within limits, TLS, idle and age timeouts, drain.
 //! - [`reload`]: watches the config path and swaps in valid edits.
 //! - [`gocompat`]: envoyproxy/ratelimit's environment variables as `serve` flags.
 //! - [`app`]: wires it all together for the `meshlimit` binary and the tests.
@@ -35,6 +36,7 @@ pub mod json;
 pub mod limiter;
 pub mod matcher;
 pub mod metrics;
+pub mod net;
 pub mod reload;
 pub mod rules;
 pub mod service;

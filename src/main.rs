@@ -12,6 +12,7 @@ use meshlimit::app::{self, Listeners, Settings};
 use meshlimit::config;
 use meshlimit::gocompat;
 use meshlimit::grpc::HeaderNames;
+use meshlimit::net::TlsFiles;
 use meshlimit::rules::Algorithm;
 use meshlimit::store::redis::{FailurePolicy, RedisOptions};
 use meshlimit::store::{DEFAULT_MAX_BUCKETS, DEFAULT_MAX_STORE_BYTES};
@@ -173,6 +174,50 @@ struct Serve {
     /// it, the least recently used buckets are evicted.
     #[arg(long, env = "MESHLIMIT_MAX_STORE_BYTES", default_value_t = DEFAULT_MAX_STORE_BYTES)]
     max_store_bytes: u64,
+    /// Close an HTTP or gRPC connection after this many milliseconds with nothing from the
+    /// peer and no request in flight (a client's HTTP/2 keepalive pings count).
+    #[arg(long, env = "MESHLIMIT_IDLE_TIMEOUT_MS", default_value_t = app::DEFAULT_IDLE_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    idle_timeout_ms: u64,
+    /// Most connections open at once over all ports; more are closed as soon as they are
+    /// accepted. Default: the file-descriptor limit minus 64 for the server's own files.
+    #[arg(long, env = "MESHLIMIT_MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..))]
+    max_connections: Option<u64>,
+    /// Ask gRPC connections to close (GOAWAY) after this many milliseconds, ±10% (0:
+    /// never; the Go server's GRPC_MAX_CONNECTION_AGE).
+    #[arg(
+        long,
+        env = "MESHLIMIT_GRPC_MAX_CONNECTION_AGE_MS",
+        default_value_t = 0
+    )]
+    grpc_max_connection_age_ms: u64,
+    /// After that GOAWAY, milliseconds for calls in flight before the connection is
+    /// closed (the Go server's GRPC_MAX_CONNECTION_AGE_GRACE).
+    #[arg(long, env = "MESHLIMIT_GRPC_MAX_CONNECTION_AGE_GRACE_MS", default_value_t = app::DEFAULT_GRPC_MAX_CONNECTION_AGE_GRACE_MS)]
+    grpc_max_connection_age_grace_ms: u64,
+    /// PEM certificate chain for TLS on the gRPC address (reloaded when it changes).
+    #[arg(long, env = "MESHLIMIT_GRPC_TLS_CERT", requires = "grpc_tls_key")]
+    grpc_tls_cert: Option<PathBuf>,
+    /// PEM private key of --grpc-tls-cert (reloaded when it changes).
+    #[arg(long, env = "MESHLIMIT_GRPC_TLS_KEY", requires = "grpc_tls_cert")]
+    grpc_tls_key: Option<PathBuf>,
+    /// PEM CA certificates: gRPC clients must present a certificate that chains to one.
+    #[arg(long, env = "MESHLIMIT_GRPC_CLIENT_CA", requires = "grpc_tls_cert")]
+    grpc_client_ca: Option<PathBuf>,
+    /// With --grpc-client-ca: a client certificate must be valid for one of these DNS
+    /// names or IP addresses (repeat the flag, or separate with commas).
+    #[arg(
+        long,
+        env = "MESHLIMIT_GRPC_CLIENT_SAN",
+        requires = "grpc_client_ca",
+        value_delimiter = ','
+    )]
+    grpc_client_san: Vec<String>,
+    /// PEM certificate chain for TLS on --http-addr (not --debug-addr, --metrics-addr).
+    #[arg(long, env = "MESHLIMIT_HTTP_TLS_CERT", requires = "http_tls_key")]
+    http_tls_cert: Option<PathBuf>,
+    /// PEM private key of --http-tls-cert.
+    #[arg(long, env = "MESHLIMIT_HTTP_TLS_KEY", requires = "http_tls_cert")]
+    http_tls_key: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -230,6 +275,8 @@ fn main() -> ExitCode {
         },
         Command::Serve(serve) => {
             init_logging(&serve);
+            // Connections are capped below the descriptor limit; let that be the hard one.
+            meshlimit::net::descriptors::raise_soft_limit();
             if !go.unsupported.is_empty() {
                 warn!(
                     "ignoring envoyproxy/ratelimit settings that meshlimit does not support: {}",
@@ -362,6 +409,27 @@ async fn serve_until_signal(serve: Serve) -> Result<(), Box<dyn std::error::Erro
         metrics_path: serve.metrics_path,
         near_limit_ratio: serve.near_limit_ratio,
         max_store_bytes: serve.max_store_bytes,
+        idle_timeout: Duration::from_millis(serve.idle_timeout_ms),
+        max_connections: serve
+            .max_connections
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        grpc_max_connection_age: (serve.grpc_max_connection_age_ms > 0)
+            .then(|| Duration::from_millis(serve.grpc_max_connection_age_ms)),
+        grpc_max_connection_age_grace: Duration::from_millis(
+            serve.grpc_max_connection_age_grace_ms,
+        ),
+        grpc_tls: serve
+            .grpc_tls_cert
+            .zip(serve.grpc_tls_key)
+            .map(|(cert, key)| TlsFiles {
+                client_ca: serve.grpc_client_ca,
+                client_sans: serve.grpc_client_san,
+                ..TlsFiles::server(cert, key)
+            }),
+        http_tls: serve
+            .http_tls_cert
+            .zip(serve.http_tls_key)
+            .map(|(cert, key)| TlsFiles::server(cert, key)),
         ..Settings::new(config)
     };
     let mut extra_http = Vec::new();

@@ -23,7 +23,8 @@
 //! `meshlimit_store_errors_total{store}`, with the embedded store
 //! `meshlimit_store_evictions_total` and `meshlimit_store_evictions_weakened_total` and, with Redis, `meshlimit_redis_cache_hits_total{cache}`
 //! (`over_limit`, `lease`), `meshlimit_redis_cache_misses_total`, `meshlimit_redis_errors_total`
-//! and `meshlimit_redis_fallbacks_total`, read from the store's own counters at scrape time.
+//! and `meshlimit_redis_fallbacks_total`, read from the store's own counters at scrape time;
+//! the connection metrics of [`connections`] (`meshlimit_connections_*`).
 //!
 //! # Why the text format is written here
 //! The Go server serves the text format 0.0.4 (client_golang's default handler), where a
@@ -64,6 +65,7 @@
 //! Detailed rules look their series up by labels under a lock instead, and a request decided
 //! on a config that a reload has just replaced builds a table of its own.
 
+mod connections;
 mod rules;
 mod text;
 
@@ -121,6 +123,8 @@ pub struct Metrics {
     table: ArcSwap<RuleTable>,
     /// Held while `table` is rebuilt, so that the requests following a reload build it once.
     rebuilding: Mutex<()>,
+    /// The servers' connection counters, once [`Metrics::follow_connections`] was called.
+    connections: Mutex<Option<Arc<crate::net::Connections>>>,
 }
 
 impl fmt::Debug for Metrics {
@@ -151,6 +155,7 @@ impl Metrics {
             series,
             table: ArcSwap::from_pointee(table),
             rebuilding: Mutex::new(()),
+            connections: Mutex::new(None),
         }
     }
 
@@ -169,6 +174,12 @@ impl Metrics {
     /// `config_load_success`, rejected ones as `config_load_error`.
     pub fn follow_reloads(&self, status: Arc<reload::Status>) {
         *self.reloads.lock() = Some(status);
+    }
+
+    /// Shows the servers' connection counters (open, refused, closed as idle, ...) from
+    /// now on.
+    pub fn follow_connections(&self, connections: Arc<crate::net::Connections>) {
+        *self.connections.lock() = Some(connections);
     }
 
     /// One `ShouldRateLimit` call answered after `elapsed`, with `error` if it failed.
@@ -262,6 +273,9 @@ impl Metrics {
         }
         self.render_service(&mut out);
         self.render_store(&mut out);
+        if let Some(connections) = self.connections.lock().as_ref() {
+            connections::render(&mut out, connections);
+        }
         out
     }
 

@@ -88,9 +88,54 @@ impl Meshlimit {
             .prefix("meshlimit-bin-")
             .tempdir()
             .expect("creating a temporary directory");
+        let mut command = command(argv);
+        command.envs(env.iter().copied());
+        Self::spawn(command, argv, dir).await
+    }
+
+    /// Starts `meshlimit serve --config <config>` on loopback port 0 with `args`, as
+    /// [`Meshlimit::start`], under a file-descriptor limit of `nofile` (soft and hard,
+    /// set by util-linux's `prlimit`).
+    pub async fn start_with_nofile(config: &Path, nofile: u64, args: &[&str]) -> Meshlimit {
+        let config = config.display().to_string();
+        let limit = format!("--nofile={nofile}:{nofile}");
+        let mut argv = vec![
+            limit.as_str(),
+            "--",
+            exe(),
+            "serve",
+            "--config",
+            &config,
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--log",
+            "info",
+        ];
+        argv.extend_from_slice(args);
+        let mut command = tokio::process::Command::new("prlimit");
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("MESHLIMIT_") {
+                command.env_remove(name);
+            }
+        }
+        command
+            .env("NO_COLOR", "1")
+            .args(&argv)
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        let dir = tempfile::Builder::new()
+            .prefix("meshlimit-bin-")
+            .tempdir()
+            .expect("creating a temporary directory");
+        Self::spawn(command, &argv, dir).await
+    }
+
+    /// Runs `command` with its output in `dir`'s log and waits until it serves.
+    async fn spawn(mut command: tokio::process::Command, argv: &[&str], dir: TempDir) -> Meshlimit {
         let log = File::create(dir.path().join("meshlimit.log")).expect("creating the log");
-        let child = command(argv)
-            .envs(env.iter().copied())
+        let child = command
             .stdout(log.try_clone().expect("duplicating the log handle"))
             .stderr(log)
             .spawn()

@@ -1,0 +1,78 @@
+//! The `RateLimitService` route as tonic serves it, decoding requests with
+//! [`StrictCodec`](super::codec::StrictCodec) so that malformed protobuf is answered
+//! `INVALID_ARGUMENT` (the generated server hard-wires tonic's prost codec).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tonic::body::Body;
+use tonic::codegen::BoxFuture;
+use tonic::server::{Grpc, NamedService, UnaryService};
+use tonic::{Request, Response, Status};
+
+use super::Rls;
+use super::codec::StrictCodec;
+
+/// The full gRPC name of the service.
+const SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
+/// The one method's path.
+const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+/// `envoy.service.ratelimit.v3.RateLimitService` for tonic's router.
+#[derive(Debug, Clone)]
+pub struct RateLimitServer {
+    rls: Arc<Rls>,
+}
+
+impl RateLimitServer {
+    /// Serves `rls`.
+    pub fn new(rls: Rls) -> Self {
+        Self { rls: Arc::new(rls) }
+    }
+}
+
+impl NamedService for RateLimitServer {
+    const NAME: &'static str = SERVICE;
+}
+
+impl<B> tower_service::Service<http::Request<B>> for RateLimitServer
+where
+    B: http_body::Body + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Infallible>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        if request.uri().path() != SHOULD_RATE_LIMIT {
+            let missing = Status::unimplemented(format!("no method {}", request.uri().path()));
+            return Box::pin(async move { Ok(missing.into_http()) });
+        }
+        let method = ShouldRateLimit(self.rls.clone());
+        Box::pin(async move {
+            let mut grpc = Grpc::new(StrictCodec::<RateLimitResponse, RateLimitRequest>::default());
+            Ok(grpc.unary(method, request).await)
+        })
+    }
+}
+
+/// The unary method, as tonic's `Grpc` calls it.
+struct ShouldRateLimit(Arc<Rls>);
+
+impl UnaryService<RateLimitRequest> for ShouldRateLimit {
+    type Response = RateLimitResponse;
+    type Future = BoxFuture<Response<RateLimitResponse>, Status>;
+
+    fn call(&mut self, request: Request<RateLimitRequest>) -> Self::Future {
+        let rls = self.0.clone();
+        Box::pin(async move { rls.should_rate_limit(request).await })
+    }
+}

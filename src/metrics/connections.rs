@@ -1,0 +1,57 @@
+//! `meshlimit_connections_*`: what happened to connections on every port (the counters
+//! of [`crate::net::Connections`]).
+
+use crate::net::Connections;
+
+use super::text::{family, sample};
+
+/// Appends the connection metrics to `out`.
+pub(super) fn render(out: &mut String, connections: &Connections) {
+    let gauges = [
+        (
+            "meshlimit_connections_open",
+            "Connections open now, all ports together.",
+            connections.open() as u64,
+        ),
+        (
+            "meshlimit_connections_max",
+            "The cap on open connections (--max-connections).",
+            connections.max() as u64,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        family(out, name, "gauge", help);
+        sample(out, name, [], value);
+    }
+    let counters = [
+        (
+            "meshlimit_connections_refused_total",
+            "Connections closed as soon as accepted because --max-connections were open.",
+            connections.refused(),
+        ),
+        (
+            "meshlimit_connections_idle_closed_total",
+            "Connections closed after --idle-timeout-ms without traffic or requests in flight.",
+            connections.idle_closed(),
+        ),
+        (
+            "meshlimit_connections_aged_out_total",
+            "gRPC connections asked to close at --grpc-max-connection-age-ms.",
+            connections.aged_out(),
+        ),
+        (
+            "meshlimit_connections_accept_descriptor_errors_total",
+            "Accepts that failed because the process or system was out of file descriptors.",
+            connections.descriptor_shortages(),
+        ),
+        (
+            "meshlimit_connections_tls_handshake_errors_total",
+            "TLS handshakes that failed (no or a refused client certificate, bad input, timeout).",
+            connections.tls_failures(),
+        ),
+    ];
+    for (name, help, value) in counters {
+        family(out, name, "counter", help);
+        sample(out, name, [], value);
+    }
+}

@@ -1,0 +1,33 @@
+//! Connections on the gRPC and HTTP ports: accepting them within the process' means,
+//! TLS, and closing the ones nobody uses.
+//!
+//! Every port is served by [`serve`]: one accept loop ([`accept`]) that keeps going when
+//! the process runs out of file descriptors, a cap on open connections shared by all
+//! ports ([`Connections`]), and per connection ([`connection`]): an optional TLS
+//! handshake, HTTP/1 or HTTP/2 (hyper), an idle timeout that counts what the peer sends
+//! and the requests in flight ([`activity`]), an optional maximum age, and a graceful
+//! close when the server drains.
+//!
+//! - [`limit`]: the connection cap and the connection counters shown in `/metrics`.
+//! - [`descriptors`]: the file-descriptor limit and the default cap derived from it.
+//! - [`throttle`]: at most one log line per interval for events that come in floods.
+//! - [`tls`], [`tls_reload`], [`client_san`]: rustls configs from PEM files, rebuilt
+//!   when the files change, and the client-certificate SAN allow-list.
+
+mod accept;
+mod activity;
+mod client_san;
+mod connection;
+pub mod descriptors;
+mod in_flight;
+mod limit;
+mod server;
+mod throttle;
+mod tls;
+mod tls_reload;
+
+pub use connection::{ConnectionOptions, SILENT_TIMEOUT};
+pub use limit::Connections;
+pub use server::serve;
+pub use tls::{Protocols, TlsError, TlsFiles};
+pub use tls_reload::TlsSource;
