@@ -13,8 +13,10 @@
 //! evicts the least recently used bucket of the whole store, after releasing its own lock:
 //! each shard publishes the stamp of its oldest bucket in an atomic, the evicting thread
 //! picks the shard with the smallest and takes that bucket (see [`bounds`] for the stamps).
-//! So a bucket used at least once while fewer than `buckets` other buckets are created is
-//! never evicted, whatever the flood of one-off keys around it. Evicting a bucket that is
+//! So a bucket is evicted only once `buckets` other buckets have been created or used since
+//! its last use (buckets used between the same two creations count as equally recent):
+//! one used at least once while fewer than `buckets` keys are created stays, whatever the
+//! flood of one-off keys around it. Evicting a bucket that is
 //! not full again forgets tokens its caller already took: the limit restarts from full for
 //! that caller. Such evictions are counted apart and logged, at most one line every ten
 //! seconds. Counts may pass a bound by the buckets being created at the same moment on
