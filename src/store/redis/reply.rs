@@ -149,6 +149,24 @@ mod tests {
         assert_eq!(parse(&ints(&[0])).expect("no checks").checks, []);
     }
 
+    proptest::proptest! {
+        /// Whatever bytes Redis (or a fuzzer) sends: an answer, never a panic.
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+            let _ = parse_resp(&bytes);
+        }
+
+        /// Arrays of integers of any length and values: valid exactly when the shape is.
+        #[test]
+        fn integer_arrays_are_valid_exactly_in_the_scripts_shape(ns in proptest::collection::vec(-3i64..3, 0..24)) {
+            let valid = !ns.is_empty()
+                && (ns.len() - 1) % FIELDS == 0
+                && (0..=1).contains(&ns[0])
+                && ns[1..].chunks(FIELDS).all(|c| (0..=1).contains(&c[0]));
+            proptest::prop_assert_eq!(parse(&ints(&ns)).is_ok(), valid);
+        }
+    }
+
     #[test]
     fn resp_bytes_parse_or_say_why() {
         let reply = parse_resp(b"*6\r\n:0\r\n:0\r\n:9\r\n:0\r\n:1\r\n:0\r\n").expect("valid");
