@@ -15,7 +15,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use meshlimit::store::RedisStore;
 use support::process::Meshlimit;
-use support::redis::RedisServer;
+use support::redis::{RedisCluster, RedisServer};
 use tempfile::TempDir;
 use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
@@ -533,6 +533,62 @@ async fn a_redis_out_of_memory_is_logged_and_shown_in_health() {
     healthy_again(&process).await;
     health_becomes(&process, ServingStatus::Serving).await;
     assert!(process.log().contains("Redis decides again"));
+    assert!(process.terminate().await.success());
+}
+
+/// Issue 9, defect 9, end to end: while one Cluster shard (its master and its replica)
+/// is dead, `/healthcheck` answers 200 `OK (degraded: 1 of 3 …)` and gRPC health stays
+/// SERVING, steadily: the other masters' domains are decided. Once the master is back,
+/// plain OK, without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_cluster_shard_degrades_health_but_keeps_serving() {
+    let mut cluster = RedisCluster::start_with_replicas(3, 1);
+    let config = config();
+    let process = serve(config.path(), &cluster.url(), "error", 500).await;
+    let mut rls = process.client().await;
+    assert_eq!(call(&mut rls, "big", "warm").await, Answer::Ok);
+    healthy_again(&process).await;
+
+    let master = cluster.masters()[0];
+    let port = cluster.nodes[master].port().to_string();
+    let replica = (0..cluster.nodes.len())
+        .find(|&i| {
+            let info = cluster.nodes[i].cli(&["INFO", "replication"]);
+            info.lines()
+                .any(|l| l.trim() == format!("master_port:{port}"))
+        })
+        .expect("the master's replica");
+    cluster.nodes[replica].kill();
+    cluster.nodes[master].kill();
+    support::eventually_async(20, "/healthcheck degraded", || async {
+        healthcheck(&process).await.1.starts_with("OK (degraded:")
+    })
+    .await;
+    for _ in 0..3 {
+        let (status, body) = healthcheck(&process).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            body.starts_with("OK (degraded: 1 of 3 Redis Cluster masters cannot decide"),
+            "{body}"
+        );
+        assert!(body.contains(&port), "{body}");
+        for name in HEALTH_NAMES {
+            assert_eq!(
+                health_status(&process, name).await,
+                ServingStatus::Serving as i32,
+                "{name:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+
+    cluster.nodes[master].restart();
+    healthy_again(&process).await;
+    assert!(
+        process.log().contains("Redis decides again"),
+        "{}",
+        process.log()
+    );
     assert!(process.terminate().await.success());
 }
 

@@ -198,7 +198,7 @@ async fn failover_under_traffic(death: Death) {
         }
         assert!(
             killed.elapsed() < MAX_TIME,
-            "no failover within {MAX_TIME:?}"
+            "the dead master's domains did not decide again within {MAX_TIME:?}"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

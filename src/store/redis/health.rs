@@ -173,9 +173,8 @@ impl Inner {
             .await
             .unwrap_or_else(|_| Err(timed_out("writing a probe key")));
         result.map(drop).map_err(|e| {
-            if e.code().is_none() {
-                node.reset();
-            }
+            // Connect anew for the next probe (see `Inner::run`).
+            node.reset();
             describe(node, &e)
         })
     }

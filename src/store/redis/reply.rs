@@ -90,6 +90,17 @@ pub fn parse(value: &Value) -> Result<Reply, ReplyError> {
     })
 }
 
+/// [`parse`] of a reply still in RESP bytes (what Redis sends), for fuzzing the whole way
+/// from the wire.
+///
+/// # Errors
+/// Bytes that are not one whole RESP value, or a value [`parse`] rejects.
+pub fn parse_resp(bytes: &[u8]) -> Result<Reply, ReplyError> {
+    let value = redis::parse_redis_value(bytes)
+        .map_err(|e| ReplyError(format!("not a RESP value: {e}")))?;
+    parse(&value)
+}
+
 /// A value's type, for messages (never its content, which may be large).
 fn kind(value: &Value) -> &'static str {
     match value {
@@ -136,6 +147,42 @@ mod tests {
             ]
         );
         assert_eq!(parse(&ints(&[0])).expect("no checks").checks, []);
+    }
+
+    proptest::proptest! {
+        /// Whatever bytes Redis (or a fuzzer) sends: an answer, never a panic.
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+            let _ = parse_resp(&bytes);
+        }
+
+        /// Arrays of integers of any length and values: valid exactly when the shape is.
+        #[test]
+        fn integer_arrays_are_valid_exactly_in_the_scripts_shape(ns in proptest::collection::vec(-3i64..3, 0..24)) {
+            let valid = !ns.is_empty()
+                && (ns.len() - 1) % FIELDS == 0
+                && (0..=1).contains(&ns[0])
+                && ns[1..].chunks(FIELDS).all(|c| (0..=1).contains(&c[0]));
+            proptest::prop_assert_eq!(parse(&ints(&ns)).is_ok(), valid);
+        }
+    }
+
+    #[test]
+    fn resp_bytes_parse_or_say_why() {
+        let reply = parse_resp(b"*6\r\n:0\r\n:0\r\n:9\r\n:0\r\n:1\r\n:0\r\n").expect("valid");
+        assert_eq!(reply.checks.len(), 1);
+        assert_eq!(reply.checks[0].remaining, 9);
+        for bad in [
+            &b""[..],
+            b"*6\r\n:0\r\n",
+            b"-OOM command not allowed\r\n",
+            b"$-1\r\n",
+            b"*1\r\n$3\r\nabc\r\n",
+            b"\xff\xfe garbage",
+            b"*2\r\n:0\r\n",
+        ] {
+            assert!(parse_resp(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -160,10 +160,10 @@ impl Inner {
                 other => other,
             }
         };
-        if let Err(e) = &result
-            && e.code().is_none()
-        {
-            // Broken or timed out: the next call connects anew.
+        if result.is_err() {
+            // The next call connects anew: the connection may be broken or timed out, and
+            // after an error reply (READONLY from a demoted master, say) a sentinel source
+            // must ask for the master again.
             node.reset();
         }
         result
