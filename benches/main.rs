@@ -6,6 +6,8 @@
 //!   `Mutex<HashMap>` baseline that collapses instead.
 //! - `service/three_descriptors`: a three-descriptor request through matching, replaces,
 //!   hits and the store.
+//! - `service/per_descriptor/N`: requests of N = 1, 8, 64 distinct descriptors, as time per
+//!   descriptor (flat when a request's cost is linear in its descriptors).
 
 use criterion::{criterion_group, criterion_main};
 
@@ -16,6 +18,7 @@ criterion_group!(
     benches,
     store::decide_one,
     store::threads,
-    service::three_descriptors
+    service::three_descriptors,
+    service::per_descriptor
 );
 criterion_main!(benches);

@@ -17,6 +17,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{self, render_errors};
 use crate::grpc::{HEALTH_SERVICE_NAME, HeaderNames, Rls};
 use crate::http::{self, Health};
+use crate::request_limits::RequestLimits;
 use crate::rules::Algorithm;
 use crate::service::Service;
 use crate::store::redis::{RedisOptions, UrlError};
@@ -53,6 +54,8 @@ pub struct Settings {
     /// Where the operator endpoints also serve the Prometheus text, besides `/metrics`
     /// (the Go server's `PROMETHEUS_PATH`).
     pub metrics_path: String,
+    /// Caps on descriptors and entries per request (`--max-descriptors`, `--max-entries`).
+    pub request_limits: RequestLimits,
 }
 
 impl Settings {
@@ -71,6 +74,7 @@ impl Settings {
             drain_timeout: Duration::from_secs(10),
             metrics_path: "/metrics".into(),
             near_limit_ratio: crate::metrics::DEFAULT_NEAR_LIMIT_RATIO,
+            request_limits: RequestLimits::default(),
         }
     }
 }
@@ -124,7 +128,8 @@ pub fn build_service(settings: &Settings) -> Result<Service, Error> {
         clock,
         settings.algorithm,
     )
-    .with_global_shadow(settings.global_shadow);
+    .with_global_shadow(settings.global_shadow)
+    .with_request_limits(settings.request_limits);
     service
         .metrics()
         .set_near_limit_ratio(settings.near_limit_ratio);

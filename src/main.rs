@@ -12,6 +12,7 @@ use meshlimit::app::{self, Listeners, Settings};
 use meshlimit::config;
 use meshlimit::gocompat;
 use meshlimit::grpc::HeaderNames;
+use meshlimit::request_limits::{self, RequestLimits};
 use meshlimit::rules::Algorithm;
 use meshlimit::store::redis::{FailurePolicy, RedisOptions};
 use tracing::warn;
@@ -167,6 +168,12 @@ struct Serve {
     /// Log line format.
     #[arg(long, env = "MESHLIMIT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Most descriptors in one request; more is refused with INVALID_ARGUMENT (/json: 400).
+    #[arg(long, env = "MESHLIMIT_MAX_DESCRIPTORS", default_value_t = request_limits::DEFAULT_MAX_DESCRIPTORS, value_parser = at_least_one)]
+    max_descriptors: usize,
+    /// Most entries in one descriptor; more is refused with INVALID_ARGUMENT (/json: 400).
+    #[arg(long, env = "MESHLIMIT_MAX_ENTRIES", default_value_t = request_limits::DEFAULT_MAX_ENTRIES, value_parser = at_least_one)]
+    max_entries: usize,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -279,6 +286,14 @@ fn metrics_path(text: &str) -> Result<String, String> {
     }
 }
 
+/// A whole number of at least 1.
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{text:?} is not a whole number of at least 1")),
+    }
+}
+
 /// A share between 0 and 1.
 fn ratio(text: &str) -> Result<f32, String> {
     match text.parse::<f32>() {
@@ -354,6 +369,10 @@ async fn serve_until_signal(serve: Serve) -> Result<(), Box<dyn std::error::Erro
         drain_timeout: Duration::from_millis(serve.drain_timeout_ms),
         metrics_path: serve.metrics_path,
         near_limit_ratio: serve.near_limit_ratio,
+        request_limits: RequestLimits {
+            max_descriptors: serve.max_descriptors,
+            max_entries: serve.max_entries,
+        },
         ..Settings::new(config)
     };
     let mut extra_http = Vec::new();
