@@ -54,7 +54,8 @@ pub struct Settings {
     /// Where the operator endpoints also serve the Prometheus text, besides `/metrics`
     /// (the Go server's `PROMETHEUS_PATH`).
     pub metrics_path: String,
-    /// Caps on descriptors and entries per request (`--max-descriptors`, `--max-entries`).
+    /// Caps on descriptors, entries and bytes per request (`--max-descriptors`,
+    /// `--max-entries`, `--max-value-bytes`).
     pub request_limits: RequestLimits,
 }
 

@@ -174,6 +174,10 @@ struct Serve {
     /// Most entries in one descriptor; more is refused with INVALID_ARGUMENT (/json: 400).
     #[arg(long, env = "MESHLIMIT_MAX_ENTRIES", default_value_t = request_limits::DEFAULT_MAX_ENTRIES, value_parser = at_least_one)]
     max_entries: usize,
+    /// Most bytes in a descriptor entry's key, and in its value; more is refused with
+    /// INVALID_ARGUMENT (/json: 400).
+    #[arg(long, env = "MESHLIMIT_MAX_VALUE_BYTES", default_value_t = request_limits::DEFAULT_MAX_VALUE_BYTES, value_parser = at_least_one)]
+    max_value_bytes: usize,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -372,6 +376,7 @@ async fn serve_until_signal(serve: Serve) -> Result<(), Box<dyn std::error::Erro
         request_limits: RequestLimits {
             max_descriptors: serve.max_descriptors,
             max_entries: serve.max_entries,
+            max_value_bytes: serve.max_value_bytes,
         },
         ..Settings::new(config)
     };

@@ -1,4 +1,5 @@
-//! Caps on what one request may ask for: descriptors and entries per descriptor.
+//! Caps on what one request may ask for: descriptors, entries per descriptor, and bytes per
+//! entry key or value.
 //!
 //! Without them the cost of one request, and the memory its buckets take, grows with what
 //! the caller chooses to send: a single request of 175,000 descriptors kept a server busy
@@ -9,6 +10,8 @@
 pub const DEFAULT_MAX_DESCRIPTORS: usize = 64;
 /// Default of `--max-entries`.
 pub const DEFAULT_MAX_ENTRIES: usize = 32;
+/// Default of `--max-value-bytes`.
+pub const DEFAULT_MAX_VALUE_BYTES: usize = 4096;
 
 /// The caps of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,6 +20,8 @@ pub struct RequestLimits {
     pub max_descriptors: usize,
     /// Most entries in one descriptor (`--max-entries`).
     pub max_entries: usize,
+    /// Most bytes in one entry's key, and in one entry's value (`--max-value-bytes`).
+    pub max_value_bytes: usize,
 }
 
 impl Default for RequestLimits {
@@ -24,6 +29,7 @@ impl Default for RequestLimits {
         Self {
             max_descriptors: DEFAULT_MAX_DESCRIPTORS,
             max_entries: DEFAULT_MAX_ENTRIES,
+            max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
         }
     }
 }
@@ -50,6 +56,22 @@ pub enum TooLarge {
         /// The cap.
         cap: usize,
     },
+    /// An entry's key or value is too long.
+    #[error(
+        "descriptor {descriptor}, entry {entry}: the {part} has {bytes} bytes; --max-value-bytes is {cap}"
+    )]
+    Bytes {
+        /// Which descriptor.
+        descriptor: usize,
+        /// Which entry of it.
+        entry: usize,
+        /// `key` or `value`.
+        part: &'static str,
+        /// Its length.
+        bytes: usize,
+        /// The cap.
+        cap: usize,
+    },
 }
 
 impl RequestLimits {
@@ -70,13 +92,27 @@ impl RequestLimits {
     /// Checks descriptor number `descriptor`, given its entries.
     ///
     /// # Errors
-    /// More than `max_entries` entries.
+    /// More than `max_entries` entries, or a key or value longer than `max_value_bytes`.
     pub fn check_descriptor<'e>(
         &self,
         descriptor: usize,
         entries: impl Iterator<Item = (&'e str, &'e str)>,
     ) -> Result<(), TooLarge> {
-        let count = entries.count();
+        let mut count = 0;
+        for (entry, (key, value)) in entries.enumerate() {
+            count += 1;
+            for (part, text) in [("key", key), ("value", value)] {
+                if text.len() > self.max_value_bytes {
+                    return Err(TooLarge::Bytes {
+                        descriptor,
+                        entry,
+                        part,
+                        bytes: text.len(),
+                        cap: self.max_value_bytes,
+                    });
+                }
+            }
+        }
         if count > self.max_entries {
             return Err(TooLarge::Entries {
                 descriptor,
@@ -109,6 +145,26 @@ mod tests {
                 .unwrap_err()
                 .to_string(),
             "descriptor 3 has 33 entries; --max-entries is 32"
+        );
+        let long = "x".repeat(4097);
+        let fits = "x".repeat(4096);
+        let ok = [(fits.as_str(), fits.as_str())];
+        assert_eq!(limits.check_descriptor(0, ok.into_iter()), Ok(()));
+        let key = [(long.as_str(), "v")];
+        assert_eq!(
+            limits
+                .check_descriptor(1, key.into_iter())
+                .unwrap_err()
+                .to_string(),
+            "descriptor 1, entry 0: the key has 4097 bytes; --max-value-bytes is 4096"
+        );
+        let value = [("k", "v"), ("k", long.as_str())];
+        assert_eq!(
+            limits
+                .check_descriptor(2, value.into_iter())
+                .unwrap_err()
+                .to_string(),
+            "descriptor 2, entry 1: the value has 4097 bytes; --max-value-bytes is 4096"
         );
     }
 }

@@ -1,4 +1,4 @@
-//! The caps on one request (`--max-descriptors`, `--max-entries`)
+//! The caps on one request (`--max-descriptors`, `--max-entries`, `--max-value-bytes`)
 //! through the real binary: refused with INVALID_ARGUMENT (gRPC) or 400 (`/json`,
 //! `/explain`) naming the cap, and worst-case requests under the caps do not hold up
 //! unrelated calls.
@@ -186,7 +186,10 @@ async fn the_caps_follow_their_flags_and_environment() {
             "--log",
             "info",
         ],
-        &[("MESHLIMIT_MAX_DESCRIPTORS", "1")],
+        &[
+            ("MESHLIMIT_MAX_DESCRIPTORS", "1"),
+            ("MESHLIMIT_MAX_VALUE_BYTES", "3"),
+        ],
     )
     .await;
     let status = refusal(
@@ -197,6 +200,61 @@ async fn the_caps_follow_their_flags_and_environment() {
     assert_eq!(
         status.message(),
         "request has 2 descriptors; --max-descriptors is 1"
+    );
+    let status = refusal(&server, rls_request("caps", &[&[("one", "four")]])).await;
+    assert_eq!(
+        status.message(),
+        "descriptor 0, entry 0: the value has 4 bytes; --max-value-bytes is 3"
+    );
+}
+
+#[tokio::test]
+async fn keys_and_values_over_max_value_bytes_are_refused() {
+    let (server, _dir) = start(&[]).await;
+    let fits = "v".repeat(4096);
+    let long = "v".repeat(4097);
+
+    let answer = server
+        .ask(rls_request("caps", &[&[("one", &fits)], &[(&fits, "x")]]))
+        .await;
+    assert_eq!(answer.statuses.len(), 2);
+
+    let status = refusal(
+        &server,
+        rls_request("caps", &[&[("one", "x")], &[("one", &long)]]),
+    )
+    .await;
+    assert_eq!(status.code(), GrpcCode::InvalidArgument, "{status:?}");
+    assert_eq!(
+        status.message(),
+        "descriptor 1, entry 0: the value has 4097 bytes; --max-value-bytes is 4096"
+    );
+    let status = refusal(
+        &server,
+        rls_request("caps", &[&[("one", "x"), (&long, "x")]]),
+    )
+    .await;
+    assert_eq!(status.code(), GrpcCode::InvalidArgument, "{status:?}");
+    assert_eq!(
+        status.message(),
+        "descriptor 0, entry 1: the key has 4097 bytes; --max-value-bytes is 4096"
+    );
+
+    // A limit sent in the request makes a bucket of any key: the cap holds there too.
+    let mut overridden = descriptor(&[("anything", &long)]);
+    overridden.limit = Some(RateLimitOverride {
+        requests_per_unit: 10,
+        unit: 1,
+    });
+    let status = refusal(&server, request(vec![overridden])).await;
+    assert_eq!(status.code(), GrpcCode::InvalidArgument, "{status:?}");
+
+    let body = json_body(&[vec![("one".into(), long.clone())]]);
+    let (code, body) = http_post(server.http, "/json", &body).await;
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body.contains("the value has 4097 bytes; --max-value-bytes is 4096"),
+        "{body}"
     );
 }
 
