@@ -10,6 +10,8 @@
 //!   grows: linear cost).
 //! - `service/three_descriptors`: a three-descriptor request through matching, replaces,
 //!   hits and the store.
+//! - `service/per_descriptor/N`: requests of N = 1, 8, 64 distinct descriptors, as time per
+//!   descriptor (flat when a request's cost is linear in its descriptors).
 
 use criterion::{criterion_group, criterion_main};
 
@@ -22,6 +24,7 @@ criterion_group!(
     store::threads,
     store::flood,
     store::check_many,
-    service::three_descriptors
+    service::three_descriptors,
+    service::per_descriptor
 );
 criterion_main!(benches);

@@ -75,3 +75,42 @@ pub fn three_descriptors(c: &mut Criterion) {
     });
     group.finish();
 }
+
+/// A request of `n` distinct descriptors, each of two entries matching the nested rule of
+/// [`CONFIG`], as time per descriptor: it should stay flat from 1 to 64 descriptors (the
+/// default `--max-descriptors`), showing that a request's cost grows linearly.
+pub fn per_descriptor(c: &mut Criterion) {
+    let config =
+        Config::from_sources(&[(PathBuf::from("bench.yaml"), CONFIG.to_string())]).unwrap();
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(NOW));
+    let store = Store::Memory(MemoryStore::new(1_000_000, clock.clone()));
+    let service = Service::new(
+        Arc::new(ArcSwap::from_pointee(config)),
+        store,
+        clock,
+        Algorithm::TokenBucket,
+    );
+    let mut group = c.benchmark_group("service/per_descriptor");
+    for n in [1usize, 8, 64] {
+        // Several requests, so that buckets are not all in one cache line's worth of memory.
+        let requests: Vec<Vec<Descriptor>> = (0..64)
+            .map(|r| {
+                (0..n)
+                    .map(|d| {
+                        let user = format!("user-{r}-{d}");
+                        Descriptor::new(&[("user_id", &user), ("method", "/svc/Method")])
+                    })
+                    .collect()
+            })
+            .collect();
+        group.throughput(Throughput::Elements(n as u64));
+        let mut i = 0;
+        group.bench_function(n.to_string(), |b| {
+            b.iter(|| {
+                i = (i + 1) % requests.len();
+                black_box(ready(service.should_rate_limit("bench", &requests[i], 1)).unwrap());
+            })
+        });
+    }
+    group.finish();
+}

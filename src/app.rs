@@ -18,6 +18,7 @@ use crate::config::{self, render_errors};
 use crate::grpc::{HEALTH_SERVICE_NAME, HeaderNames, Rls};
 use crate::http::{self, Health};
 use crate::net::{self, ConnectionOptions, Connections, Protocols, TlsError, TlsFiles, TlsSource};
+use crate::request_limits::RequestLimits;
 use crate::rules::Algorithm;
 use crate::service::Service;
 use crate::store::redis::{RedisOptions, UrlError};
@@ -74,6 +75,9 @@ pub struct Settings {
     pub grpc_tls: Option<TlsFiles>,
     /// TLS on the main HTTP address (never client certificates); `None`: plain.
     pub http_tls: Option<TlsFiles>,
+    /// Caps on descriptors, entries and bytes per request (`--max-descriptors`,
+    /// `--max-entries`, `--max-value-bytes`).
+    pub request_limits: RequestLimits,
 }
 
 /// Default of [`Settings::idle_timeout`], in milliseconds.
@@ -106,6 +110,7 @@ impl Settings {
             ),
             grpc_tls: None,
             http_tls: None,
+            request_limits: RequestLimits::default(),
         }
     }
 }
@@ -168,7 +173,8 @@ pub fn build_service(settings: &Settings) -> Result<Service, Error> {
         clock,
         settings.algorithm,
     )
-    .with_global_shadow(settings.global_shadow);
+    .with_global_shadow(settings.global_shadow)
+    .with_request_limits(settings.request_limits);
     service
         .metrics()
         .set_near_limit_ratio(settings.near_limit_ratio);

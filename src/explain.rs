@@ -10,10 +10,10 @@
 use std::fmt::Write;
 
 use crate::clock::NANOS_PER_SEC;
-use crate::matcher::{Matched, Step};
+use crate::matcher::{Listing, Matched, Step};
 use crate::rules::{Limit, Mode, Rule};
 use crate::service::{
-    Descriptor, RequestDescriptor, RequestError, Resolved, Service, apply_replaces, check_request,
+    Descriptor, RequestDescriptor, RequestError, Resolved, Service, apply_replaces,
 };
 use crate::store::{Check, RedisStore, Store};
 
@@ -32,7 +32,7 @@ impl Service {
         domain: &str,
         descriptors: &[Descriptor],
     ) -> Result<String, RequestError> {
-        check_request(domain, descriptors)?;
+        self.check_request(domain, descriptors)?;
         let mut out = String::new();
         let store = self.store();
         let _ = writeln!(
@@ -46,7 +46,10 @@ impl Service {
             let _ = writeln!(
                 out,
                 "no such domain in the config (configured: {}): every descriptor is OK with no limit",
-                listed(&config.domains())
+                listed(&Listing {
+                    total: config.domains().len(),
+                    first: config.domains().into_iter().take(LISTED).collect(),
+                })
             );
             return Ok(out);
         };
@@ -90,7 +93,7 @@ impl Service {
                     o.requests_per_unit
                 );
             } else {
-                walk(&mut out, &tree.explain(d.entries()));
+                walk(&mut out, &tree.explain(d.entries(), LISTED));
             }
             match r {
                 Resolved::NoLimit => match matched[i] {
@@ -209,7 +212,7 @@ fn walk(out: &mut String, steps: &[Step<'_>]) {
                     step.value,
                     step.key
                 );
-                if step.offered.is_empty() {
+                if step.offered.total == 0 {
                     let _ = writeln!(
                         out,
                         "       nothing is nested under the previous entry: the config is shorter \
@@ -267,18 +270,18 @@ fn seconds(nanos: u64) -> String {
 }
 
 /// Up to [`LISTED`] items, comma-separated, with a count of the rest.
-fn listed(items: &[&str]) -> String {
-    if items.is_empty() {
+fn listed(items: &Listing<'_>) -> String {
+    if items.total == 0 {
         return "nothing".into();
     }
     let mut text = items
+        .first
         .iter()
-        .take(LISTED)
         .map(|s| format!("\"{s}\""))
         .collect::<Vec<_>>()
         .join(", ");
-    if items.len() > LISTED {
-        let _ = write!(text, " and {} more", items.len() - LISTED);
+    if items.total > items.first.len() {
+        let _ = write!(text, " and {} more", items.total - items.first.len());
     }
     text
 }

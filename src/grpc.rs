@@ -111,7 +111,8 @@ fn to_status(error: RequestError) -> Status {
         // same request will not help.
         RequestError::EmptyDomain
         | RequestError::NoDescriptors
-        | RequestError::BadOverrideUnit(_) => Status::invalid_argument(error.to_string()),
+        | RequestError::BadOverrideUnit(_)
+        | RequestError::TooLarge(_) => Status::invalid_argument(error.to_string()),
         // We could not decide. UNAVAILABLE lets Envoy apply its `failure_mode_deny`
         // setting, which is the operator's choice between failing open and closed.
         RequestError::Store(_) => Status::unavailable(error.to_string()),

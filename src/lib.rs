@@ -7,6 +7,7 @@
 //! - [`limiter`]: token-bucket and fixed-window arithmetic as pure functions of `now`.
 //! - [`store`]: where bucket state lives; the embedded in-memory store.
 //! - [`service`]: the request semantics (matching, `replaces`, hits, shadow, quota, overall code).
+//! - [`request_limits`]: caps on descriptors, entries and bytes per request.
 //! - [`grpc`]: `envoy.service.ratelimit.v3.RateLimitService` and gRPC health over tonic.
 //! - [`http`]: the operator's HTTP endpoints; [`json`]: their JSON form of requests.
 //! - [`explain`]: why a request gets its answer (`/explain`, `meshlimit explain`).
@@ -38,6 +39,7 @@ pub mod matcher;
 pub mod metrics;
 pub mod net;
 pub mod reload;
+pub mod request_limits;
 pub mod rules;
 pub mod service;
 pub mod store;

@@ -13,6 +13,7 @@ use meshlimit::config;
 use meshlimit::gocompat;
 use meshlimit::grpc::HeaderNames;
 use meshlimit::net::TlsFiles;
+use meshlimit::request_limits::{self, RequestLimits};
 use meshlimit::rules::Algorithm;
 use meshlimit::store::redis::{FailurePolicy, RedisOptions};
 use meshlimit::store::{DEFAULT_MAX_BUCKETS, DEFAULT_MAX_STORE_BYTES};
@@ -218,6 +219,16 @@ struct Serve {
     /// PEM private key of --http-tls-cert.
     #[arg(long, env = "MESHLIMIT_HTTP_TLS_KEY", requires = "http_tls_cert")]
     http_tls_key: Option<PathBuf>,
+    /// Most descriptors in one request; more is refused with INVALID_ARGUMENT (/json: 400).
+    #[arg(long, env = "MESHLIMIT_MAX_DESCRIPTORS", default_value_t = request_limits::DEFAULT_MAX_DESCRIPTORS, value_parser = at_least_one)]
+    max_descriptors: usize,
+    /// Most entries in one descriptor; more is refused with INVALID_ARGUMENT (/json: 400).
+    #[arg(long, env = "MESHLIMIT_MAX_ENTRIES", default_value_t = request_limits::DEFAULT_MAX_ENTRIES, value_parser = at_least_one)]
+    max_entries: usize,
+    /// Most bytes in a descriptor entry's key, and in its value; more is refused with
+    /// INVALID_ARGUMENT (/json: 400).
+    #[arg(long, env = "MESHLIMIT_MAX_VALUE_BYTES", default_value_t = request_limits::DEFAULT_MAX_VALUE_BYTES, value_parser = at_least_one)]
+    max_value_bytes: usize,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -332,6 +343,14 @@ fn metrics_path(text: &str) -> Result<String, String> {
     }
 }
 
+/// A whole number of at least 1.
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{text:?} is not a whole number of at least 1")),
+    }
+}
+
 /// A share between 0 and 1.
 fn ratio(text: &str) -> Result<f32, String> {
     match text.parse::<f32>() {
@@ -430,6 +449,11 @@ async fn serve_until_signal(serve: Serve) -> Result<(), Box<dyn std::error::Erro
             .http_tls_cert
             .zip(serve.http_tls_key)
             .map(|(cert, key)| TlsFiles::server(cert, key)),
+        request_limits: RequestLimits {
+            max_descriptors: serve.max_descriptors,
+            max_entries: serve.max_entries,
+            max_value_bytes: serve.max_value_bytes,
+        },
         ..Settings::new(config)
     };
     let mut extra_http = Vec::new();

@@ -156,43 +156,72 @@ pub struct Step<'a> {
     pub matched: Option<Matched<'a>>,
     /// The rule of the matched entry, if it has a `rate_limit` (or `unlimited`).
     pub rule: Option<&'a Rule>,
-    /// The composite keys this level offers, sorted: the entries the request could have
-    /// matched here (`key_value`, or `key` for value-less ones).
-    pub offered: Vec<&'a str>,
-    /// Entries nested under the matched one (`key_value` or `key`), sorted.
-    pub nested: Vec<&'a str>,
+    /// Where the walk stopped here: the composite keys this level offers, the entries the
+    /// request could have matched (`key_value`, or `key` for value-less ones). Empty
+    /// otherwise.
+    pub offered: Listing<'a>,
+    /// At the request's last entry, when it matched: the entries nested under it (`key_value`
+    /// or `key`). Empty otherwise.
+    pub nested: Listing<'a>,
+}
+
+/// The first few of a level's composite keys in sorted order, and how many there are:
+/// explanations show a few, and a level can hold hundreds of thousands.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing<'a> {
+    /// The smallest keys, sorted.
+    pub first: Vec<&'a str>,
+    /// How many keys the level has in all.
+    pub total: usize,
+}
+
+impl<'a> Listing<'a> {
+    /// The `shown` smallest keys of `level`, in linear time (a selection, not a full sort).
+    fn of(level: &'a Level, shown: usize) -> Self {
+        let mut keys: Vec<&'a str> = level.exact.keys().map(|k| &**k).collect();
+        let total = keys.len();
+        if shown < total {
+            keys.select_nth_unstable(shown);
+            keys.truncate(shown);
+        }
+        keys.sort_unstable();
+        Listing { first: keys, total }
+    }
 }
 
 impl DomainTree {
     /// The matching walk of [`DomainTree::find`], step by step, for explanations: every
-    /// request entry up to and including the one where the walk stopped.
+    /// request entry up to and including the one where the walk stopped; the listings
+    /// show at most `shown` keys.
     pub fn explain<'a, 'e>(
         &'a self,
         entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+        shown: usize,
     ) -> Vec<Step<'a>> {
         let mut level = &self.root;
         let mut scratch = String::new();
         let mut steps = Vec::new();
-        for (key, value) in entries {
+        let mut entries = entries.into_iter().peekable();
+        while let Some((key, value)) = entries.next() {
             let found = level.lookup_how(key, value, &mut scratch);
-            let mut offered: Vec<&str> = level.exact.keys().map(|k| &**k).collect();
-            offered.sort_unstable();
             let mut step = Step {
                 key: key.to_string(),
                 value: value.to_string(),
                 matched: None,
                 rule: None,
-                offered,
-                nested: Vec::new(),
+                offered: Listing::default(),
+                nested: Listing::default(),
             };
             let Some((node, how)) = found else {
+                step.offered = Listing::of(level, shown);
                 steps.push(step);
                 break;
             };
             step.matched = Some(how);
             step.rule = node.rule.as_ref();
-            step.nested = node.children.exact.keys().map(|k| &**k).collect();
-            step.nested.sort_unstable();
+            if entries.peek().is_none() {
+                step.nested = Listing::of(&node.children, shown);
+            }
             steps.push(step);
             level = &node.children;
         }

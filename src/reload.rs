@@ -3,12 +3,16 @@
 //! Contract:
 //! - Keep last good: a reload that finds any problem logs every problem and leaves the
 //!   running config in force. Files whose bytes did not change are not swapped at all.
-//! - Symlinks: the watch covers the config path (a directory, non-recursively) and its
-//!   parent, so both an edited file and a replaced link show up: a Kubernetes ConfigMap
-//!   mount swaps its `..data` link inside the directory, and an envoyproxy/ratelimit style
-//!   runtime root swaps the directory link itself (a link above the config directory is
-//!   covered by watching the directory that holds it). After each event the path is resolved
-//!   again, and the watch moves to the new target when the link now points elsewhere.
+//! - Symlinks: the watch covers the config path (a directory, non-recursively) and the
+//!   directories holding it and every link on the way to it, so both an edited file and a
+//!   replaced link show up: a Kubernetes ConfigMap mount swaps its `..data` link inside the
+//!   directory, and an envoyproxy/ratelimit style runtime root swaps the directory link
+//!   itself. Only events on the config path, those links, what they resolve to and a config
+//!   directory's entries cause a reload: other files in those directories (a log file) do
+//!   not. After each reload the path is resolved again, and the watch moves to the new
+//!   target when a link now points elsewhere.
+//! - Errors: a rejected reload is logged once while its problems stay the same, and shown
+//!   by `/rlconfig` until a reload loads (even when what loads is the running config).
 //! - Counters survive: bucket identity does not depend on the config (only on domain,
 //!   keys and values), so unchanged rules keep their state and changed ones carry it over.
 
@@ -26,6 +30,9 @@ use tracing::{error, info, warn};
 
 use crate::config::{self, render_errors};
 use crate::service::SharedConfig;
+
+mod paths;
+use paths::Interest;
 
 /// What one reload attempt did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,28 +54,37 @@ pub struct Status {
     pub applied: AtomicU64,
     /// Attempts rejected for problems in the files.
     pub rejected: AtomicU64,
-    /// The problems of the last rejected attempt; cleared by the next applied one.
+    /// The problems of the last rejected attempt; cleared by the next attempt that loads.
     pub last_error: Mutex<Option<String>>,
 }
 
 impl Status {
-    fn record(&self, outcome: &Outcome) {
+    /// Counts `outcome`. A config that loads (applied, or the same as the running one)
+    /// clears the last error: the problem it described is gone. Returns whether a
+    /// rejection differs from the previous one, so that an unchanged problem is logged once.
+    fn record(&self, outcome: &Outcome) -> bool {
         self.attempts.fetch_add(1, Ordering::SeqCst);
         match outcome {
-            Outcome::Applied => {
-                *self.last_error.lock() = None;
-                self.applied.fetch_add(1, Ordering::SeqCst);
+            Outcome::Applied | Outcome::Unchanged => {
+                if outcome == &Outcome::Applied {
+                    self.applied.fetch_add(1, Ordering::SeqCst);
+                }
+                if self.last_error.lock().take().is_some() && outcome == &Outcome::Unchanged {
+                    info!("config problems fixed; the files match the running config");
+                }
+                false
             }
-            Outcome::Unchanged => {}
             Outcome::Rejected(text) => {
-                *self.last_error.lock() = Some(text.clone());
                 self.rejected.fetch_add(1, Ordering::SeqCst);
+                let previous = self.last_error.lock().replace(text.clone());
+                previous.as_ref() != Some(text)
             }
         }
     }
 }
 
-/// Loads `path` and swaps it into `config` if it is valid and different.
+/// Loads `path` and swaps it into `config` if it is valid and different. A rejection is
+/// left to the caller to report.
 pub fn reload_once(path: &Path, config: &SharedConfig) -> Outcome {
     match config::load(path) {
         Ok(new) if new.fingerprint() == config.load().fingerprint() => Outcome::Unchanged,
@@ -77,11 +93,7 @@ pub fn reload_once(path: &Path, config: &SharedConfig) -> Outcome {
             config.store(Arc::new(new));
             Outcome::Applied
         }
-        Err(errors) => {
-            let text = render_errors(&errors);
-            error!("config reload rejected, the running config stays in force:\n{text}");
-            Outcome::Rejected(text)
-        }
+        Err(errors) => Outcome::Rejected(render_errors(&errors)),
     }
 }
 
@@ -105,82 +117,70 @@ impl Drop for Reloader {
     }
 }
 
-/// Starts watching `path`; edits are applied `debounce` after the last event.
+/// Starts watching `path`; edits are applied `debounce` after the last event that
+/// concerns the config (see [`paths`]).
 ///
 /// # Errors
 /// The watcher could not be set up.
 pub fn spawn(path: PathBuf, config: SharedConfig, debounce: Duration) -> notify::Result<Reloader> {
     let (tx, mut rx) = mpsc::channel::<()>(1);
+    let interest = Arc::new(Mutex::new(Interest::default()));
+    let events_interest = interest.clone();
     let mut debouncer = new_debouncer(debounce, move |events: DebounceEventResult| {
-        if let Err(e) = events {
-            warn!("config watch error: {e}");
+        let concerned = match events {
+            Ok(events) => {
+                let interest = events_interest.lock();
+                events.iter().any(|e| interest.concerns(&e.path))
+            }
+            Err(e) => {
+                warn!("config watch error: {e}");
+                true
+            }
+        };
+        if concerned {
+            // A full channel already holds a pending reload, which will see this change too.
+            let _ = tx.try_send(());
         }
-        // A full channel already holds a pending reload, which will see this change too.
-        let _ = tx.try_send(());
     })?;
-    let mut watched = watch(&mut debouncer, &path, &[])?;
+    watch(&mut debouncer, &path, &interest)?;
     let status = Arc::new(Status::default());
     let task_status = status.clone();
     let task = tokio::spawn(async move {
         while rx.recv().await.is_some() {
             let (p, c) = (path.clone(), config.clone());
             if let Ok(outcome) = tokio::task::spawn_blocking(move || reload_once(&p, &c)).await {
-                task_status.record(&outcome);
+                let new_problem = task_status.record(&outcome);
+                if let (Outcome::Rejected(text), true) = (&outcome, new_problem) {
+                    error!("config reload rejected, the running config stays in force:\n{text}");
+                }
             }
-            match watch(&mut debouncer, &path, &watched) {
-                Ok(now) => watched = now,
-                Err(e) => warn!("cannot watch {}: {e}", path.display()),
+            if let Err(e) = watch(&mut debouncer, &path, &interest) {
+                warn!("cannot watch {}: {e}", path.display());
             }
         }
     });
     Ok(Reloader { task, status })
 }
 
-/// Watches what `path` stands for now (the resolved directory and the parent of `path`),
-/// dropping watches in `before` that are no longer wanted. Returns what is watched.
+/// Watches what `path` stands for now, dropping the watches no longer wanted, and makes
+/// `interest` the current one.
 fn watch(
     debouncer: &mut Debouncer<notify::RecommendedWatcher>,
     path: &Path,
-    before: &[PathBuf],
-) -> notify::Result<Vec<PathBuf>> {
-    // Directories are watched by their resolved names: a watch on a name that passes
-    // through a link follows the directory it pointed to when the watch was set, so a
-    // swapped link must show up as a different name to be watched anew.
-    let real = |dir: &Path| std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    let mut wanted = Vec::new();
-    match path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        Some(parent) => wanted.push(real(parent)),
-        None => wanted.push(real(Path::new("."))),
-    }
-    // A link anywhere above the path (the Go server's RUNTIME_ROOT, swapped to deploy a
-    // new config) changes only the directory holding the link: watch that one too.
-    for ancestor in path.ancestors().skip(1) {
-        let is_link = std::fs::symlink_metadata(ancestor).is_ok_and(|m| m.file_type().is_symlink());
-        if let Some(holder) = ancestor.parent().filter(|_| is_link) {
-            let holder = if holder.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                holder
-            };
-            wanted.push(real(holder));
-        }
-    }
-    if let Ok(resolved) = std::fs::canonicalize(path) {
-        if resolved.is_dir() {
-            wanted.push(resolved);
-        } else if let Some(dir) = resolved.parent() {
-            // A file reached through links (ConfigMap): watch where its bytes live too.
-            wanted.push(dir.to_path_buf());
-        }
-    }
-    wanted.sort();
-    wanted.dedup();
+    interest: &Mutex<Interest>,
+) -> notify::Result<()> {
+    let wanted = Interest::of(path);
+    let before = std::mem::replace(&mut *interest.lock(), wanted.clone());
     let watcher = debouncer.watcher();
-    for old in before.iter().filter(|p| !wanted.contains(p)) {
+    for old in before.dirs.iter().filter(|p| !wanted.dirs.contains(p)) {
         let _ = watcher.unwatch(old);
     }
-    for new in wanted.iter().filter(|p| !before.contains(p)) {
-        watcher.watch(new, RecursiveMode::NonRecursive)?;
+    for new in wanted.dirs.iter().filter(|p| !before.dirs.contains(p)) {
+        if let Err(e) = watcher.watch(new, RecursiveMode::NonRecursive) {
+            // Not watched after all: try again after the next reload.
+            interest.lock().dirs.retain(|d| d != new);
+            return Err(e);
+        }
     }
-    Ok(wanted)
+    Ok(())
 }

@@ -6,15 +6,18 @@
 //! one atomic store call for every limited descriptor; shadow turns OVER_LIMIT into OK;
 //! the overall code follows the quota rule.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
+use foldhash::fast::RandomState;
 
 use crate::clock::{Clock, Nanos};
 use crate::config::Config;
 use crate::limiter;
 use crate::matcher::push_part;
 use crate::metrics::Metrics;
+use crate::request_limits::{RequestLimits, TooLarge};
 use crate::rules::{Algorithm, Limit, Mode, Rule, Unit};
 use crate::store::{Check, Store, StoreError};
 
@@ -129,6 +132,9 @@ pub enum RequestError {
     /// The store could not decide.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The request is over one of the caps of [`RequestLimits`].
+    #[error(transparent)]
+    TooLarge(#[from] TooLarge),
 }
 
 /// The rate-limit service: config, store and clock.
@@ -142,6 +148,8 @@ pub struct Service {
     global_shadow: bool,
     /// This service's own statistics (not process-global: several services, several sets).
     metrics: Arc<Metrics>,
+    /// Caps on what one request may ask for.
+    limits: RequestLimits,
 }
 
 /// What one descriptor resolved to before the store is asked.
@@ -183,7 +191,20 @@ impl Service {
             default_algorithm,
             global_shadow: false,
             metrics,
+            limits: RequestLimits::default(),
         }
+    }
+
+    /// The same service refusing requests over `limits` (the defaults otherwise).
+    #[must_use]
+    pub fn with_request_limits(mut self, limits: RequestLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The caps on what one request may ask for.
+    pub fn request_limits(&self) -> RequestLimits {
+        self.limits
     }
 
     /// The same service in global shadow mode (the Go server's `SHADOW_MODE`): a request
@@ -249,7 +270,7 @@ impl Service {
         descriptors: &[D],
         hits_addend: u32,
     ) -> Result<Response, RequestError> {
-        check_request(domain, descriptors)?;
+        self.check_request(domain, descriptors)?;
         let config = self.config.load();
         let Some(tree) = config.domain(domain) else {
             return Ok(Response {
@@ -407,24 +428,32 @@ impl Service {
     }
 }
 
-/// What no config could answer: an empty domain, no descriptors, or an override without
-/// a valid unit.
-pub(crate) fn check_request<D: RequestDescriptor>(
-    domain: &str,
-    descriptors: &[D],
-) -> Result<(), RequestError> {
-    if domain.is_empty() {
-        return Err(RequestError::EmptyDomain);
-    }
-    if descriptors.is_empty() {
-        return Err(RequestError::NoDescriptors);
-    }
-    match descriptors
-        .iter()
-        .position(|d| d.limit_override().is_some_and(|o| o.unit.is_none()))
-    {
-        Some(i) => Err(RequestError::BadOverrideUnit(i)),
-        None => Ok(()),
+impl Service {
+    /// What no config could answer: an empty domain, no descriptors, a request over the
+    /// caps, or an override without a valid unit. The caps come first, so that a request
+    /// over them costs no more than reading its size.
+    pub(crate) fn check_request<D: RequestDescriptor>(
+        &self,
+        domain: &str,
+        descriptors: &[D],
+    ) -> Result<(), RequestError> {
+        if domain.is_empty() {
+            return Err(RequestError::EmptyDomain);
+        }
+        if descriptors.is_empty() {
+            return Err(RequestError::NoDescriptors);
+        }
+        self.limits.check_count(descriptors.len())?;
+        for (i, d) in descriptors.iter().enumerate() {
+            self.limits.check_descriptor(i, d.entries())?;
+        }
+        match descriptors
+            .iter()
+            .position(|d| d.limit_override().is_some_and(|o| o.unit.is_none()))
+        {
+            Some(i) => Err(RequestError::BadOverrideUnit(i)),
+            None => Ok(()),
+        }
     }
 }
 
@@ -442,9 +471,10 @@ fn headline(statuses: &[Status], resolved: &[Resolved<'_>]) -> Option<usize> {
 }
 
 /// Drops every matched rule whose name another matched rule (unlimited ones included)
-/// replaces. Only within this request.
+/// replaces. Only within this request. A set of the replaced names, so that the cost stays
+/// linear in descriptors and `replaces` entries.
 pub(crate) fn apply_replaces<'c>(resolved: &mut [Resolved<'c>]) {
-    let replaced: Vec<&'c str> = resolved
+    let replaced: HashSet<&'c str, RandomState> = resolved
         .iter()
         .filter_map(Resolved::rule)
         .flat_map(|rule| rule.replaces.iter().map(String::as_str))
@@ -454,7 +484,7 @@ pub(crate) fn apply_replaces<'c>(resolved: &mut [Resolved<'c>]) {
     }
     for r in resolved.iter_mut() {
         let Some(rule) = r.rule() else { continue };
-        if !rule.name.is_empty() && replaced.contains(&rule.name.as_str()) {
+        if !rule.name.is_empty() && replaced.contains(rule.name.as_str()) {
             *r = Resolved::NoLimit;
         }
     }

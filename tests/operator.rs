@@ -508,3 +508,42 @@ async fn in_flight_calls_finish_before_the_process_ends() {
     let status = ml.wait().await;
     assert!(status.success(), "{status}");
 }
+
+/// A config file left empty while a log file next to the config directory is written
+/// every 100 ms: one rejection, logged once, shown by `/rlconfig` until the file is put
+/// back as it was, which clears it although nothing is swapped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_config_is_logged_once_and_its_error_clears_when_fixed() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let config_dir = root.path().join("config");
+    std::fs::create_dir(&config_dir).unwrap();
+    let file = config_dir.join("ops.yaml");
+    std::fs::write(&file, LIMITS).unwrap();
+    let ml = Meshlimit::start(&config_dir, &["--reload-debounce-ms", "50"]).await;
+
+    std::fs::write(&file, "").unwrap();
+    let log = root.path().join("meshlimit.log");
+    for i in 0..15 {
+        std::fs::write(&log, format!("line {i}\n")).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eventually_async(20, "/rlconfig shows the reload error", || async {
+        http_get(ml.http, "/rlconfig")
+            .await
+            .1
+            .contains("last reload error (")
+    })
+    .await;
+    std::fs::write(&file, LIMITS).unwrap();
+    eventually_async(20, "/rlconfig clears the error", || async {
+        http_get(ml.http, "/rlconfig")
+            .await
+            .1
+            .contains("# last reload error: none")
+    })
+    .await;
+    let text = http_get(ml.http, "/rlconfig").await.1;
+    assert!(text.contains("version 1 "), "nothing was swapped: {text}");
+    let rejections = ml.log().matches("config reload rejected").count();
+    assert_eq!(rejections, 1, "{}", ml.log());
+}

@@ -219,3 +219,96 @@ async fn a_single_file_path_is_watched() {
     })
     .await;
 }
+
+/// The error of a rejected reload describes files as they were; once the files load again
+/// (even as exactly the running config, which is then not swapped) it is gone.
+#[tokio::test]
+async fn a_fixed_or_removed_broken_file_clears_the_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = rule("a", 10);
+    std::fs::write(dir.path().join("a.yaml"), &good).unwrap();
+    let (_service, config) = service_for(dir.path());
+    let reloader = reload::spawn(dir.path().to_path_buf(), config.clone(), DEBOUNCE).unwrap();
+    let status = reloader.status().clone();
+
+    // A broken file added, then removed: the files are the running config again.
+    std::fs::write(dir.path().join("b.yaml"), "domain: b\ndescriptors: 7\n").unwrap();
+    support::eventually(10, "broken file rejected", || {
+        status.last_error.lock().is_some()
+    })
+    .await;
+    std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
+    support::eventually(10, "error cleared by the removal", || {
+        status.last_error.lock().is_none()
+    })
+    .await;
+
+    // The running file broken, then put back as it was.
+    std::fs::write(dir.path().join("a.yaml"), "domain: a\ndescriptors: 7\n").unwrap();
+    support::eventually(10, "broken edit rejected", || {
+        status.last_error.lock().is_some()
+    })
+    .await;
+    std::fs::write(dir.path().join("a.yaml"), &good).unwrap();
+    support::eventually(10, "error cleared by the fix", || {
+        status.last_error.lock().is_none()
+    })
+    .await;
+    assert_eq!(status.applied.load(Ordering::SeqCst), 0, "nothing to swap");
+    assert_eq!(limit_now(&config, "a"), Some(10));
+}
+
+#[tokio::test]
+#[cfg(unix)]
+async fn a_symlink_loop_error_goes_with_its_files() {
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.yaml"), rule("a", 10)).unwrap();
+    let (_service, config) = service_for(dir.path());
+    let reloader = reload::spawn(dir.path().to_path_buf(), config.clone(), DEBOUNCE).unwrap();
+    let status = reloader.status().clone();
+
+    symlink("y.yaml", dir.path().join("x.yaml")).unwrap();
+    symlink("x.yaml", dir.path().join("y.yaml")).unwrap();
+    support::eventually(10, "the loop rejected", || {
+        status.last_error.lock().is_some()
+    })
+    .await;
+    std::fs::remove_file(dir.path().join("x.yaml")).unwrap();
+    std::fs::remove_file(dir.path().join("y.yaml")).unwrap();
+    support::eventually(10, "error cleared with the loop", || {
+        status.last_error.lock().is_none()
+    })
+    .await;
+}
+
+/// The directory above the config is watched for link swaps; other files there (the
+/// server's own log, say) are no reason to read the config again.
+#[tokio::test]
+async fn writes_to_other_files_next_to_the_config_do_not_reload() {
+    let root = tempfile::tempdir().unwrap();
+    let config_dir = root.path().join("config");
+    std::fs::create_dir(&config_dir).unwrap();
+    std::fs::write(config_dir.join("a.yaml"), rule("a", 10)).unwrap();
+    let (_service, config) = service_for(&config_dir);
+    let reloader = reload::spawn(config_dir.clone(), config.clone(), DEBOUNCE).unwrap();
+    let status = reloader.status().clone();
+
+    let log = root.path().join("meshlimit.log");
+    for i in 0..20 {
+        std::fs::write(&log, format!("line {i}\n")).unwrap();
+        tokio::time::sleep(DEBOUNCE / 2).await;
+    }
+    // Well past the debounce of the last write, a real edit: it must be the only attempt.
+    tokio::time::sleep(DEBOUNCE * 4).await;
+    std::fs::write(config_dir.join("a.yaml"), rule("a", 20)).unwrap();
+    support::eventually(10, "edit applied", || {
+        status.applied.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    assert_eq!(
+        status.attempts.load(Ordering::SeqCst),
+        1,
+        "the log file's writes caused reloads"
+    );
+}

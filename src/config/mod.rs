@@ -5,6 +5,7 @@
 //! domain files. Loading is all-or-nothing: any problem in any file rejects the whole
 //! set, and every problem is reported, each with its file, line and descriptor path.
 
+mod budget;
 mod validate;
 mod yaml;
 
@@ -62,7 +63,7 @@ impl Config {
         let mut hasher = std::hash::DefaultHasher::new();
         for (file, text) in sources {
             (file, text).hash(&mut hasher);
-            match validate::parse_domain_file(file, text) {
+            match parse_on_own_stack(file, text) {
                 Ok((name, tree)) => {
                     if let Some(first) = owners.get(&name) {
                         errors.push(ConfigError::new(
@@ -91,6 +92,30 @@ impl Config {
             Err(errors)
         }
     }
+}
+
+/// Parses one domain file on a thread of its own with a stack of
+/// [`budget::PARSE_STACK_BYTES`]: the parser recurses once per level of nesting, and the
+/// stack of whatever thread asks for a load (a runtime worker, a blocking-pool thread:
+/// 2 MiB) is not enough for [`budget::MAX_DEPTH`] levels in every build.
+fn parse_on_own_stack(file: &Path, text: &str) -> Result<(String, DomainTree), Vec<ConfigError>> {
+    std::thread::scope(|scope| {
+        let parser = std::thread::Builder::new()
+            .name("config-parse".into())
+            .stack_size(budget::PARSE_STACK_BYTES)
+            .spawn_scoped(scope, || validate::parse_domain_file(file, text));
+        match parser {
+            Ok(parser) => parser
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            Err(e) => Err(vec![ConfigError::new(
+                file,
+                None,
+                None,
+                format!("cannot start a thread to parse the file: {e}"),
+            )]),
+        }
+    })
 }
 
 /// Reads and validates every domain file under `path`.

@@ -83,6 +83,9 @@ pub(super) fn parse_domain_file(
 /// The parser's message without its location prefix and source snippet: the location is
 /// reported in its own fields.
 fn parser_message(e: &serde_saphyr::Error) -> String {
+    if let Some(over) = super::budget::describe(e) {
+        return over;
+    }
     let text = e.without_snippet().to_string();
     let text = text.lines().next().unwrap_or_default();
     let text = text.strip_prefix("error: ").unwrap_or(text);

@@ -43,9 +43,9 @@ impl Yaml {
     }
 }
 
-/// Parses one document.
+/// Parses one document, within the limits of [`super::budget`].
 pub(crate) fn parse(text: &str) -> Result<Node, serde_saphyr::Error> {
-    let mut root = serde_saphyr::from_str(text)?;
+    let mut root = serde_saphyr::from_str_with_options(text, super::budget::options())?;
     restore_written_text(&mut root, text);
     Ok(root)
 }

@@ -244,10 +244,12 @@ fn sanitize(text: &str) -> String {
             None => at += 1,
         }
     }
+    // Both in increasing order: a cursor, not a search per dot (values can be long).
+    let mut ip_dots = ip_dots.into_iter().peekable();
     text.char_indices()
         .map(|(i, c)| match c {
             ':' | '|' => '_',
-            '.' if ip_dots.contains(&i) => '_',
+            '.' if ip_dots.next_if_eq(&i).is_some() => '_',
             c => c,
         })
         .collect()
