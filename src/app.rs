@@ -13,6 +13,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::admin_token::AdminToken;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{self, render_errors};
 use crate::grpc::{HEALTH_SERVICE_NAME, HeaderNames, Rls};
@@ -53,6 +54,11 @@ pub struct Settings {
     /// Where the operator endpoints also serve the Prometheus text, besides `/metrics`
     /// (the Go server's `PROMETHEUS_PATH`).
     pub metrics_path: String,
+    /// The file holding the token that guards the operator endpoints (see
+    /// [`crate::admin_token`]); `None`: no guard.
+    pub admin_token_file: Option<PathBuf>,
+    /// Most series each `detailed_metric` rule creates for request values.
+    pub max_metric_values: usize,
 }
 
 impl Settings {
@@ -71,6 +77,8 @@ impl Settings {
             drain_timeout: Duration::from_secs(10),
             metrics_path: "/metrics".into(),
             near_limit_ratio: crate::metrics::DEFAULT_NEAR_LIMIT_RATIO,
+            admin_token_file: None,
+            max_metric_values: crate::metrics::DEFAULT_MAX_METRIC_VALUES,
         }
     }
 }
@@ -85,6 +93,8 @@ pub struct Listeners {
     /// More addresses serving the operator endpoints (the Go server's debug and
     /// Prometheus ports).
     pub extra_http: Vec<TcpListener>,
+    /// The address serving metrics and health only (`--metrics-addr`).
+    pub metrics: Option<TcpListener>,
 }
 
 /// Why the server could not start or stopped abnormally.
@@ -105,6 +115,9 @@ pub enum Error {
     /// The Redis URL is invalid.
     #[error("{0}")]
     Redis(#[from] UrlError),
+    /// `--admin-token-file` gives no token.
+    #[error("{0}")]
+    AdminToken(#[from] crate::admin_token::TokenError),
 }
 
 /// Builds the service for `settings` with the real clock; loads the config once.
@@ -128,6 +141,9 @@ pub fn build_service(settings: &Settings) -> Result<Service, Error> {
     service
         .metrics()
         .set_near_limit_ratio(settings.near_limit_ratio);
+    service
+        .metrics()
+        .set_max_metric_values(settings.max_metric_values);
     Ok(service)
 }
 
@@ -145,6 +161,7 @@ pub async fn run(
         grpc,
         http,
         extra_http: Vec::new(),
+        metrics: None,
     };
     serve(settings, listeners, shutdown).await
 }
@@ -164,6 +181,10 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     let service = build_service(&settings)?;
+    let admin_token = match &settings.admin_token_file {
+        Some(path) => Some(AdminToken::load(path)?),
+        None => None,
+    };
     let reloader = crate::reload::spawn(
         settings.config.clone(),
         service.config().clone(),
@@ -208,24 +229,34 @@ pub async fn serve(
         reload: reloader.status().clone(),
         config_path: settings.config.clone(),
         metrics_path: settings.metrics_path.clone(),
+        admin_token: admin_token.clone(),
     };
+    let token_watch = admin_token.map(AdminToken::watch);
     let also: Vec<String> = listeners
         .extra_http
         .iter()
         .filter_map(|l| l.local_addr().ok().map(|a| a.to_string()))
         .collect();
+    let metrics_addr = match &listeners.metrics {
+        Some(listener) => listener.local_addr()?.to_string(),
+        None => String::new(),
+    };
     info!(
         grpc = %listeners.grpc.local_addr()?,
         http = %listeners.http.local_addr()?,
         also_http = %also.join(","),
+        metrics = %metrics_addr,
         config = %settings.config.display(),
         "meshlimit serving"
     );
     // The operator endpoints stop only after gRPC has drained.
     let (http_stop_tx, http_stop_rx) = watch::channel(false);
     let mut http_servers = Vec::new();
-    for listener in std::iter::once(listeners.http).chain(listeners.extra_http) {
-        let router = http::router(operator.clone());
+    let routers = std::iter::once(listeners.http)
+        .chain(listeners.extra_http)
+        .map(|l| (l, http::router(operator.clone())))
+        .chain((listeners.metrics).map(|l| (l, http::metrics_router(operator.clone()))));
+    for (listener, router) in routers {
         let mut stop = http_stop_rx.clone();
         http_servers.push(tokio::spawn(async move {
             axum::serve(listener, router)
@@ -264,6 +295,9 @@ pub async fn serve(
     );
     let grpc_result = drain(grpc_server, grpc_stopping_rx, settings.drain_timeout).await;
     maintenance.abort();
+    if let Some(watch) = token_watch {
+        watch.abort();
+    }
     let _ = http_stop_tx.send(true);
     for server in http_servers {
         match server.await {

@@ -8,7 +8,8 @@
 //! - [`store`]: where bucket state lives; the embedded in-memory store.
 //! - [`service`]: the request semantics (matching, `replaces`, hits, shadow, quota, overall code).
 //! - [`grpc`]: `envoy.service.ratelimit.v3.RateLimitService` and gRPC health over tonic.
-//! - [`http`]: the operator's HTTP endpoints; [`json`]: their JSON form of requests.
+//! - [`http`]: the operator's HTTP endpoints; [`json`]: their JSON form of requests;
+//!   [`admin_token`]: the token guarding them.
 //! - [`explain`]: why a request gets its answer (`/explain`, `meshlimit explain`).
 //! - [`metrics`]: Prometheus statistics under the Go server's names, served at `/metrics`.
 //! - [`reload`]: watches the config path and swaps in valid edits.
@@ -24,6 +25,7 @@
     unreachable_pub
 )]
 
+pub mod admin_token;
 pub mod app;
 pub mod clock;
 pub mod config;

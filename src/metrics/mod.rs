@@ -48,7 +48,9 @@
 //! `/pkg.Service/Method` apart. Levels give every rule labels, and values whole.
 //!
 //! Cardinality stays bounded by the config: only `detailed_metric: true` rules put request
-//! values into labels (their levels are the request's `key_value`s). Limits sent in
+//! values into labels (their levels are the request's `key_value`s), at most
+//! `--max-metric-values` distinct ones per rule, the rest on one overflow series per rule
+//! (see [`detailed`]). Limits sent in
 //! the request (`RateLimitDescriptor.limit`), which the Go server counts under one series per
 //! request value (an unbounded leak), are counted per domain, on the series labelled with
 //! `domain` alone. Unlimited rules count `total_hits` and `within_limit` (the Go server counts
@@ -63,13 +65,14 @@
 //! Detailed rules look their series up by labels under a lock instead, and a request decided
 //! on a config that a reload has just replaced builds a table of its own.
 
+mod detailed;
 mod rules;
 mod text;
 
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use arc_swap::{ArcSwap, Guard};
@@ -79,9 +82,9 @@ use crate::config::Config;
 use crate::reload;
 use crate::service::{RequestError, SharedConfig};
 use crate::store::Store;
-use rules::{
-    Labels, RULE_FAMILIES, RuleStats, RuleTable, Rules, Series, TableRef, build_table, series_of,
-};
+use detailed::Series;
+pub use detailed::{DEFAULT_MAX_METRIC_VALUES, OVERFLOW_VALUE};
+use rules::{Labels, RULE_FAMILIES, RuleStats, RuleTable, Rules, TableRef, build_table};
 use text::{Histogram, family, sample};
 
 /// The `Content-Type` of [`Metrics::render`]'s text: the Prometheus text format 0.0.4.
@@ -120,6 +123,8 @@ pub struct Metrics {
     table: ArcSwap<RuleTable>,
     /// Held while `table` is rebuilt, so that the requests following a reload build it once.
     rebuilding: Mutex<()>,
+    /// Most series a detailed-metric rule creates for request values (see [`detailed`]).
+    max_metric_values: AtomicUsize,
 }
 
 impl fmt::Debug for Metrics {
@@ -150,6 +155,7 @@ impl Metrics {
             series,
             table: ArcSwap::from_pointee(table),
             rebuilding: Mutex::new(()),
+            max_metric_values: AtomicUsize::new(DEFAULT_MAX_METRIC_VALUES),
         }
     }
 
@@ -238,7 +244,7 @@ impl Metrics {
     }
 
     fn series(&self, labels: Labels) -> Arc<RuleStats> {
-        series_of(&mut self.series.lock(), labels)
+        self.series.lock().get_or_create(labels)
     }
 
     /// Everything, in the Prometheus text format 0.0.4 ([`CONTENT_TYPE`]).
@@ -247,6 +253,7 @@ impl Metrics {
         let mut series: Vec<(Labels, Arc<RuleStats>)> = self
             .series
             .lock()
+            .by_labels
             .iter()
             .map(|(labels, stats)| (labels.clone(), stats.clone()))
             .collect();
@@ -259,6 +266,7 @@ impl Metrics {
                 sample(&mut out, name, labels.pairs(), counter(stats).load(Relaxed));
             }
         }
+        self.render_overflow(&mut out);
         self.render_service(&mut out);
         self.render_store(&mut out);
         out
