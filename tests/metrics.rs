@@ -594,3 +594,41 @@ async fn request_values_in_labels_are_capped_per_rule() {
     let t1 = [("domain", "saas"), ("key1", "tenant_t1")];
     assert_eq!(value(&samples, &total, &t1), Some(2.0));
 }
+
+/// The cap counts per rule across reloads, as the series stay: a reload does not give a
+/// rule a fresh allowance.
+#[tokio::test]
+async fn the_value_cap_survives_reloads() {
+    let (service, _clock) = support::service(&[("saas.yaml", TENANTS)], Algorithm::TokenBucket);
+    service.metrics().set_max_metric_values(2);
+    for tenant in ["a", "b", "c"] {
+        hit(&service, "saas", &[("tenant", tenant)], 1).await;
+    }
+    let edited = TENANTS.replace("requests_per_unit: 100}", "requests_per_unit: 200}");
+    let config = Config::from_sources(&[("saas.yaml".into(), edited)]).unwrap();
+    service.config().store(Arc::new(config));
+    for tenant in ["d", "a"] {
+        hit(&service, "saas", &[("tenant", tenant)], 1).await;
+    }
+    let samples = scrape(&service);
+    let total = format!("{RULE}total_hits");
+    let count = |key1: &str| value(&samples, &total, &[("domain", "saas"), ("key1", key1)]);
+    assert_eq!(count("tenant_a"), Some(2.0));
+    assert_eq!(count("tenant_b"), Some(1.0));
+    assert_eq!(count("tenant_c"), None);
+    assert_eq!(count("tenant_d"), None);
+    assert_eq!(count("tenant__other_"), Some(2.0));
+    let overflow = [("domain", "saas"), ("key1", "tenant")];
+    let counted = value(
+        &samples,
+        "meshlimit_metric_values_overflow_total",
+        &overflow,
+    );
+    assert_eq!(counted, Some(2.0));
+    // The plain rule's overflow counter does not exist: only detailed rules have one.
+    let plan = [("domain", "saas"), ("key1", "plan")];
+    assert_eq!(
+        value(&samples, "meshlimit_metric_values_overflow_total", &plan),
+        None
+    );
+}
