@@ -13,6 +13,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::info;
 
+use crate::admin_token::AdminToken;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{self, render_errors};
 use crate::grpc::{HEALTH_SERVICE_NAME, HeaderNames, Rls};
@@ -78,6 +79,11 @@ pub struct Settings {
     /// Caps on descriptors, entries and bytes per request (`--max-descriptors`,
     /// `--max-entries`, `--max-value-bytes`).
     pub request_limits: RequestLimits,
+    /// The file holding the token that guards the operator endpoints (see
+    /// [`crate::admin_token`]); `None`: no guard.
+    pub admin_token_file: Option<PathBuf>,
+    /// Most series each `detailed_metric` rule creates for request values.
+    pub max_metric_values: usize,
 }
 
 /// Default of [`Settings::idle_timeout`], in milliseconds.
@@ -111,6 +117,8 @@ impl Settings {
             grpc_tls: None,
             http_tls: None,
             request_limits: RequestLimits::default(),
+            admin_token_file: None,
+            max_metric_values: crate::metrics::DEFAULT_MAX_METRIC_VALUES,
         }
     }
 }
@@ -125,6 +133,8 @@ pub struct Listeners {
     /// More addresses serving the operator endpoints (the Go server's debug and
     /// Prometheus ports).
     pub extra_http: Vec<TcpListener>,
+    /// The address serving metrics and health only (`--metrics-addr`).
+    pub metrics: Option<TcpListener>,
 }
 
 /// Why the server could not start or stopped abnormally.
@@ -148,6 +158,9 @@ pub enum Error {
     /// A TLS certificate, key or CA file is missing or invalid.
     #[error("TLS: {0}")]
     Tls(#[from] TlsError),
+    /// `--admin-token-file` gives no token.
+    #[error("{0}")]
+    AdminToken(#[from] crate::admin_token::TokenError),
 }
 
 /// Builds the service for `settings` with the real clock; loads the config once.
@@ -178,6 +191,9 @@ pub fn build_service(settings: &Settings) -> Result<Service, Error> {
     service
         .metrics()
         .set_near_limit_ratio(settings.near_limit_ratio);
+    service
+        .metrics()
+        .set_max_metric_values(settings.max_metric_values);
     Ok(service)
 }
 
@@ -195,6 +211,7 @@ pub async fn run(
         grpc,
         http,
         extra_http: Vec::new(),
+        metrics: None,
     };
     serve(settings, listeners, shutdown).await
 }
@@ -214,6 +231,10 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     let service = build_service(&settings)?;
+    let admin_token = match &settings.admin_token_file {
+        Some(path) => Some(AdminToken::load(path)?),
+        None => None,
+    };
     let reloader = crate::reload::spawn(
         settings.config.clone(),
         service.config().clone(),
@@ -267,16 +288,23 @@ pub async fn serve(
         reload: reloader.status().clone(),
         config_path: settings.config.clone(),
         metrics_path: settings.metrics_path.clone(),
+        admin_token: admin_token.clone(),
     };
+    let token_watch = admin_token.map(AdminToken::watch);
     let also: Vec<String> = listeners
         .extra_http
         .iter()
         .filter_map(|l| l.local_addr().ok().map(|a| a.to_string()))
         .collect();
+    let metrics_addr = match &listeners.metrics {
+        Some(listener) => listener.local_addr()?.to_string(),
+        None => String::new(),
+    };
     info!(
         grpc = %listeners.grpc.local_addr()?,
         http = %listeners.http.local_addr()?,
         also_http = %also.join(","),
+        metrics = %metrics_addr,
         config = %settings.config.display(),
         max_connections = connections.max(),
         grpc_tls = grpc_tls.is_some(),
@@ -286,9 +314,20 @@ pub async fn serve(
     // The operator endpoints stop only after gRPC has drained.
     let (http_stop_tx, http_stop_rx) = watch::channel(false);
     let mut http_servers = Vec::new();
-    let extra_http = listeners.extra_http.into_iter().map(|l| (l, None));
-    for (listener, tls) in std::iter::once((listeners.http, http_tls)).chain(extra_http) {
-        let router = http::router(operator.clone());
+    // Only --http-addr may speak TLS; the debug and metrics addresses stay plain.
+    let routers = std::iter::once((listeners.http, http_tls, http::router(operator.clone())))
+        .chain(
+            listeners
+                .extra_http
+                .into_iter()
+                .map(|l| (l, None, http::router(operator.clone()))),
+        )
+        .chain(
+            listeners
+                .metrics
+                .map(|l| (l, None, http::metrics_router(operator.clone()))),
+        );
+    for (listener, tls, router) in routers {
         let mut stop = http_stop_rx.clone();
         let options = ConnectionOptions {
             tls,
@@ -343,6 +382,9 @@ pub async fn serve(
     ))
     .await;
     maintenance.abort();
+    if let Some(watch) = token_watch {
+        watch.abort();
+    }
     let _ = http_stop_tx.send(true);
     for server in http_servers {
         server

@@ -7,6 +7,10 @@
 //! | `/rlconfig` | the loaded rules, one per line, the config version and last reload error |
 //! | `/explain` | how a request would be decided, consuming nothing |
 //! | `/` | this list |
+//!
+//! With `--admin-token-file`, every request but those to `/healthcheck`, the metrics
+//! paths and `/` must carry the token ([`crate::admin_token`]), else 401. The
+//! `--metrics-addr` address serves [`metrics_router`]: metrics and health only.
 
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -15,11 +19,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{RawQuery, State};
+use axum::extract::{RawQuery, Request, State};
 use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get};
+use axum::routing::{get, post};
 
+use crate::admin_token::AdminToken;
 use crate::json;
 use crate::metrics;
 use crate::reload;
@@ -61,6 +67,8 @@ pub struct Operator {
     pub config_path: PathBuf,
     /// A second path for the metrics text, besides `/metrics`.
     pub metrics_path: String,
+    /// The token guarding every endpoint but health, metrics and `/`; `None`: no guard.
+    pub admin_token: Option<Arc<AdminToken>>,
 }
 
 const INDEX: &str = "meshlimit operator endpoints:
@@ -71,12 +79,70 @@ const INDEX: &str = "meshlimit operator endpoints:
                 how that request would be decided, consuming nothing
 ";
 
-/// The router for every operator endpoint.
+/// The router for every operator endpoint, guarded by the admin token if there is one.
 pub fn router(operator: Operator) -> Router {
+    let token = operator.admin_token.clone();
+    let open = open_paths(&operator.metrics_path);
+    let router = endpoints(operator);
+    match token {
+        None => router,
+        Some(token) => router.layer(middleware::from_fn(move |request, next| {
+            require_token(token.clone(), open.clone(), request, next)
+        })),
+    }
+}
+
+/// The router of `--metrics-addr`: `/metrics`, the metrics path and `/healthcheck`, with
+/// no token (a scraper's address); everything else is 404.
+pub fn metrics_router(operator: Operator) -> Router {
+    let router = Router::new()
+        .route("/healthcheck", get(healthcheck))
+        .route("/metrics", get(scrape));
+    let router = if ["/healthcheck", "/metrics"].contains(&operator.metrics_path.as_str()) {
+        router
+    } else {
+        router.route(&operator.metrics_path.clone(), get(scrape))
+    };
+    router.with_state(operator)
+}
+
+/// The paths served without the token: health, metrics and the plain-text index.
+fn open_paths(metrics_path: &str) -> Arc<[String]> {
+    ["/", "/healthcheck", "/metrics", metrics_path]
+        .map(String::from)
+        .into()
+}
+
+/// Lets a request through if its path is open or it carries the admin token; 401 with a
+/// Basic challenge otherwise (paths are compared as routed: exactly, undecoded).
+async fn require_token(
+    token: Arc<AdminToken>,
+    open: Arc<[String]>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let path = request.uri().path();
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|v| v.as_bytes());
+    if open.iter().any(|p| p == path) || token.accepts(authorization) {
+        return next.run(request).await;
+    }
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, r#"Basic realm="meshlimit""#)],
+        "Unauthorized: this endpoint needs the admin token (Authorization: Bearer <token>)\n",
+    )
+        .into_response()
+}
+
+/// Every operator endpoint, unguarded.
+fn endpoints(operator: Operator) -> Router {
     let router = Router::new()
         .route("/", get(|| async { INDEX }))
         .route("/healthcheck", get(healthcheck))
-        .route("/json", any(json_endpoint))
+        .route("/json", post(json_endpoint))
         .route("/rlconfig", get(rlconfig))
         .route("/explain", get(explain_query).post(explain_json))
         .route("/metrics", get(scrape));
@@ -123,16 +189,21 @@ fn bad_request(why: impl std::fmt::Display) -> Response {
     (StatusCode::BAD_REQUEST, format!("Bad Request: {why}\n")).into_response()
 }
 
-/// `/json`: the body is a `RateLimitRequest` in JSON; 200 with the response when OK, 429
-/// when over the limit, 400 for a body that is not a request or any service error (the
-/// Go server's codes).
+/// `POST /json`: see [`json_answer`]. Other methods get 405 with `Allow: POST` (from the
+/// router): a `GET` must not consume quota, as links, crawlers and prefetches send them.
 async fn json_endpoint(State(op): State<Operator>, body: Bytes) -> Response {
-    let request = match json::parse_request(&body) {
+    json_answer(&op.service, &body).await
+}
+
+/// What `/json` answers for `body`, a `RateLimitRequest` in JSON: 200 with the response
+/// when OK, 429 when over the limit, 400 for a body that is not a request or any service
+/// error (the Go server's codes). Public for the `/json` fuzz target.
+pub async fn json_answer(service: &Service, body: &[u8]) -> Response {
+    let request = match json::parse_request(body) {
         Ok(request) => request,
         Err(e) => return bad_request(e),
     };
-    match op
-        .service
+    match service
         .should_rate_limit(&request.domain, &request.descriptors, request.hits_addend)
         .await
     {

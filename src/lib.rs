@@ -9,7 +9,8 @@
 //! - [`service`]: the request semantics (matching, `replaces`, hits, shadow, quota, overall code).
 //! - [`request_limits`]: caps on descriptors, entries and bytes per request.
 //! - [`grpc`]: `envoy.service.ratelimit.v3.RateLimitService` and gRPC health over tonic.
-//! - [`http`]: the operator's HTTP endpoints; [`json`]: their JSON form of requests.
+//! - [`http`]: the operator's HTTP endpoints; [`json`]: their JSON form of requests;
+//!   [`admin_token`]: the token guarding them.
 //! - [`explain`]: why a request gets its answer (`/explain`, `meshlimit explain`).
 //! - [`metrics`]: Prometheus statistics under the Go server's names, served at `/metrics`.
 //! - [`net`]: connections: accept within limits, TLS, idle and age timeouts, drain.
@@ -26,6 +27,7 @@
     unreachable_pub
 )]
 
+pub mod admin_token;
 pub mod app;
 pub mod clock;
 pub mod config;

@@ -81,8 +81,8 @@ struct Serve {
     /// Another address serving the same HTTP endpoints (the Go server's debug port).
     #[arg(long, env = "MESHLIMIT_DEBUG_ADDR")]
     debug_addr: Option<SocketAddr>,
-    /// Another address serving the same HTTP endpoints, for a Prometheus scraper (the Go
-    /// server's PROMETHEUS_ADDR).
+    /// An address serving /metrics (and the metrics path) and /healthcheck only, without
+    /// the admin token, for a Prometheus scraper (the Go server's PROMETHEUS_ADDR).
     #[arg(long, env = "MESHLIMIT_METRICS_ADDR")]
     metrics_addr: Option<SocketAddr>,
     /// Path of the metrics text besides /metrics (the Go server's PROMETHEUS_PATH).
@@ -229,6 +229,15 @@ struct Serve {
     /// INVALID_ARGUMENT (/json: 400).
     #[arg(long, env = "MESHLIMIT_MAX_VALUE_BYTES", default_value_t = request_limits::DEFAULT_MAX_VALUE_BYTES, value_parser = at_least_one)]
     max_value_bytes: usize,
+    /// File holding the token that every HTTP endpoint but /healthcheck, the metrics
+    /// paths and / then requires (Authorization: Bearer <token>, or Basic with the token as
+    /// password); read again when it changes.
+    #[arg(long, env = "MESHLIMIT_ADMIN_TOKEN_FILE")]
+    admin_token_file: Option<PathBuf>,
+    /// Most distinct request values each detailed_metric rule puts in metric labels; the
+    /// rest share one overflow series per rule.
+    #[arg(long, env = "MESHLIMIT_MAX_METRIC_VALUES", default_value_t = meshlimit::metrics::DEFAULT_MAX_METRIC_VALUES)]
+    max_metric_values: usize,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -454,16 +463,23 @@ async fn serve_until_signal(serve: Serve) -> Result<(), Box<dyn std::error::Erro
             max_entries: serve.max_entries,
             max_value_bytes: serve.max_value_bytes,
         },
+        admin_token_file: serve.admin_token_file,
+        max_metric_values: serve.max_metric_values,
         ..Settings::new(config)
     };
     let mut extra_http = Vec::new();
-    for addr in [serve.debug_addr, serve.metrics_addr].into_iter().flatten() {
+    if let Some(addr) = serve.debug_addr {
         extra_http.push(tokio::net::TcpListener::bind(addr).await?);
     }
+    let metrics = match serve.metrics_addr {
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await?),
+        None => None,
+    };
     let listeners = Listeners {
         grpc: tokio::net::TcpListener::bind(serve.grpc_addr).await?,
         http: tokio::net::TcpListener::bind(serve.http_addr).await?,
         extra_http,
+        metrics,
     };
     app::serve(settings, listeners, shutdown_signal()).await?;
     Ok(())

@@ -525,3 +525,110 @@ async fn redis_cache_answers_and_store_errors_are_counted() {
     // Failed requests count no hits.
     assert_eq!(rule_counts(&samples, &pair)[0], 5.0);
 }
+
+const TENANTS: &str = "
+domain: saas
+descriptors:
+  - key: tenant
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: plan
+    rate_limit: {unit: minute, requests_per_unit: 100}
+";
+
+/// Issue 9: before, every distinct value of a detailed_metric rule added six series for
+/// good (50,000 tenants: 300,000 series, a 24.9 MB scrape). Now at most
+/// `--max-metric-values` per rule, the rest on one overflow series, counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_values_in_labels_are_capped_per_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("saas.yaml"), TENANTS).unwrap();
+    let ml = support::process::Meshlimit::start(dir.path(), &["--max-metric-values", "100"]).await;
+    let mut client = ml.client().await;
+    for i in 0..5_000 {
+        let tenant = format!("t{i}");
+        let request = support::rls_request("saas", &[&[("tenant", &tenant)], &[("plan", "a")]]);
+        let call = client.should_rate_limit(request);
+        tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .expect("ShouldRateLimit hung")
+            .expect("ShouldRateLimit");
+    }
+    let (status, text) = support::http_get(ml.http, "/metrics").await;
+    assert_eq!(status, 200);
+    let samples = parse(&text);
+    let total = format!("{RULE}total_hits");
+    let tenants: Vec<String> = series(&samples, &total)
+        .into_iter()
+        .filter(|l| l["domain"] == "saas" && l["key1"].starts_with("tenant_"))
+        .map(|l| l["key1"].clone())
+        .collect();
+    assert_eq!(
+        tenants.len(),
+        101,
+        "100 values and the overflow: {tenants:?}"
+    );
+    let overflow = [("domain", "saas"), ("key1", "tenant__other_")];
+    assert_eq!(value(&samples, &total, &overflow), Some(4_900.0));
+    assert_eq!(
+        value(
+            &samples,
+            &total,
+            &[("domain", "saas"), ("key1", "tenant_t0")]
+        ),
+        Some(1.0)
+    );
+    let counted = value(
+        &samples,
+        "meshlimit_metric_values_overflow_total",
+        &[("domain", "saas"), ("key1", "tenant")],
+    );
+    assert_eq!(counted, Some(4_900.0));
+    // The plain rule kept its one series.
+    let plan = [("domain", "saas"), ("key1", "plan")];
+    assert_eq!(value(&samples, &total, &plan), Some(5_000.0));
+    // A value that has its series keeps counting on it.
+    let request = support::rls_request("saas", &[&[("tenant", "t1")]]);
+    ml.ask(request).await;
+    let samples = parse(&support::http_get(ml.http, "/metrics").await.1);
+    let t1 = [("domain", "saas"), ("key1", "tenant_t1")];
+    assert_eq!(value(&samples, &total, &t1), Some(2.0));
+}
+
+/// The cap counts per rule across reloads, as the series stay: a reload does not give a
+/// rule a fresh allowance.
+#[tokio::test]
+async fn the_value_cap_survives_reloads() {
+    let (service, _clock) = support::service(&[("saas.yaml", TENANTS)], Algorithm::TokenBucket);
+    service.metrics().set_max_metric_values(2);
+    for tenant in ["a", "b", "c"] {
+        hit(&service, "saas", &[("tenant", tenant)], 1).await;
+    }
+    let edited = TENANTS.replace("requests_per_unit: 100}", "requests_per_unit: 200}");
+    let config = Config::from_sources(&[("saas.yaml".into(), edited)]).unwrap();
+    service.config().store(Arc::new(config));
+    for tenant in ["d", "a"] {
+        hit(&service, "saas", &[("tenant", tenant)], 1).await;
+    }
+    let samples = scrape(&service);
+    let total = format!("{RULE}total_hits");
+    let count = |key1: &str| value(&samples, &total, &[("domain", "saas"), ("key1", key1)]);
+    assert_eq!(count("tenant_a"), Some(2.0));
+    assert_eq!(count("tenant_b"), Some(1.0));
+    assert_eq!(count("tenant_c"), None);
+    assert_eq!(count("tenant_d"), None);
+    assert_eq!(count("tenant__other_"), Some(2.0));
+    let overflow = [("domain", "saas"), ("key1", "tenant")];
+    let counted = value(
+        &samples,
+        "meshlimit_metric_values_overflow_total",
+        &overflow,
+    );
+    assert_eq!(counted, Some(2.0));
+    // The plain rule's overflow counter does not exist: only detailed rules have one.
+    let plan = [("domain", "saas"), ("key1", "plan")];
+    assert_eq!(
+        value(&samples, "meshlimit_metric_values_overflow_total", &plan),
+        None
+    );
+}

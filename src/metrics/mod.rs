@@ -50,7 +50,9 @@
 //! `/pkg.Service/Method` apart. Levels give every rule labels, and values whole.
 //!
 //! Cardinality stays bounded by the config: only `detailed_metric: true` rules put request
-//! values into labels (their levels are the request's `key_value`s). Limits sent in
+//! values into labels (their levels are the request's `key_value`s), at most
+//! `--max-metric-values` distinct ones per rule, the rest on one overflow series per rule
+//! (see [`detailed`]). Limits sent in
 //! the request (`RateLimitDescriptor.limit`), which the Go server counts under one series per
 //! request value (an unbounded leak), are counted per domain, on the series labelled with
 //! `domain` alone. Unlimited rules count `total_hits` and `within_limit` (the Go server counts
@@ -66,13 +68,14 @@
 //! on a config that a reload has just replaced builds a table of its own.
 
 mod connections;
+mod detailed;
 mod rules;
 mod text;
 
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use arc_swap::{ArcSwap, Guard};
@@ -82,9 +85,9 @@ use crate::config::Config;
 use crate::reload;
 use crate::service::{RequestError, SharedConfig};
 use crate::store::Store;
-use rules::{
-    Labels, RULE_FAMILIES, RuleStats, RuleTable, Rules, Series, TableRef, build_table, series_of,
-};
+use detailed::Series;
+pub use detailed::{DEFAULT_MAX_METRIC_VALUES, OVERFLOW_VALUE};
+use rules::{Labels, RULE_FAMILIES, RuleStats, RuleTable, Rules, TableRef, build_table};
 use text::{Histogram, family, sample};
 
 /// The `Content-Type` of [`Metrics::render`]'s text: the Prometheus text format 0.0.4.
@@ -125,6 +128,8 @@ pub struct Metrics {
     rebuilding: Mutex<()>,
     /// The servers' connection counters, once [`Metrics::follow_connections`] was called.
     connections: Mutex<Option<Arc<crate::net::Connections>>>,
+    /// Most series a detailed-metric rule creates for request values (see [`detailed`]).
+    max_metric_values: AtomicUsize,
 }
 
 impl fmt::Debug for Metrics {
@@ -156,6 +161,7 @@ impl Metrics {
             table: ArcSwap::from_pointee(table),
             rebuilding: Mutex::new(()),
             connections: Mutex::new(None),
+            max_metric_values: AtomicUsize::new(DEFAULT_MAX_METRIC_VALUES),
         }
     }
 
@@ -250,7 +256,7 @@ impl Metrics {
     }
 
     fn series(&self, labels: Labels) -> Arc<RuleStats> {
-        series_of(&mut self.series.lock(), labels)
+        self.series.lock().get_or_create(labels)
     }
 
     /// Everything, in the Prometheus text format 0.0.4 ([`CONTENT_TYPE`]).
@@ -259,6 +265,7 @@ impl Metrics {
         let mut series: Vec<(Labels, Arc<RuleStats>)> = self
             .series
             .lock()
+            .by_labels
             .iter()
             .map(|(labels, stats)| (labels.clone(), stats.clone()))
             .collect();
@@ -271,6 +278,7 @@ impl Metrics {
                 sample(&mut out, name, labels.pairs(), counter(stats).load(Relaxed));
             }
         }
+        self.render_overflow(&mut out);
         self.render_service(&mut out);
         self.render_store(&mut out);
         if let Some(connections) = self.connections.lock().as_ref() {

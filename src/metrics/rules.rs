@@ -10,12 +10,10 @@ use foldhash::fast::RandomState;
 use parking_lot::Mutex;
 
 use super::Metrics;
+use super::detailed::{Detailed, OVERFLOW_VALUE, Series};
 use crate::config::Config;
 use crate::limiter::Report;
 use crate::rules::{Algorithm, Limit, Rule};
-
-/// Every per-rule series, by labels.
-pub(super) type Series = HashMap<Labels, Arc<RuleStats>, RandomState>;
 
 /// Counters of one series of per-rule statistics, on a cache line of their own so that
 /// cores counting different rules do not slow each other down.
@@ -61,10 +59,18 @@ pub(super) struct RuleTable {
     /// The config of these rules, held so that no other rule can take one of their
     /// addresses while the table exists.
     pub(super) config: Arc<Config>,
-    /// Rule address → its series; `None` for detailed-metric rules (looked up per request).
-    rules: HashMap<usize, Option<Arc<RuleStats>>, RandomState>,
+    /// Rule address → how its hits are counted.
+    rules: HashMap<usize, Counted, RandomState>,
     /// Domain → the series of limits sent in requests, created on first use.
     overrides: HashMap<Box<str>, OnceLock<Arc<RuleStats>>, RandomState>,
+}
+
+/// Where a configured rule's hits are counted.
+enum Counted {
+    /// On the rule's one series.
+    Rule(Arc<RuleStats>),
+    /// On a series per request value, looked up per request, within the rule's cap.
+    Detailed(Arc<Detailed>),
 }
 
 /// How one descriptor's hits count towards `within_limit`, `near_limit` and `over_limit`.
@@ -283,10 +289,6 @@ fn rule_id(rule: &Rule) -> usize {
     std::ptr::from_ref(rule) as usize
 }
 
-pub(super) fn series_of(series: &mut Series, labels: Labels) -> Arc<RuleStats> {
-    series.entry(labels).or_default().clone()
-}
-
 /// The table of `config`'s rules, creating their series.
 pub(super) fn build_table(series: &Mutex<Series>, config: Arc<Config>) -> RuleTable {
     let mut rules = HashMap::default();
@@ -299,9 +301,13 @@ pub(super) fn build_table(series: &Mutex<Series>, config: Arc<Config>) -> RuleTa
             };
             tree.root.visit(&mut Vec::new(), &mut |levels, node| {
                 if let Some(rule) = &node.rule {
-                    let stats = (!rule.detailed_metric)
-                        .then(|| series_of(&mut series, Labels::of_levels(domain, levels)));
-                    rules.insert(rule_id(rule), stats);
+                    let labels = Labels::of_levels(domain, levels);
+                    let counted = if rule.detailed_metric {
+                        Counted::Detailed(series.detailed_rule(labels))
+                    } else {
+                        Counted::Rule(series.get_or_create(labels))
+                    };
+                    rules.insert(rule_id(rule), counted);
                 }
             });
             overrides.insert(domain.into(), OnceLock::new());
@@ -409,8 +415,16 @@ impl Rules<'_> {
                 None => count(&metrics.series(Labels::of_domain(domain))),
             },
             Some(rule) => match self.table.rules.get(&rule_id(rule)) {
-                Some(Some(stats)) => count(stats),
-                Some(None) => count(&metrics.series(Labels::of_request(domain, entries()))),
+                Some(Counted::Rule(stats)) => count(stats),
+                Some(Counted::Detailed(detailed)) => {
+                    let entries: smallvec::SmallVec<[(&str, &str); 2]> = entries().collect();
+                    let labels = Labels::of_request(domain, entries.iter().copied());
+                    let overflow = || {
+                        let keys = entries.iter().map(|&(key, _)| (key, OVERFLOW_VALUE));
+                        Labels::of_request(domain, keys)
+                    };
+                    count(&metrics.detailed_series(detailed, labels, overflow));
+                }
                 // Not a rule of this config: the service passes its config's rules only.
                 None => {}
             },
