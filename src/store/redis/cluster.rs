@@ -150,12 +150,21 @@ impl Cluster {
     ///
     /// # Errors
     /// No node answers `CLUSTER SLOTS`, or no master serves the slot.
-    pub(crate) async fn owner(&self, key: &str) -> Result<Arc<Node>, String> {
+    pub(crate) async fn owner(self: &Arc<Self>, key: &str) -> Result<Arc<Node>, String> {
         let slot = slot(key.as_bytes());
-        if let Some(node) = self.map.load().owner(slot) {
+        let map = self.map.load();
+        if let Some(node) = map.owner(slot) {
             return Ok(node.clone());
         }
-        // Boxed: rare, and large (it may try every node).
+        if !map.ranges.is_empty() {
+            // A map without this slot (being moved, or not assigned): read it again in the
+            // background rather than on every request's time.
+            self.refresh_soon();
+            return Err(format!(
+                "Redis Cluster: no master serves slot {slot} (cluster down?)"
+            ));
+        }
+        // No map yet: read it now. Boxed: rare, and large (it may try every node).
         Box::pin(self.refresh()).await?;
         self.map.load().owner(slot).cloned().ok_or_else(|| {
             format!("Redis Cluster unreachable: no master serves slot {slot} (cluster down?)")
