@@ -227,3 +227,16 @@ pub fn json_body(data: &[u8]) {
     let code = response.status().as_u16();
     assert!(matches!(code, 200 | 429 | 400), "status {code}");
 }
+
+/// Arbitrary bytes as the decision script's reply, the way Redis sends it (RESP), through
+/// the parser the Redis store uses. Any input gives a reply or an error; a reply that
+/// parses has the script's shape: one flag, then five numbers per check.
+pub fn redis_reply(data: &[u8]) {
+    use meshlimit::store::redis::reply;
+    if let Ok(parsed) = reply::parse_resp(data) {
+        let Ok(redis::Value::Array(items)) = redis::parse_redis_value(data) else {
+            panic!("a reply parsed from bytes that are not a RESP array");
+        };
+        assert_eq!(items.len(), 1 + 5 * parsed.checks.len());
+    }
+}
