@@ -175,12 +175,15 @@ fn watch(
     for old in before.dirs.iter().filter(|p| !wanted.dirs.contains(p)) {
         let _ = watcher.unwatch(old);
     }
+    let mut failed = Vec::new();
+    let mut first_error = None;
     for new in wanted.dirs.iter().filter(|p| !before.dirs.contains(p)) {
         if let Err(e) = watcher.watch(new, RecursiveMode::NonRecursive) {
-            // Not watched after all: try again after the next reload.
-            interest.lock().dirs.retain(|d| d != new);
-            return Err(e);
+            failed.push(new.clone());
+            first_error.get_or_insert(e);
         }
     }
-    Ok(())
+    // Not watched after all: counted as new again, and tried again, after the next reload.
+    interest.lock().dirs.retain(|d| !failed.contains(d));
+    first_error.map_or(Ok(()), Err)
 }
