@@ -221,6 +221,18 @@ async fn out_of_descriptors_backs_off_logs_little_and_recovers() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     drop(held);
     eventually_async(30, "health and a call after the flood", || serves(&ml)).await;
+    // Reloads read files again too.
+    std::fs::write(dir.path().join("d.yaml"), LIMITS.replace("1000", "7")).unwrap();
+    let fresh = std::sync::atomic::AtomicUsize::new(0);
+    eventually_async(30, "the edited limit is live", || async {
+        let key = format!(
+            "fresh{}",
+            fresh.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let answer = ml.ask(rls_request("d", &[&[("k", &key)]])).await;
+        answer.statuses[0].limit_remaining == 6
+    })
+    .await;
     let log = ml.log();
     let lines = log.matches("out of file descriptors").count();
     assert!(

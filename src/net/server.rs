@@ -11,6 +11,7 @@ use http_body::Body;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
+use socket2::{SockRef, TcpKeepalive};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -22,6 +23,11 @@ use super::limit::Connections;
 use super::throttle::Throttle;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// First probe after a minute of silence, then every 10 s (the kernel's count of probes).
+const TCP_KEEPALIVE: TcpKeepalive = TcpKeepalive::new()
+    .with_time(Duration::from_secs(60))
+    .with_interval(Duration::from_secs(10));
 
 /// Serves `service` on `listener` until `shutdown` completes, then drains: open
 /// connections get at most `drain_timeout` to finish what is in flight.
@@ -70,6 +76,9 @@ pub async fn serve<S, B>(
         };
         // Answers are small and must not wait for the peer's delayed ACK (Nagle).
         let _ = stream.set_nodelay(true);
+        // A request in flight keeps a connection from being idle; kernel keepalive probes
+        // find the peer gone if its host vanished without closing (about 2.5 min).
+        let _ = SockRef::from(&stream).set_tcp_keepalive(&TCP_KEEPALIVE);
         tasks.spawn(serve_connection(
             stream,
             service.clone(),

@@ -114,6 +114,13 @@ impl Meshlimit {
             "info",
         ];
         argv.extend_from_slice(args);
+        let found = std::process::Command::new("prlimit")
+            .arg("--version")
+            .output();
+        assert!(
+            found.is_ok_and(|o| o.status.success()),
+            "prlimit is needed to run meshlimit under a descriptor limit: apt-get install util-linux"
+        );
         let mut command = tokio::process::Command::new("prlimit");
         for (name, _) in std::env::vars_os() {
             if name.to_string_lossy().starts_with("MESHLIMIT_") {
