@@ -181,6 +181,6 @@ async fn go_redis_variables_select_the_redis_store() {
     );
     let ml = start(&env).await;
     assert_eq!(hit(&ml, "r").await, Some(2));
-    let keys = redis.cli_as(Some("s3cret"), &["KEYS", "ml1:*"]);
+    let keys = redis.cli_as(Some("s3cret"), &["KEYS", "ml1:{*"]);
     assert!(keys.contains("ml1:{6:legacy}4:user1:r"), "{keys}");
 }

@@ -204,7 +204,7 @@ async fn limit_then_429_with_headers(store: StoreKind) {
     );
     // The Redis store really decided: the bucket lives in Redis.
     if let Some(redis) = &stack.redis {
-        let keys = redis.cli(&["KEYS", "ml1:*"]);
+        let keys = redis.cli(&["KEYS", "ml1:{*"]);
         assert_eq!(
             keys.lines().count(),
             1,
