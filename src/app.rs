@@ -90,8 +90,7 @@ pub struct Listeners {
     pub grpc: TcpListener,
     /// The operator endpoints.
     pub http: TcpListener,
-    /// More addresses serving the operator endpoints (the Go server's debug and
-    /// Prometheus ports).
+    /// More addresses serving the operator endpoints (the Go server's debug port).
     pub extra_http: Vec<TcpListener>,
     /// The address serving metrics and health only (`--metrics-addr`).
     pub metrics: Option<TcpListener>,
@@ -255,7 +254,11 @@ pub async fn serve(
     let routers = std::iter::once(listeners.http)
         .chain(listeners.extra_http)
         .map(|l| (l, http::router(operator.clone())))
-        .chain((listeners.metrics).map(|l| (l, http::metrics_router(operator.clone()))));
+        .chain(
+            listeners
+                .metrics
+                .map(|l| (l, http::metrics_router(operator.clone()))),
+        );
     for (listener, router) in routers {
         let mut stop = http_stop_rx.clone();
         http_servers.push(tokio::spawn(async move {
