@@ -130,8 +130,7 @@ pub struct Listeners {
     pub grpc: TcpListener,
     /// The operator endpoints.
     pub http: TcpListener,
-    /// More addresses serving the operator endpoints (the Go server's debug and
-    /// Prometheus ports).
+    /// More addresses serving the operator endpoints (the Go server's debug port).
     pub extra_http: Vec<TcpListener>,
     /// The address serving metrics and health only (`--metrics-addr`).
     pub metrics: Option<TcpListener>,
