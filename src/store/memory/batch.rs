@@ -34,6 +34,9 @@ const LINEAR_DEDUP: usize = 16;
 
 impl Inner {
     /// Several descriptors: all their shards locked in shard order, then two passes.
+    /// Never inlined: its large stack frame would otherwise be set up for every
+    /// one-descriptor decision too.
+    #[inline(never)]
     pub(super) fn check_many(&self, checks: &[Check<'_>], now: Nanos) -> Reports {
         let hashes: SmallVec<[u64; 4]> =
             checks.iter().map(|c| self.hasher.hash_one(c.key)).collect();

@@ -193,7 +193,9 @@ impl Inner {
         let (state, report) = step.settle(denied);
         bucket.state = Some(state);
         bucket.requests_per_unit = check.limit.requests_per_unit;
-        self.publish(index, &buckets);
+        if touched.reordered {
+            self.publish(index, &buckets);
+        }
         drop(buckets);
         if touched.created {
             self.enforce_bounds(now);
@@ -202,8 +204,8 @@ impl Inner {
     }
 
     /// Makes shard `index`'s oldest stamp visible to evicting threads; called with its
-    /// lock held after every change. A hit that moved nothing writes nothing, so the array
-    /// stays in every core's cache.
+    /// lock held after every change of its recency order. Writes only a changed stamp, so
+    /// the array stays in every core's cache.
     fn publish(&self, index: usize, buckets: &Buckets) {
         let stamp = buckets.oldest_stamp();
         let published = &self.oldest[index];

@@ -83,13 +83,13 @@ pub(super) struct Slot {
 }
 
 /// The buckets of one shard. Not synchronised: the store keeps each behind a mutex.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Buckets {
     /// Key → slot index.
     index: HashTable<u32>,
     /// Every slot ever used by this shard; a slot's index is stable while its bucket lives.
     slots: Vec<Slot>,
-    /// First free slot, or [`NIL`] (`Default` leaves 0, so [`Buckets::new`] must be used).
+    /// First free slot, or [`NIL`].
     free: u32,
     /// Least recently used bucket, or [`NIL`].
     oldest: u32,
@@ -106,17 +106,21 @@ pub(super) struct Touched {
     pub(super) slot: u32,
     /// Whether the bucket was created by this use.
     pub(super) created: bool,
+    /// Whether the shard's recency order changed (a creation, or a bucket moved to the
+    /// recent end): only then may its oldest stamp have changed.
+    pub(super) reordered: bool,
 }
 
 impl Buckets {
     /// A shard with no bucket.
     pub(super) fn new() -> Self {
         Self {
+            index: HashTable::new(),
+            slots: Vec::new(),
             free: NIL,
             oldest: NIL,
             newest: NIL,
             oldest_stamp: EMPTY,
-            ..Self::default()
         }
     }
 
@@ -162,7 +166,8 @@ impl Buckets {
         create: impl FnOnce(u64) -> u64,
     ) -> Touched {
         if let Some(slot) = self.find(key, hash) {
-            if self.slots[slot as usize].stamp != current {
+            let reordered = self.slots[slot as usize].stamp != current;
+            if reordered {
                 self.unlink(slot);
                 self.slots[slot as usize].stamp = current;
                 self.link_newest(slot);
@@ -170,6 +175,7 @@ impl Buckets {
             return Touched {
                 slot,
                 created: false,
+                reordered,
             };
         }
         let stamp = create(bucket_bytes(key));
@@ -203,6 +209,7 @@ impl Buckets {
         Touched {
             slot,
             created: true,
+            reordered: true,
         }
     }
 
