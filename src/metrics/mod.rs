@@ -387,10 +387,7 @@ impl Metrics {
                     stats.evictions_weakened,
                 ),
             ];
-            for (name, help, value) in counters {
-                family(out, name, "counter", help);
-                sample(out, name, [], value);
-            }
+            unlabelled_counters(out, &counters);
         }
         let Store::Redis(redis) = &self.store else {
             return;
@@ -422,9 +419,14 @@ impl Metrics {
                 stats.fallbacks,
             ),
         ];
-        for (name, help, value) in counters {
-            family(out, name, "counter", help);
-            sample(out, name, [], value);
-        }
+        unlabelled_counters(out, &counters);
+    }
+}
+
+/// Counters without labels, each as (name, help, value).
+fn unlabelled_counters(out: &mut String, counters: &[(&str, &str, u64)]) {
+    for &(name, help, value) in counters {
+        family(out, name, "counter", help);
+        sample(out, name, [], value);
     }
 }

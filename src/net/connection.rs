@@ -14,9 +14,6 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{Request, Response};
-use http_body::Body;
-use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -27,6 +24,7 @@ use tracing::debug;
 use super::activity::{Activity, Heard};
 use super::in_flight::Counted;
 use super::limit::Permit;
+use super::service::{HttpService, ResponseBody};
 use super::tls_reload::TlsSource;
 
 /// Longest a peer may stay connected without sending a single byte (bounded by the idle
@@ -67,8 +65,6 @@ impl ConnectionOptions {
     }
 }
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
 /// Serves `stream` with `service` until one side closes it; `permit` is its place under
 /// the connection cap, held to the end.
 pub(crate) async fn serve_connection<S, B>(
@@ -79,12 +75,8 @@ pub(crate) async fn serve_connection<S, B>(
     stop: watch::Receiver<bool>,
     permit: Permit,
 ) where
-    S: tower_service::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<BoxError>,
-    B: Body + Unpin + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
+    S: HttpService<B>,
+    B: ResponseBody,
 {
     let activity = Activity::new();
     let io = Heard::new(stream, activity.clone());
@@ -123,12 +115,8 @@ async fn drive<IO, S, B>(
     permit: &Permit,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    S: tower_service::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<BoxError>,
-    B: Body + Unpin + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
+    S: HttpService<B>,
+    B: ResponseBody,
 {
     let connection = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(connection);

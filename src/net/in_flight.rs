@@ -12,6 +12,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
 use super::activity::{Activity, InFlight};
+use super::service::BoxError;
 
 /// `inner`, with each request counted in `activity`.
 #[derive(Debug, Clone)]
@@ -25,8 +26,6 @@ impl<S> Counted<S> {
         Self { inner, activity }
     }
 }
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 impl<S, B> hyper::service::Service<Request<Incoming>> for Counted<S>
 where

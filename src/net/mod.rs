@@ -10,6 +10,7 @@
 //!
 //! - [`limit`]: the connection cap and the connection counters shown in `/metrics`.
 //! - [`descriptors`]: the file-descriptor limit and the default cap derived from it.
+//! - [`service`]: the service and body bounds every layer shares, named once.
 //! - [`throttle`]: at most one log line per interval for events that come in floods.
 //! - [`tls`], [`tls_reload`], [`client_san`]: rustls configs from PEM files, rebuilt
 //!   when the files change, and the client-certificate SAN allow-list.
@@ -22,6 +23,7 @@ pub mod descriptors;
 mod in_flight;
 mod limit;
 mod server;
+mod service;
 mod throttle;
 mod tls;
 mod tls_reload;
@@ -29,5 +31,6 @@ mod tls_reload;
 pub use connection::{ConnectionOptions, SILENT_TIMEOUT};
 pub use limit::Connections;
 pub use server::serve;
+pub use service::{BoxError, HttpService, ResponseBody};
 pub use tls::{Protocols, TlsError, TlsFiles};
 pub use tls_reload::TlsSource;

@@ -6,9 +6,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{Request, Response};
-use http_body::Body;
-use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use socket2::{SockRef, TcpKeepalive};
@@ -20,9 +17,8 @@ use tracing::warn;
 use super::accept::{Acceptor, LOG_EVERY};
 use super::connection::{ConnectionOptions, serve_connection};
 use super::limit::Connections;
+use super::service::{HttpService, ResponseBody};
 use super::throttle::Throttle;
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// First probe after a minute of silence, then every 10 s (the kernel's count of probes).
 const TCP_KEEPALIVE: TcpKeepalive = TcpKeepalive::new()
@@ -42,12 +38,8 @@ pub async fn serve<S, B>(
     shutdown: impl Future<Output = ()>,
     drain_timeout: Duration,
 ) where
-    S: tower_service::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<BoxError>,
-    B: Body + Unpin + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
+    S: HttpService<B>,
+    B: ResponseBody,
 {
     let builder = builder(&options);
     let options = Arc::new(options);
