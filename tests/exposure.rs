@@ -184,18 +184,7 @@ async fn an_unusable_admin_token_file_stops_the_start() {
     for (file, why) in [(&empty, "is empty"), (&missing, "cannot read it")] {
         let config = dir.path().display().to_string();
         let file = file.display().to_string();
-        let output = process::run(&[
-            "serve",
-            "--config",
-            &config,
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--admin-token-file",
-            &file,
-        ])
-        .await;
+        let output = process::run_serve(&config, &["--admin-token-file", &file]).await;
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(!output.status.success(), "{stderr}");
         assert!(

@@ -679,20 +679,7 @@ async fn bad_redis_settings_stop_serve_at_startup() {
     let serve = |url: &'static str| {
         let config = config.clone();
         async move {
-            support::process::run(&[
-                "serve",
-                "--config",
-                &config,
-                "--grpc-addr",
-                "127.0.0.1:0",
-                "--http-addr",
-                "127.0.0.1:0",
-                "--store",
-                "redis",
-                "--redis-url",
-                url,
-            ])
-            .await
+            support::process::run_serve(&config, &["--store", "redis", "--redis-url", url]).await
         }
     };
     for (url, why) in [

@@ -13,7 +13,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use support::process::Meshlimit;
+use support::process::{Meshlimit, serve_on_loopback};
 use support::{descriptor, http_get, http_post, rls_request};
 use tempfile::TempDir;
 use tonic::Code as GrpcCode;
@@ -175,17 +175,7 @@ async fn the_caps_follow_their_flags_and_environment() {
     std::fs::write(&file, CONFIG).unwrap();
     let file = file.display().to_string();
     let server = Meshlimit::start_with(
-        &[
-            "serve",
-            "--config",
-            &file,
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--log",
-            "info",
-        ],
+        &serve_on_loopback(&file, &["--log", "info"]),
         &[
             ("MESHLIMIT_MAX_DESCRIPTORS", "1"),
             ("MESHLIMIT_MAX_VALUE_BYTES", "3"),

@@ -376,19 +376,10 @@ async fn unusable_tls_files_refuse_to_start() {
     let (cert, other_key) = (pki.arg("server.pem"), pki.arg("other.key"));
     let missing = pki.arg("missing.key");
     for (key, why) in [(&missing, "missing.key"), (&other_key, "other.key")] {
-        let out = support::process::run(&[
-            "serve",
-            "--config",
+        let out = support::process::run_serve(
             &config,
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--grpc-tls-cert",
-            &cert,
-            "--grpc-tls-key",
-            key,
-        ])
+            &["--grpc-tls-cert", &cert, "--grpc-tls-key", key],
+        )
         .await;
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success());

@@ -53,6 +53,27 @@ pub async fn run(args: &[&str]) -> Output {
         .expect("waiting for meshlimit")
 }
 
+/// `serve --config <config>` with gRPC and HTTP on loopback port 0, then `args`.
+pub fn serve_on_loopback<'a>(config: &'a str, args: &[&'a str]) -> Vec<&'a str> {
+    let mut argv = vec![
+        "serve",
+        "--config",
+        config,
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+    ];
+    argv.extend_from_slice(args);
+    argv
+}
+
+/// Runs [`serve_on_loopback`]`(config, args)` to its end: for settings that stop the
+/// server at startup.
+pub async fn run_serve(config: &str, args: &[&str]) -> Output {
+    run(&serve_on_loopback(config, args)).await
+}
+
 /// A running `meshlimit serve`; killed when dropped (its log printed if the test failed).
 pub struct Meshlimit {
     pub grpc: SocketAddr,
@@ -66,17 +87,7 @@ impl Meshlimit {
     /// 127.0.0.1:0 --log info <args>` and waits until it serves.
     pub async fn start(config: &Path, args: &[&str]) -> Meshlimit {
         let config = config.display().to_string();
-        let mut argv = vec![
-            "serve",
-            "--config",
-            &config,
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--log",
-            "info",
-        ];
+        let mut argv = serve_on_loopback(&config, &["--log", "info"]);
         argv.extend_from_slice(args);
         Self::start_with(&argv, &[]).await
     }
@@ -99,20 +110,8 @@ impl Meshlimit {
     pub async fn start_with_nofile(config: &Path, nofile: u64, args: &[&str]) -> Meshlimit {
         let config = config.display().to_string();
         let limit = format!("--nofile={nofile}:{nofile}");
-        let mut argv = vec![
-            limit.as_str(),
-            "--",
-            exe(),
-            "serve",
-            "--config",
-            &config,
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--log",
-            "info",
-        ];
+        let mut argv = vec![limit.as_str(), "--", exe()];
+        argv.extend(serve_on_loopback(&config, &["--log", "info"]));
         argv.extend_from_slice(args);
         let found = std::process::Command::new("prlimit")
             .arg("--version")
