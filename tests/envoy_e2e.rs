@@ -444,7 +444,7 @@ fn envoy_yaml(ports: &EnvoyPorts, grpc: SocketAddr) -> String {
             .replace("@PORT@", &port.to_string())
             .replace("@DENY@", &deny.to_string())
     };
-    ENVOY
+    support::envoy::with_backend(ENVOY)
         .replace("@ADMIN@", &ports.admin.to_string())
         .replace("@OPEN@", &front("open", ports.listeners[0], false))
         .replace("@CLOSED@", &front("closed", ports.listeners[1], true))
@@ -460,38 +460,9 @@ static_resources:
   listeners:
 @OPEN@
 @CLOSED@
-  - name: backend
-    address:
-      socket_address: { address: 127.0.0.1, port_value: @BACKEND@ }
-    enable_reuse_port: false
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: backend_http
-          route_config:
-            virtual_hosts:
-            - name: backend
-              domains: ["*"]
-              routes:
-              - match: { prefix: "/" }
-                direct_response: { status: 200, body: { inline_string: "backend\n" } }
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+@BACKEND_LISTENER@
   clusters:
-  - name: backend
-    type: STATIC
-    connect_timeout: 5s
-    load_assignment:
-      cluster_name: backend
-      endpoints:
-      - lb_endpoints:
-        - endpoint:
-            address:
-              socket_address: { address: 127.0.0.1, port_value: @BACKEND@ }
+@BACKEND_CLUSTER@
   - name: meshlimit
     type: STATIC
     connect_timeout: 5s

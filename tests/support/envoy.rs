@@ -278,3 +278,48 @@ fn reserve_port() -> u16 {
     }
     panic!("found no free loopback port in 1000 tries");
 }
+
+/// `template` with its `@BACKEND_LISTENER@` and `@BACKEND_CLUSTER@` lines replaced by the
+/// `backend` listener and cluster (the caller then replaces `@BACKEND@` with a port): a
+/// second listener answering 200 `backend`, so that routes reach a real cluster (a
+/// `direct_response` route never calls the rate-limit service).
+pub fn with_backend(template: &str) -> String {
+    template
+        .replace("@BACKEND_LISTENER@\n", BACKEND_LISTENER)
+        .replace("@BACKEND_CLUSTER@\n", BACKEND_CLUSTER)
+}
+
+const BACKEND_LISTENER: &str = r#"  - name: backend
+    address:
+      socket_address: { address: 127.0.0.1, port_value: @BACKEND@ }
+    enable_reuse_port: false
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: backend_http
+          route_config:
+            virtual_hosts:
+            - name: backend
+              domains: ["*"]
+              routes:
+              - match: { prefix: "/" }
+                direct_response: { status: 200, body: { inline_string: "backend\n" } }
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+"#;
+
+const BACKEND_CLUSTER: &str = r#"  - name: backend
+    type: STATIC
+    connect_timeout: 5s
+    load_assignment:
+      cluster_name: backend
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address: { address: 127.0.0.1, port_value: @BACKEND@ }
+"#;
