@@ -40,17 +40,22 @@ fn ready<F: Future>(future: F) -> F::Output {
     }
 }
 
-pub fn three_descriptors(c: &mut Criterion) {
+/// A service on [`CONFIG`] and the embedded store, with a clock standing still at `NOW`.
+fn service() -> Service {
     let config =
         Config::from_sources(&[(PathBuf::from("bench.yaml"), CONFIG.to_string())]).unwrap();
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(NOW));
     let store = Store::Memory(MemoryStore::new(1_000_000, clock.clone()));
-    let service = Service::new(
+    Service::new(
         Arc::new(ArcSwap::from_pointee(config)),
         store,
         clock,
         Algorithm::TokenBucket,
-    );
+    )
+}
+
+pub fn three_descriptors(c: &mut Criterion) {
+    let service = service();
     let requests: Vec<Vec<Descriptor>> = (0..1024)
         .map(|i| {
             let user = format!("user-{i}");
@@ -80,16 +85,7 @@ pub fn three_descriptors(c: &mut Criterion) {
 /// [`CONFIG`], as time per descriptor: it should stay flat from 1 to 64 descriptors (the
 /// default `--max-descriptors`), showing that a request's cost grows linearly.
 pub fn per_descriptor(c: &mut Criterion) {
-    let config =
-        Config::from_sources(&[(PathBuf::from("bench.yaml"), CONFIG.to_string())]).unwrap();
-    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(NOW));
-    let store = Store::Memory(MemoryStore::new(1_000_000, clock.clone()));
-    let service = Service::new(
-        Arc::new(ArcSwap::from_pointee(config)),
-        store,
-        clock,
-        Algorithm::TokenBucket,
-    );
+    let service = service();
     let mut group = c.benchmark_group("service/per_descriptor");
     for n in [1usize, 8, 64] {
         // Several requests, so that buckets are not all in one cache line's worth of memory.
