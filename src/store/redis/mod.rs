@@ -136,7 +136,7 @@ impl RedisOptions {
             cache_size: 100_000,
             cache_ttl: Duration::from_secs(60),
             time: TimeSource::Redis,
-            fallback_buckets: 1_000_000,
+            fallback_buckets: super::DEFAULT_MAX_BUCKETS,
             fallback_bytes: super::DEFAULT_MAX_STORE_BYTES,
         }
     }
