@@ -17,7 +17,7 @@
 //! - [`reload`]: watches the config path and swaps in valid edits.
 //! - [`gocompat`]: envoyproxy/ratelimit's environment variables as `serve` flags.
 //! - [`app`]: wires it all together for the `meshlimit` binary and the tests.
-//! - [`clock`]: the one source of time.
+//! - [`clock`]: the one source of time; `throttle`: at most one log line per interval.
 
 #![forbid(unsafe_code)]
 #![warn(
@@ -45,3 +45,4 @@ pub mod request_limits;
 pub mod rules;
 pub mod service;
 pub mod store;
+mod throttle;

@@ -17,7 +17,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tracing::warn;
 
 use super::limit::Connections;
-use super::throttle::Throttle;
+use crate::throttle::Throttle;
 
 /// First pause after a failed accept.
 const BACKOFF_MIN: Duration = Duration::from_millis(5);

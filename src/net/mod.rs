@@ -11,7 +11,6 @@
 //! - [`limit`]: the connection cap and the connection counters shown in `/metrics`.
 //! - [`descriptors`]: the file-descriptor limit and the default cap derived from it.
 //! - [`service`]: the service and body bounds every layer shares, named once.
-//! - [`throttle`]: at most one log line per interval for events that come in floods.
 //! - [`tls`], [`tls_reload`], [`client_san`]: rustls configs from PEM files, rebuilt
 //!   when the files change, and the client-certificate SAN allow-list.
 
@@ -24,7 +23,6 @@ mod in_flight;
 mod limit;
 mod server;
 mod service;
-mod throttle;
 mod tls;
 mod tls_reload;
 

@@ -18,7 +18,7 @@ use super::accept::{Acceptor, LOG_EVERY};
 use super::connection::{ConnectionOptions, serve_connection};
 use super::limit::Connections;
 use super::service::{HttpService, ResponseBody};
-use super::throttle::Throttle;
+use crate::throttle::Throttle;
 
 /// First probe after a minute of silence, then every 10 s (the kernel's count of probes).
 const TCP_KEEPALIVE: TcpKeepalive = TcpKeepalive::new()
@@ -44,7 +44,7 @@ pub async fn serve<S, B>(
     let builder = builder(&options);
     let options = Arc::new(options);
     let mut acceptor = Acceptor::new(listener);
-    let mut refusals = Throttle::new(LOG_EVERY);
+    let refusals = Throttle::new(LOG_EVERY);
     let (stop, stopping) = watch::channel(false);
     let mut tasks = JoinSet::new();
     tokio::pin!(shutdown);

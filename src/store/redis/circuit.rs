@@ -6,13 +6,14 @@
 //! until the node takes writes again, which closes it. Opening and closing are logged, at
 //! most once per [`LOG_EVERY`] each, so that a flapping node cannot flood the log.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tracing::{info, warn};
 
 use super::FailurePolicy;
+use crate::throttle::Throttle;
 
 /// Least time between two log lines of the same kind for one node.
 pub(crate) const LOG_EVERY: Duration = Duration::from_secs(10);
@@ -26,35 +27,10 @@ pub(crate) struct Circuit {
     probing: AtomicBool,
     /// Why the node last failed, for answers, health and logs.
     reason: Mutex<String>,
-    opened_log: LogLimit,
-    closed_log: LogLimit,
-}
-
-/// A rate limit on one kind of log line.
-#[derive(Debug, Default)]
-struct LogLimit {
-    /// When the last line was written (`None`: never).
-    last: Mutex<Option<tokio::time::Instant>>,
-    /// Lines held back since then.
-    suppressed: AtomicU64,
-}
-
-impl LogLimit {
-    /// Whether to write a line now; if so, how many were held back before it.
-    fn admit(&self) -> Option<u64> {
-        let now = tokio::time::Instant::now();
-        let mut last = self.last.lock();
-        match *last {
-            Some(at) if now.duration_since(at) < LOG_EVERY => {
-                self.suppressed.fetch_add(1, Ordering::Relaxed);
-                None
-            }
-            _ => {
-                *last = Some(now);
-                Some(self.suppressed.swap(0, Ordering::Relaxed))
-            }
-        }
-    }
+    /// Throttles the "cannot decide" lines.
+    opened_log: Throttle,
+    /// Throttles the "decides again" lines.
+    closed_log: Throttle,
 }
 
 impl Circuit {
@@ -64,8 +40,8 @@ impl Circuit {
             up: AtomicBool::new(true),
             probing: AtomicBool::new(false),
             reason: Mutex::new(String::new()),
-            opened_log: LogLimit::default(),
-            closed_log: LogLimit::default(),
+            opened_log: Throttle::new(LOG_EVERY),
+            closed_log: Throttle::new(LOG_EVERY),
         }
     }
 
@@ -89,7 +65,7 @@ impl Circuit {
     pub(crate) fn open(&self, node: &str, reason: &str, policy: FailurePolicy) {
         self.set_reason(reason);
         if self.up.swap(false, Ordering::AcqRel)
-            && let Some(suppressed) = self.opened_log.admit()
+            && let Some(suppressed) = self.opened_log.allow()
         {
             warn!(
                 node,
@@ -105,7 +81,7 @@ impl Circuit {
     /// was open.
     pub(crate) fn close(&self, node: &str) {
         if !self.up.swap(true, Ordering::AcqRel)
-            && let Some(suppressed) = self.closed_log.admit()
+            && let Some(suppressed) = self.closed_log.allow()
         {
             info!(node, suppressed, "Redis decides again");
         }
@@ -125,18 +101,6 @@ impl Circuit {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn log_lines_are_rate_limited_and_count_what_they_held_back() {
-        let limit = LogLimit::default();
-        assert_eq!(limit.admit(), Some(0));
-        for _ in 0..5 {
-            assert_eq!(limit.admit(), None);
-        }
-        tokio::time::advance(LOG_EVERY).await;
-        assert_eq!(limit.admit(), Some(5));
-        assert_eq!(limit.admit(), None);
-    }
 
     #[test]
     fn a_circuit_opens_with_its_reason_and_closes() {
