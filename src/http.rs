@@ -98,12 +98,22 @@ pub fn metrics_router(operator: Operator) -> Router {
     let router = Router::new()
         .route("/healthcheck", get(healthcheck))
         .route("/metrics", get(scrape));
-    let router = if ["/healthcheck", "/metrics"].contains(&operator.metrics_path.as_str()) {
+    let router = with_metrics_path(router, &["/healthcheck", "/metrics"], &operator);
+    router.with_state(operator)
+}
+
+/// `router`, whose routes are `routed`, with the metrics also at `--metrics-path` unless
+/// a route already has that path (as the default, `/metrics`, does).
+fn with_metrics_path(
+    router: Router<Operator>,
+    routed: &[&str],
+    operator: &Operator,
+) -> Router<Operator> {
+    if routed.contains(&operator.metrics_path.as_str()) {
         router
     } else {
-        router.route(&operator.metrics_path.clone(), get(scrape))
-    };
-    router.with_state(operator)
+        router.route(&operator.metrics_path, get(scrape))
+    }
 }
 
 /// The paths served without the token: health, metrics and the plain-text index.
@@ -146,7 +156,7 @@ fn endpoints(operator: Operator) -> Router {
         .route("/rlconfig", get(rlconfig))
         .route("/explain", get(explain_query).post(explain_json))
         .route("/metrics", get(scrape));
-    let taken = [
+    let routed = [
         "/",
         "/healthcheck",
         "/json",
@@ -154,11 +164,7 @@ fn endpoints(operator: Operator) -> Router {
         "/explain",
         "/metrics",
     ];
-    let router = if taken.contains(&operator.metrics_path.as_str()) {
-        router
-    } else {
-        router.route(&operator.metrics_path.clone(), get(scrape))
-    };
+    let router = with_metrics_path(router, &routed, &operator);
     router.with_state(operator)
 }
 
