@@ -7,7 +7,7 @@
 #
 # Servers (loopback, free ports):
 #   noop       examples/noop_rls, accepting exactly as meshlimit does
-#              (meshlimit::grpc::incoming, TCP_NODELAY on): the same transport, no work.
+#              (meshlimit::net::serve as for its gRPC port): the same transport, no work.
 #   meshlimit  target/release/meshlimit serve --config config/
 #
 # Requests (hand-encoded RateLimitRequest, 5-byte gRPC frame header, in $WORK):

@@ -3,22 +3,25 @@
 //!
 //! Every `ShouldRateLimit` is answered `overall_code: OK` with one `OK` status per
 //! request descriptor: no config, no matching, no buckets, no clock. The transport is
-//! meshlimit's own (`src/app.rs`): a plain `tonic::transport::Server::builder()` on the
-//! default multi-threaded tokio runtime, fed by [`meshlimit::grpc::incoming`] (TCP_NODELAY
-//! on), so the difference between the two servers under the same load is the cost of
-//! meshlimit's own work.
+//! meshlimit's own, set up as `src/app.rs` sets up its gRPC port: [`meshlimit::net::serve`]
+//! (TCP_NODELAY, HTTP/2 only, the default idle timeout and connection cap) on the default
+//! multi-threaded tokio runtime, so the difference between the two servers under the same
+//! load is the cost of meshlimit's own work.
 //!
 //! ```text
 //! cargo run --release --example noop_rls -- 127.0.0.1:18081
 //! ```
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use meshlimit::app::DEFAULT_IDLE_TIMEOUT_MS;
+use meshlimit::net::{self, ConnectionOptions, Connections};
 use tonic::{Request, Response, Status};
 
 /// Answers OK to everything.
@@ -52,9 +55,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .parse()?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     eprintln!("noop_rls listening on {}", listener.local_addr()?);
-    tonic::transport::Server::builder()
-        .add_service(RateLimitServiceServer::new(Noop))
-        .serve_with_incoming(meshlimit::grpc::incoming(listener))
-        .await?;
+    let routes = tonic::service::Routes::new(RateLimitServiceServer::new(Noop)).prepare();
+    let options = ConnectionOptions {
+        http2_only: true,
+        ..ConnectionOptions::new(Duration::from_millis(DEFAULT_IDLE_TIMEOUT_MS))
+    };
+    let connections = Connections::new(net::descriptors::default_max_connections());
+    // Serves until the process is killed: the bench script stops it.
+    net::serve(
+        listener,
+        routes,
+        options,
+        connections,
+        std::future::pending(),
+        Duration::from_secs(1),
+    )
+    .await;
     Ok(())
 }

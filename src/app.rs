@@ -145,9 +145,6 @@ pub enum Error {
     /// The config path cannot be watched.
     #[error("cannot watch the config: {0}")]
     Watch(#[from] notify::Error),
-    /// The gRPC server failed.
-    #[error("gRPC server: {0}")]
-    Grpc(#[from] tonic::transport::Error),
     /// The HTTP server failed.
     #[error("HTTP server: {0}")]
     Http(#[from] std::io::Error),

@@ -217,18 +217,3 @@ impl RequestDescriptor for RateLimitDescriptor {
         self.hits_addend.as_ref().map(|h| h.value)
     }
 }
-
-/// Accepted gRPC connections, with Nagle's algorithm off: answers are small and must not
-/// wait for the peer's delayed acknowledgement (40 ms stalls otherwise; Go's net package
-/// turns it off by default too). tonic's own `tcp_nodelay` setting does not apply to
-/// connections handed to `serve_with_incoming`.
-pub fn incoming(
-    listener: tokio::net::TcpListener,
-) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    use tokio_stream::StreamExt;
-    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|accepted| {
-        let stream = accepted?;
-        stream.set_nodelay(true)?;
-        Ok(stream)
-    })
-}
