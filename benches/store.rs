@@ -38,7 +38,7 @@ fn store_with(keys: &[String]) -> MemoryStore {
     for key in keys {
         store.check(
             &[Check {
-                key,
+                key: key.as_str().into(),
                 limit: limit(),
                 hits: 1,
                 mode: Mode::Enforce,
@@ -74,7 +74,7 @@ pub fn decide_one(c: &mut Criterion) {
             b.iter(|| {
                 i = (i + 1) % working_set;
                 let check = Check {
-                    key: &keys[i],
+                    key: keys[i].as_str().into(),
                     limit: limit(),
                     hits: 1,
                     mode: Mode::Enforce,
@@ -107,7 +107,7 @@ pub fn flood(c: &mut Criterion) {
     };
     for _ in 0..FLOOD_STORE {
         let check = Check {
-            key: &keys[next()],
+            key: keys[next()].as_str().into(),
             limit: limit(),
             hits: 1,
             mode: Mode::Enforce,
@@ -119,7 +119,7 @@ pub fn flood(c: &mut Criterion) {
     group.bench_function("flood", |b| {
         b.iter(|| {
             let check = Check {
-                key: &keys[next()],
+                key: keys[next()].as_str().into(),
                 limit: limit(),
                 hits: 1,
                 mode: Mode::Enforce,
@@ -143,7 +143,7 @@ pub fn check_many(c: &mut Criterion) {
         let checks: Vec<Check<'_>> = keys
             .iter()
             .map(|key| Check {
-                key,
+                key: key.as_str().into(),
                 limit: limit(),
                 hits: 1,
                 mode: Mode::Enforce,
@@ -190,7 +190,7 @@ pub fn threads(c: &mut Criterion) {
                 b.iter_custom(|iters| {
                     run_threads(threads, iters, |t, i| {
                         let check = Check {
-                            key: &per_thread[t][i % KEYS],
+                            key: per_thread[t][i % KEYS].as_str().into(),
                             limit: limit(),
                             hits: 1,
                             mode: Mode::Enforce,

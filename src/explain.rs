@@ -9,13 +9,13 @@
 
 use std::fmt::Write;
 
+use crate::bucket_key::key_at;
 use crate::clock::NANOS_PER_SEC;
+use crate::error::RequestError;
 use crate::matcher::{Listing, Matched, Step};
 use crate::rules::{Limit, Mode, Rule};
-use crate::service::{
-    Descriptor, RequestDescriptor, RequestError, Resolved, Service, apply_replaces,
-};
-use crate::store::{Check, RedisStore, Store};
+use crate::service::{Descriptor, RequestDescriptor, Resolved, Service, apply_replaces};
+use crate::store::{Check, Store};
 
 /// Most entries listed where the text shows what a level offers.
 const LISTED: usize = 12;
@@ -55,9 +55,10 @@ impl Service {
         };
 
         let mut keys = String::new();
+        let mut scratch = String::new();
         let mut resolved: Vec<Resolved<'_>> = descriptors
             .iter()
-            .map(|d| self.resolve(tree, domain, d, &mut keys))
+            .map(|d| self.resolve(tree, domain, d, &mut keys, &mut scratch))
             .collect();
         let matched: Vec<Option<&Rule>> = resolved.iter().map(Resolved::rule).collect();
         apply_replaces(&mut resolved);
@@ -67,7 +68,7 @@ impl Service {
             .iter()
             .filter_map(|r| match r {
                 Resolved::Limited { limit, key, .. } => Some(Check {
-                    key: &keys[key.clone()],
+                    key: key_at(&keys, key.clone()),
                     limit: *limit,
                     hits: 0,
                     mode: Mode::Enforce,
@@ -132,10 +133,10 @@ impl Service {
                             flags(rule)
                         );
                     }
-                    let bucket = &keys[key.clone()];
+                    let bucket = key_at(&keys, key.clone());
                     let _ = writeln!(out, "  bucket: {bucket}");
                     if matches!(store, Store::Redis(_)) {
-                        let _ = writeln!(out, "  redis key: {}", RedisStore::redis_key(bucket));
+                        let _ = writeln!(out, "  redis key: {}", bucket.redis_key());
                     }
                     let state = match &states {
                         Ok(reports) => match reports.get(next_state) {

@@ -13,8 +13,9 @@ use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use tonic::{Request, Response, Status};
 
 use crate::clock::NANOS_PER_SEC;
+use crate::error::RequestError;
 use crate::rules::Unit;
-use crate::service::{self, Override, RequestDescriptor, RequestError, Service};
+use crate::service::{self, Override, RequestDescriptor, Service};
 
 mod codec;
 mod route;

@@ -29,8 +29,10 @@
 
 pub mod admin_token;
 pub mod app;
+pub mod bucket_key;
 pub mod clock;
 pub mod config;
+pub mod error;
 pub mod explain;
 pub mod gocompat;
 pub mod grpc;

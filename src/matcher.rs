@@ -11,6 +11,7 @@ use std::collections::HashMap;
 
 use foldhash::fast::RandomState;
 
+use crate::bucket_key::KeyWriter;
 use crate::rules::Rule;
 
 /// One level of a domain's tree.
@@ -110,24 +111,25 @@ pub struct DomainTree {
 }
 
 impl DomainTree {
-    /// Finds the rule for a request descriptor, appending the bucket identity of every
-    /// level (key and the value that counts: the request's, or a shared pattern's) to
-    /// `bucket_key`. Returns `None` when no rule applies (the status is then plain OK).
+    /// Finds the rule for a request descriptor, writing the bucket identity of every level
+    /// (key and the value that counts: the request's, or a shared pattern's) to `key`.
+    /// Returns `None` when no rule applies (the status is then plain OK). `scratch` is the
+    /// caller's, reused across calls.
     pub fn find<'a, 'e>(
         &'a self,
         entries: impl IntoIterator<Item = (&'e str, &'e str)>,
-        bucket_key: &mut String,
+        key: &mut KeyWriter<'_>,
+        scratch: &mut String,
     ) -> Option<&'a Rule> {
         let mut level = &self.root;
-        let mut scratch = String::with_capacity(64);
         let mut node: Option<&Node> = None;
-        for (key, value) in entries {
+        for (k, value) in entries {
             if let Some(prev) = node {
                 level = &prev.children;
             }
-            let found = level.lookup(key, value, &mut scratch)?;
-            push_part(bucket_key, key);
-            push_part(bucket_key, found.shared_value.as_deref().unwrap_or(value));
+            let found = level.lookup(k, value, scratch)?;
+            key.push(k);
+            key.push(found.shared_value.as_deref().unwrap_or(value));
             node = Some(found);
         }
         node?.rule.as_ref()
@@ -227,13 +229,6 @@ impl DomainTree {
         }
         steps
     }
-}
-
-/// Appends `part` to a bucket key, length-prefixed so that no choice of keys and values
-/// can make two different descriptors share a bucket.
-pub fn push_part(key: &mut String, part: &str) {
-    use std::fmt::Write;
-    let _ = write!(key, "{}:{part}", part.len());
 }
 
 /// A composite key with `*` wildcards: each `*` matches any run of characters, the

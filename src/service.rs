@@ -12,14 +12,15 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use foldhash::fast::RandomState;
 
+use crate::bucket_key::{KeyWriter, key_at};
 use crate::clock::{Clock, Nanos};
 use crate::config::Config;
+use crate::error::RequestError;
 use crate::limiter;
-use crate::matcher::push_part;
 use crate::metrics::Metrics;
-use crate::request_limits::{RequestLimits, TooLarge};
+use crate::request_limits::RequestLimits;
 use crate::rules::{Algorithm, Limit, Mode, Rule, Unit};
-use crate::store::{Check, Store, StoreError};
+use crate::store::{Check, Store};
 
 /// The running config, swapped whole by reloads.
 pub type SharedConfig = Arc<ArcSwap<Config>>;
@@ -115,26 +116,6 @@ pub struct CurrentLimit {
     pub unit: Unit,
     /// The rule's `name`, empty when unnamed or for overrides.
     pub name: String,
-}
-
-/// Why a request could not be answered.
-#[derive(Debug, thiserror::Error)]
-pub enum RequestError {
-    /// The request named no domain.
-    #[error("rate limit domain must not be empty")]
-    EmptyDomain,
-    /// The request had no descriptors.
-    #[error("rate limit descriptor list must not be empty")]
-    NoDescriptors,
-    /// A limit override with an unusable unit (the Go server crashes on this one).
-    #[error("descriptor {0}: limit override has no valid unit")]
-    BadOverrideUnit(usize),
-    /// The store could not decide.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// The request is over one of the caps of [`RequestLimits`].
-    #[error(transparent)]
-    TooLarge(#[from] TooLarge),
 }
 
 /// The rate-limit service: config, store and clock.
@@ -280,9 +261,10 @@ impl Service {
             });
         };
         let mut keys = String::with_capacity(64 * descriptors.len());
+        let mut scratch = String::with_capacity(64);
         let mut resolved: Vec<Resolved<'_>> = descriptors
             .iter()
-            .map(|d| self.resolve(tree, domain, d, &mut keys))
+            .map(|d| self.resolve(tree, domain, d, &mut keys, &mut scratch))
             .collect();
         apply_replaces(&mut resolved);
 
@@ -291,7 +273,7 @@ impl Service {
         for (d, r) in descriptors.iter().zip(&resolved) {
             if let Resolved::Limited { limit, rule, key } = r {
                 checks.push(Check {
-                    key: &keys[key.clone()],
+                    key: key_at(&keys, key.clone()),
                     limit: *limit,
                     hits: d.hits_addend().unwrap_or(default_hits),
                     mode: rule.map_or(Mode::Enforce, |r| r.mode),
@@ -389,13 +371,13 @@ impl Service {
         domain: &str,
         descriptor: &D,
         keys: &mut String,
+        scratch: &mut String,
     ) -> Resolved<'c> {
-        let start = keys.len();
-        push_part(keys, domain);
+        let mut key = KeyWriter::new(keys, domain);
         if let Some(o) = descriptor.limit_override() {
             for (k, v) in descriptor.entries() {
-                push_part(keys, k);
-                push_part(keys, v);
+                key.push(k);
+                key.push(v);
             }
             // Validated by the caller; an override replaces the config walk entirely.
             let unit = o.unit.unwrap_or(Unit::Second);
@@ -407,22 +389,22 @@ impl Service {
                     algorithm: self.default_algorithm,
                 },
                 rule: None,
-                key: start..keys.len(),
+                key: key.finish(),
             };
         }
-        let Some(rule) = tree.find(descriptor.entries(), keys) else {
-            keys.truncate(start);
+        let Some(rule) = tree.find(descriptor.entries(), &mut key, scratch) else {
+            key.discard();
             return Resolved::NoLimit;
         };
         match &rule.limit {
             None => {
-                keys.truncate(start);
+                key.discard();
                 Resolved::Unlimited(rule)
             }
             Some(limit) => Resolved::Limited {
                 limit: limit.resolve(self.default_algorithm),
                 rule: Some(rule),
-                key: start..keys.len(),
+                key: key.finish(),
             },
         }
     }

@@ -6,7 +6,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use meshlimit::bucket_key::KeyWriter;
 use meshlimit::config::{self, Config, ConfigError};
+use meshlimit::matcher::DomainTree;
 use meshlimit::rules::{Algorithm, Mode, Rule, Unit};
 
 fn fixtures() -> PathBuf {
@@ -453,7 +455,11 @@ fn limit_of(config: &Config, domain: &str) -> u32 {
         .domain(domain)
         .unwrap_or_else(|| panic!("domain {domain} missing"));
     let rule = tree
-        .find([("k", "x")], &mut String::new())
+        .find(
+            [("k", "x")],
+            &mut KeyWriter::new(&mut String::new(), domain),
+            &mut String::new(),
+        )
         .expect("(k, x) has a rule");
     rule.limit.expect("limited").requests_per_unit
 }
@@ -611,7 +617,11 @@ fn rule<'c>(config: &'c Config, entries: &[(&str, &str)]) -> &'c Rule {
     config
         .domain("full")
         .expect("domain full")
-        .find(entries.iter().copied(), &mut String::new())
+        .find(
+            entries.iter().copied(),
+            &mut KeyWriter::new(&mut String::new(), ""),
+            &mut String::new(),
+        )
         .unwrap_or_else(|| panic!("{entries:?} has no rule"))
 }
 
@@ -654,8 +664,8 @@ fn numbers_and_booleans_load_as_the_strings_written() {
     }
     // Not reformatted: `007` is not `7`, `1.50` is not `1.5`.
     let tree = config.domain("full").expect("domain");
-    assert!(tree.find([("code", "7")], &mut String::new()).is_none());
-    assert!(tree.find([("ratio", "1.5")], &mut String::new()).is_none());
+    assert!(lookup(tree, [("code", "7")]).0.is_none());
+    assert!(lookup(tree, [("ratio", "1.5")]).0.is_none());
 }
 
 #[test]
@@ -702,7 +712,7 @@ fn metadata_maps_are_accepted_and_flags_loaded() {
 
     // A whitelist entry matches but has no rule.
     let tree = config.domain("full").expect("domain");
-    assert!(tree.find([("internal", "x")], &mut String::new()).is_none());
+    assert!(lookup(tree, [("internal", "x")]).0.is_none());
 }
 
 #[test]
@@ -710,16 +720,14 @@ fn share_threshold_puts_every_match_in_one_bucket() {
     let config = full();
     let tree = config.domain("full").expect("domain");
     let bucket = |value: &str| {
-        let mut key = String::new();
-        tree.find([("user", "u"), ("path", value)], &mut key)
-            .expect("rule");
+        let (rule, key) = lookup(tree, [("user", "u"), ("path", value)]);
+        rule.expect("rule");
         key
     };
     assert_eq!(bucket("files/a.pdf"), bucket("files/b.csv"));
     // Other levels still count per value.
-    let mut other_user = String::new();
-    tree.find([("user", "v"), ("path", "files/a.pdf")], &mut other_user)
-        .expect("rule");
+    let (rule, other_user) = lookup(tree, [("user", "v"), ("path", "files/a.pdf")]);
+    rule.expect("rule");
     assert_ne!(bucket("files/a.pdf"), other_user);
 }
 
@@ -836,4 +844,18 @@ fn a_dangling_link_is_named() {
             link.display()
         );
     }
+}
+
+/// The rule `entries` land on in `tree`, and their bucket key.
+fn lookup<'t, 'e>(
+    tree: &'t DomainTree,
+    entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+) -> (Option<&'t Rule>, String) {
+    let mut key = String::new();
+    let rule = tree.find(
+        entries,
+        &mut KeyWriter::new(&mut key, "d"),
+        &mut String::new(),
+    );
+    (rule, key)
 }

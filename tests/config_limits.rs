@@ -3,6 +3,7 @@
 
 use std::fmt::Write;
 
+use meshlimit::bucket_key::KeyWriter;
 use meshlimit::config;
 use tempfile::TempDir;
 
@@ -32,7 +33,11 @@ fn two_hundred_thousand_rules_load_in_one_domain() {
     let tree = config.domain("big").expect("the domain");
     let mut key = String::new();
     let rule = tree
-        .find([("tenant", "t199999")], &mut key)
+        .find(
+            [("tenant", "t199999")],
+            &mut KeyWriter::new(&mut key, "big"),
+            &mut String::new(),
+        )
         .expect("the last rule matches");
     assert_eq!(rule.limit.map(|l| l.requests_per_unit), Some(1000));
 }
@@ -86,7 +91,8 @@ fn descriptors_nest_up_to_63_levels_and_no_deeper() {
     let mut key = String::new();
     let found = config.domain("deep").unwrap().find(
         entries.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-        &mut key,
+        &mut KeyWriter::new(&mut key, "deep"),
+        &mut String::new(),
     );
     assert!(found.is_some(), "the innermost rule matches");
 

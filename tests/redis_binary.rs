@@ -13,7 +13,7 @@ use std::time::Duration;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use meshlimit::store::RedisStore;
+use meshlimit::bucket_key::BucketKey;
 use support::process::Meshlimit;
 use support::redis::{RedisCluster, RedisServer};
 use tempfile::TempDir;
@@ -186,7 +186,7 @@ async fn healthy_again(process: &Meshlimit) {
 /// The Redis key of `bin`'s bucket `key=value` (the store's public key format).
 fn redis_key(key: &str, value: &str) -> String {
     let part = |s: &str| format!("{}:{s}", s.len());
-    RedisStore::redis_key(&format!("{}{}{}", part("bin"), part(key), part(value)))
+    BucketKey::from(format!("{}{}{}", part("bin"), part(key), part(value)).as_str()).redis_key()
 }
 
 /// Phases of an outage, as the traffic sees them.

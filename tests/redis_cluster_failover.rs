@@ -14,11 +14,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use meshlimit::bucket_key::BucketKey;
 use meshlimit::clock::SystemClock;
 use meshlimit::config::Config;
-use meshlimit::service::{Descriptor, RequestError, Service};
+use meshlimit::error::RequestError;
+use meshlimit::service::{Descriptor, Service};
+use meshlimit::store::StoreHealth;
 use meshlimit::store::redis::{FailurePolicy, RedisOptions};
-use meshlimit::store::{RedisStore, StoreHealth};
 use support::redis::RedisCluster;
 
 const DOMAINS_PER_MASTER: usize = 4;
@@ -27,7 +29,7 @@ const DOMAINS_PER_MASTER: usize = 4;
 const MAX_PAIRS: usize = 4000;
 const MAX_TIME: Duration = Duration::from_secs(60);
 
-/// The bucket key of a one-entry descriptor (see `matcher::push_part`).
+/// The bucket key of a one-entry descriptor (see `meshlimit::bucket_key`).
 fn bucket_key(domain: &str, key: &str, value: &str) -> String {
     let part = |s: &str| format!("{}:{s}", s.len());
     format!("{}{}{}", part(domain), part(key), part(value))
@@ -35,7 +37,7 @@ fn bucket_key(domain: &str, key: &str, value: &str) -> String {
 
 /// The Redis key every call of `domain` uses (its slot is the domain's).
 fn redis_key(domain: &str) -> String {
-    RedisStore::redis_key(&bucket_key(domain, "k", "v"))
+    BucketKey::from(bucket_key(domain, "k", "v").as_str()).redis_key()
 }
 
 /// Four domain names for each master (by node index), from the cluster's own slot map.

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use meshlimit::clock::{Clock, ManualClock, SystemClock};
 use meshlimit::config::Config;
-use meshlimit::service::{Descriptor, RequestError, Response, Service};
+use meshlimit::error::RequestError;
+use meshlimit::service::{Descriptor, Response, Service};
 use meshlimit::store::StoreHealth;
 use meshlimit::store::redis::{FailurePolicy, RedisOptions, TimeSource};
 use support::START;

@@ -11,10 +11,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use meshlimit::bucket_key::BucketKey;
 use meshlimit::clock::SystemClock;
 use meshlimit::config::Config;
-use meshlimit::service::{Descriptor, RequestError, Response, Service};
-use meshlimit::store::RedisStore;
+use meshlimit::error::RequestError;
+use meshlimit::service::{Descriptor, Response, Service};
 use meshlimit::store::redis::RedisOptions;
 use support::redis::{RedisCluster, RedisSentinel};
 
@@ -83,7 +84,7 @@ async fn passes(service: &Service, domain: &str, entries: &[(&str, &str)]) -> bo
         .over_limit
 }
 
-/// The bucket key of a one-entry descriptor (see `matcher::push_part`).
+/// The bucket key of a one-entry descriptor (see `meshlimit::bucket_key`).
 fn bucket_key(domain: &str, key: &str, value: &str) -> String {
     let part = |s: &str| format!("{}:{s}", s.len());
     format!("{}{}{}", part(domain), part(key), part(value))
@@ -114,8 +115,8 @@ async fn cluster_replicas_admit_exactly_the_limit_all_or_nothing() {
     support::assert_one_limit_across(&replicas).await;
 
     // The request's two keys share one slot (the domain is the hash tag).
-    let user = RedisStore::redis_key(&bucket_key("shared", "user", "b"));
-    let tight = RedisStore::redis_key(&bucket_key("shared", "tight", "b"));
+    let user = BucketKey::from(bucket_key("shared", "user", "b").as_str()).redis_key();
+    let tight = BucketKey::from(bucket_key("shared", "tight", "b").as_str()).redis_key();
     let node = cluster.node_for_key(&user);
     assert_eq!(cluster.node_for_key(&tight), node);
     let held = keys_by_node(&cluster);
@@ -179,7 +180,7 @@ async fn cluster_spreads_domains_keeps_each_on_one_node_and_survives_script_flus
     );
     // The keys are where the store's public key format says.
     for domain in DOMAINS {
-        let key = RedisStore::redis_key(&bucket_key(domain, "k", "v0"));
+        let key = BucketKey::from(bucket_key(domain, "k", "v0").as_str()).redis_key();
         assert!(held[cluster.node_for_key(&key)].contains(&key), "{key}");
     }
 
@@ -366,7 +367,7 @@ async fn sentinel_failovers_under_traffic_recover_and_still_limit_exactly() {
         support::concurrent(&replicas, "shared", 60, &[&[("twenty", "one")]]).await,
         20
     );
-    let key = RedisStore::redis_key(&bucket_key("shared", "twenty", "one"));
+    let key = BucketKey::from(bucket_key("shared", "twenty", "one").as_str()).redis_key();
     assert_eq!(setup.current_master().cli(&["EXISTS", &key]), "1", "{key}");
 
     // And back: the old master returns as a replica, then the new master dies.
@@ -388,7 +389,7 @@ async fn sentinel_failovers_under_traffic_recover_and_still_limit_exactly() {
         support::concurrent(&replicas, "shared", 60, &[&[("twenty", "two")]]).await,
         20
     );
-    let key = RedisStore::redis_key(&bucket_key("shared", "twenty", "two"));
+    let key = BucketKey::from(bucket_key("shared", "twenty", "two").as_str()).redis_key();
     assert_eq!(setup.current_master().cli(&["EXISTS", &key]), "1", "{key}");
 
     stop.store(true, Ordering::Release);

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use meshlimit::bucket_key::KeyWriter;
 use meshlimit::clock::{Clock, ManualClock};
 use meshlimit::config;
 use meshlimit::reload::{self, Outcome};
@@ -48,9 +49,13 @@ fn limit_now(config: &SharedConfig, domain: &str) -> Option<u32> {
     let current = config.load();
     let tree = current.domain(domain)?;
     let mut key = String::new();
-    tree.find([("k", "v")], &mut key)?
-        .limit
-        .map(|l| l.requests_per_unit)
+    tree.find(
+        [("k", "v")],
+        &mut KeyWriter::new(&mut key, domain),
+        &mut String::new(),
+    )?
+    .limit
+    .map(|l| l.requests_per_unit)
 }
 
 #[tokio::test]

@@ -33,7 +33,7 @@ async fn exactly_the_limit_passes_under_concurrency() {
                     let mut passed = 0u32;
                     for _ in 0..per_task {
                         let check = Check {
-                            key: "hot",
+                            key: "hot".into(),
                             limit: limit(limit_n, algorithm),
                             hits: 1,
                             mode: Mode::Enforce,
@@ -70,13 +70,13 @@ fn all_or_nothing_under_concurrency() {
                     for _ in 0..100 {
                         // Alternate the order, so locks are taken in both request orders.
                         let a = Check {
-                            key: "scarce",
+                            key: "scarce".into(),
                             limit: scarce,
                             hits: 1,
                             mode: Mode::Enforce,
                         };
                         let b = Check {
-                            key: "plenty",
+                            key: "plenty".into(),
                             limit: plenty,
                             hits: 1,
                             mode: Mode::Enforce,
@@ -93,7 +93,7 @@ fn all_or_nothing_under_concurrency() {
     });
     assert_eq!(passed, 40);
     let probe = Check {
-        key: "plenty",
+        key: "plenty".into(),
         limit: plenty,
         hits: 0,
         mode: Mode::Enforce,
@@ -108,7 +108,7 @@ fn a_repeated_descriptor_counts_twice() {
     let clock = ManualClock::new(support::START);
     let store = MemoryStore::new(100, Arc::new(clock.clone()));
     let c = Check {
-        key: "k",
+        key: "k".into(),
         limit: limit(3, Algorithm::TokenBucket),
         hits: 1,
         mode: Mode::Enforce,
@@ -138,7 +138,7 @@ const FAST: Limit = Limit {
 
 fn one(key: &str, limit: Limit) -> Check<'_> {
     Check {
-        key,
+        key: key.into(),
         limit,
         hits: 1,
         mode: Mode::Enforce,
@@ -298,7 +298,7 @@ impl Traffic {
         }
         self.requests += 1;
         let check = Check {
-            key: user,
+            key: user.into(),
             limit: PER_USER,
             hits: 1,
             mode: Mode::Enforce,

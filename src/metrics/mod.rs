@@ -82,8 +82,9 @@ use arc_swap::{ArcSwap, Guard};
 use parking_lot::Mutex;
 
 use crate::config::Config;
+use crate::error::RequestError;
 use crate::reload;
-use crate::service::{RequestError, SharedConfig};
+use crate::service::SharedConfig;
 use crate::store::Store;
 use detailed::Series;
 pub use detailed::{DEFAULT_MAX_METRIC_VALUES, OVERFLOW_VALUE};
@@ -192,7 +193,7 @@ impl Metrics {
     pub(crate) fn answered(&self, elapsed: Duration, error: Option<&RequestError>) {
         self.response_time.observe(elapsed);
         // Store failures are counted by `time_store`, where they happen.
-        if error.is_some_and(|e| !matches!(e, RequestError::Store(_))) {
+        if error.is_some_and(RequestError::is_invalid_request) {
             self.invalid_requests.fetch_add(1, Relaxed);
         }
     }

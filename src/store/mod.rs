@@ -8,15 +8,17 @@ pub use memory::{Bounds, DEFAULT_MAX_BUCKETS, DEFAULT_MAX_STORE_BYTES, MemorySta
 pub use redis::RedisStore;
 use smallvec::SmallVec;
 
+use crate::bucket_key::BucketKey;
 use crate::clock::Nanos;
+use crate::error::StoreError;
 use crate::limiter::Report;
 use crate::rules::{Limit, Mode};
 
 /// One limited descriptor of a request, as a store sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct Check<'a> {
-    /// Bucket identity (domain, keys and values; see [`crate::matcher::push_part`]).
-    pub key: &'a str,
+    /// The bucket.
+    pub key: BucketKey<'a>,
     /// The limit to enforce.
     pub limit: Limit,
     /// Hits to take; 0 checks without consuming.
@@ -115,9 +117,3 @@ impl StoreHealth {
         *self == StoreHealth::Healthy
     }
 }
-
-/// A store could not decide; the service answers gRPC `UNAVAILABLE` so that Envoy's
-/// `failure_mode_deny` applies.
-#[derive(Debug, thiserror::Error)]
-#[error("store unavailable: {0}")]
-pub struct StoreError(pub String);

@@ -12,10 +12,9 @@ use std::time::Duration;
 use crate::service;
 use crate::support::ask;
 use meshlimit::clock::NANOS_PER_SEC;
+use meshlimit::error::RequestError;
 use meshlimit::rules::{Algorithm, Unit};
-use meshlimit::service::{
-    CurrentLimit, Descriptor, Override, RequestError, Response, Service, Status,
-};
+use meshlimit::service::{CurrentLimit, Descriptor, Override, Response, Service, Status};
 
 const FIXED: Algorithm = Algorithm::FixedWindow;
 const BUCKET: Algorithm = Algorithm::TokenBucket;

@@ -38,8 +38,10 @@ impl Inner {
     /// one-descriptor decision too.
     #[inline(never)]
     pub(super) fn check_many(&self, checks: &[Check<'_>], now: Nanos) -> Reports {
-        let hashes: SmallVec<[u64; 4]> =
-            checks.iter().map(|c| self.hasher.hash_one(c.key)).collect();
+        let hashes: SmallVec<[u64; 4]> = checks
+            .iter()
+            .map(|c| self.hasher.hash_one(c.key.as_str()))
+            .collect();
         // The same key twice in one request is one bucket: `first[i]` is the first check
         // with check i's key, and holds the bucket's evolving state.
         let first = first_of_each_key(checks, &hashes);
@@ -60,7 +62,7 @@ impl Inner {
                 continue;
             }
             let buckets = &mut guards[shards.rank(shard_index(hash))];
-            let touched = buckets.touch(check.key, hash, self.usage.current(), |bytes| {
+            let touched = buckets.touch(check.key.as_str(), hash, self.usage.current(), |bytes| {
                 self.usage.created(bytes)
             });
             created |= touched.created;

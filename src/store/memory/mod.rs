@@ -157,10 +157,10 @@ impl MemoryStore {
     /// What `check` would report at `now` for one more hit, changing nothing (a bucket
     /// that does not exist is full and stays absent; recency is not refreshed).
     pub fn peek(&self, check: &Check<'_>, now: Nanos) -> Report {
-        let hash = self.inner.hasher.hash_one(check.key);
+        let hash = self.inner.hasher.hash_one(check.key.as_str());
         let buckets = self.inner.shards[shard_index(hash)].0.lock();
         let state = buckets
-            .find(check.key, hash)
+            .find(check.key.as_str(), hash)
             .and_then(|slot| buckets.slot(slot).state);
         drop(buckets);
         limiter::step(state.as_ref(), &check.limit, 0, now)
@@ -181,10 +181,10 @@ impl std::fmt::Debug for MemoryStore {
 impl Inner {
     /// One descriptor: one lock, held for the lookup and the arithmetic.
     fn check_one(&self, check: &Check<'_>, now: Nanos) -> Report {
-        let hash = self.hasher.hash_one(check.key);
+        let hash = self.hasher.hash_one(check.key.as_str());
         let index = shard_index(hash);
         let mut buckets = self.shards[index].0.lock();
-        let touched = buckets.touch(check.key, hash, self.usage.current(), |bytes| {
+        let touched = buckets.touch(check.key.as_str(), hash, self.usage.current(), |bytes| {
             self.usage.created(bytes)
         });
         let bucket = buckets.slot_mut(touched.slot);

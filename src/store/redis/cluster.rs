@@ -199,7 +199,7 @@ impl Cluster {
     pub(crate) fn probe_key(&self, node: &Node) -> Option<String> {
         let map = self.map.load();
         (0..100_000).find_map(|n| {
-            let key = format!("{}probe{{{n}}}", super::KEY_PREFIX);
+            let key = format!("{}probe{{{n}}}", crate::bucket_key::REDIS_PREFIX);
             let owner = map.owner(slot(key.as_bytes()))?;
             std::ptr::eq(&**owner, node).then_some(key)
         })

@@ -249,7 +249,7 @@ impl Backend {
     /// A key that `node` holds, for probe writes (`None`: it holds no slot any more).
     pub(crate) fn probe_key(&self, node: &Node) -> Option<String> {
         match self {
-            Backend::One(_) => Some(format!("{}probe{{0}}", super::KEY_PREFIX)),
+            Backend::One(_) => Some(format!("{}probe{{0}}", crate::bucket_key::REDIS_PREFIX)),
             Backend::Cluster(cluster) => cluster.probe_key(node),
         }
     }

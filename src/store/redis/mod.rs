@@ -51,13 +51,12 @@ use conn::{Backend, Target};
 use reply::{CheckReply, Reply};
 use script::Failure;
 
-use super::{Bounds, Check, MemoryStore, Reports, StoreError};
+use super::{Bounds, Check, MemoryStore, Reports};
+use crate::bucket_key::BucketKey;
 use crate::clock::{Clock, Nanos};
+use crate::error::{StoreError, StoreErrorKind};
 use crate::limiter::{self, Report, State};
 use crate::rules::{Algorithm, Limit, Mode};
-
-/// Prefix of every key; bumped whenever the stored format changes.
-pub const KEY_PREFIX: &str = "ml1:";
 
 const SCRIPT: &str = include_str!("decide.lua");
 
@@ -413,7 +412,7 @@ impl RedisStore {
         if let Some(reports) = inner.answer_locally(checks, now, &mut prefetch) {
             if let (Some(refill), [check]) = (prefetch, checks) {
                 let store = self.clone();
-                let (key, limit) = (check.key.to_owned(), check.limit);
+                let (key, limit) = (check.key.as_str().to_owned(), check.limit);
                 tokio::spawn(async move { store.top_up(&key, limit, refill, now).await });
             }
             return Ok(reports);
@@ -429,10 +428,8 @@ impl RedisStore {
         // One budget for the whole request, waiting for a lease included (a deadline for
         // the runtime's timers, not a time any decision depends on).
         let deadline = tokio::time::Instant::now() + inner.options.timeout;
-        let keys: smallvec::SmallVec<[String; 4]> = checks
-            .iter()
-            .map(|c| RedisStore::redis_key(c.key))
-            .collect();
+        let keys: smallvec::SmallVec<[String; 4]> =
+            checks.iter().map(|c| c.key.redis_key()).collect();
         // Every key of a request shares its domain, so its hash tag and its slot.
         let routed = tokio::time::timeout_at(
             deadline,
@@ -444,14 +441,24 @@ impl RedisStore {
         .unwrap_or_else(|_| Err("Redis timed out reading the Cluster's slot map".into()));
         let node = match routed {
             Ok(node) => node,
-            Err(why) => return inner.fail(checks, now, &why),
+            Err(why) => {
+                return inner.fail(
+                    checks,
+                    now,
+                    StoreError::new(StoreErrorKind::Unreachable, why),
+                );
+            }
         };
         if !node.circuit.is_up() {
             self.spawn_probe(node.clone());
-            return inner.fail(checks, now, &node.circuit.reason());
+            return inner.fail(
+                checks,
+                now,
+                StoreError::new(StoreErrorKind::Unreachable, node.circuit.reason()),
+            );
         }
         if let [check] = checks
-            && let Some(lease) = inner.leases.get(check.key)
+            && let Some(lease) = inner.leases.get(check.key.as_str())
             && lease.limit == check.limit
         {
             // Its lease is being topped up: wait for that instead of racing it to Redis.
@@ -472,6 +479,7 @@ impl RedisStore {
             .unwrap_or_else(|_| {
                 node.reset();
                 Err(Failure {
+                    kind: StoreErrorKind::TimedOut,
                     reason: script::describe(&node, &node::timed_out("deciding")),
                     node,
                     opens: true,
@@ -483,7 +491,10 @@ impl RedisStore {
                 None => inner.fail(
                     checks,
                     now,
-                    "Redis sent a malformed reply: one per check expected",
+                    StoreError::new(
+                        StoreErrorKind::MalformedReply,
+                        "Redis sent a malformed reply: one per check expected",
+                    ),
                 ),
             },
             Err(failure) => {
@@ -491,7 +502,7 @@ impl RedisStore {
                 if failure.opens {
                     self.trip(&failure.node, &failure.reason);
                 }
-                inner.fail(checks, now, &failure.reason)
+                inner.fail(checks, now, failure.into_error())
             }
         }
     }
@@ -513,27 +524,33 @@ impl RedisStore {
             .collect();
         let refills: smallvec::SmallVec<[(u64, Option<Refill>); 4]> =
             checks.iter().map(|_| (0, None)).collect();
-        let keys: smallvec::SmallVec<[String; 4]> = checks
-            .iter()
-            .map(|c| RedisStore::redis_key(c.key))
-            .collect();
+        let keys: smallvec::SmallVec<[String; 4]> =
+            checks.iter().map(|c| c.key.redis_key()).collect();
         let asked = async {
             let node = inner
                 .backend
                 .node_for(keys.first().map_or("", String::as_str))
                 .await
-                .map_err(StoreError)?;
+                .map_err(|why| StoreError::new(StoreErrorKind::Unreachable, why))?;
             // Boxed: keeps the explain endpoint's future small.
             Box::pin(inner.decide(node, &keys, &checks, &refills, now))
                 .await
-                .map_err(|f| StoreError(f.reason))
+                .map_err(script::Failure::into_error)
         };
         let reply = tokio::time::timeout(inner.options.timeout, asked)
             .await
-            .unwrap_or_else(|_| Err(StoreError("Redis timed out reading".into())))?;
-        inner
-            .settle(&checks, &refills, now, &reply)
-            .ok_or_else(|| StoreError("Redis sent a malformed reply".into()))
+            .unwrap_or_else(|_| {
+                Err(StoreError::new(
+                    StoreErrorKind::TimedOut,
+                    "Redis timed out reading",
+                ))
+            })?;
+        inner.settle(&checks, &refills, now, &reply).ok_or_else(|| {
+            StoreError::new(
+                StoreErrorKind::MalformedReply,
+                "Redis sent a malformed reply",
+            )
+        })
     }
 
     /// Tops a lease up ahead of need: a check of 0 hits that leases what is missing.
@@ -542,13 +559,13 @@ impl RedisStore {
         let want =
             u64::from(inner.options.lease).saturating_sub(refill.0.tokens.load(Ordering::Acquire));
         let checks = [Check {
-            key,
+            key: BucketKey::from(key),
             limit,
             hits: 0,
             mode: Mode::Enforce,
         }];
         let refills = [(want, Some(refill))];
-        let keys = [RedisStore::redis_key(key)];
+        let keys = [BucketKey::from(key).redis_key()];
         // A failure here costs nothing: the next request without tokens asks Redis itself.
         let asked = async {
             let node = inner.backend.node_for(&keys[0]).await.ok()?;
@@ -578,23 +595,6 @@ impl RedisStore {
             fallbacks: c(FALLBACKS),
         }
     }
-
-    /// The Redis key of bucket `key` (see the module docs).
-    pub fn redis_key(key: &str) -> String {
-        // The bucket key starts with the domain as `<len>:<domain>`.
-        let end = key
-            .split_once(':')
-            .and_then(|(len, _)| Some(len.len() + 1 + len.parse::<usize>().ok()?))
-            .filter(|&end| key.is_char_boundary(end) && end <= key.len())
-            .unwrap_or(key.len());
-        let mut out = String::with_capacity(KEY_PREFIX.len() + key.len() + 2);
-        out.push_str(KEY_PREFIX);
-        out.push('{');
-        out.push_str(&key[..end]);
-        out.push('}');
-        out.push_str(&key[end..]);
-        out
-    }
 }
 
 impl Inner {
@@ -619,7 +619,7 @@ impl Inner {
             .iter()
             .map(|check| {
                 self.blocked
-                    .get(check.key)
+                    .get(check.key.as_str())
                     .and_then(|b| b.refuses(check, now))
             })
             .collect::<Option<Reports>>()?;
@@ -638,7 +638,7 @@ impl Inner {
         let mut reports = Reports::new();
         let mut taken: smallvec::SmallVec<[Arc<Lease>; 4]> = smallvec::SmallVec::new();
         for check in checks {
-            match self.leases.get(check.key) {
+            match self.leases.get(check.key.as_str()) {
                 Some(lease) if lease.limit == check.limit && lease.take(check.hits) => {
                     reports.push(Report {
                         over: false,
@@ -680,13 +680,13 @@ impl Inner {
         // Created atomically: two first requests must not each top up a lease of their own.
         let mut lease = self
             .leases
-            .entry_by_ref(check.key)
+            .entry_by_ref(check.key.as_str())
             .or_insert_with(|| Arc::new(Lease::new(check.limit)))
             .into_value();
         if lease.limit != check.limit {
             // The limit changed (a reload or an override): start over.
             lease = Arc::new(Lease::new(check.limit));
-            self.leases.insert(check.key.into(), lease.clone());
+            self.leases.insert(check.key.as_str().into(), lease.clone());
         }
         if lease.refilling.swap(true, Ordering::AcqRel) {
             return (0, None);
@@ -752,8 +752,10 @@ impl Inner {
                                 .min(self.options.cache_ttl)
                         };
                         if one.over() && !ttl.is_zero() {
-                            self.blocked
-                                .insert(check.key.into(), Blocked::Bucket { limit, state, ttl });
+                            self.blocked.insert(
+                                check.key.as_str().into(),
+                                Blocked::Bucket { limit, state, ttl },
+                            );
                         }
                     } else if let Some(Refill(lease)) = refill {
                         lease.remaining.store(report.remaining, Ordering::Relaxed);
@@ -767,7 +769,7 @@ impl Inner {
                         let until = now.saturating_add(b.saturating_mul(1000));
                         let ttl = Duration::from_micros(b).min(self.options.cache_ttl);
                         self.blocked.insert(
-                            check.key.into(),
+                            check.key.as_str().into(),
                             Blocked::Window {
                                 limit,
                                 count: a,
@@ -784,9 +786,14 @@ impl Inner {
     }
 
     /// The failure policy's answer.
-    fn fail(&self, checks: &[Check<'_>], now: Nanos, why: &str) -> Result<Reports, StoreError> {
+    fn fail(
+        &self,
+        checks: &[Check<'_>],
+        now: Nanos,
+        why: StoreError,
+    ) -> Result<Reports, StoreError> {
         match self.options.failure {
-            FailurePolicy::Error => Err(StoreError(why.to_string())),
+            FailurePolicy::Error => Err(why),
             FailurePolicy::Allow => {
                 self.counts[FALLBACKS].fetch_add(1, Ordering::Relaxed);
                 Ok(checks
@@ -802,7 +809,7 @@ impl Inner {
                 self.counts[FALLBACKS].fetch_add(1, Ordering::Relaxed);
                 match &self.fallback {
                     Some(store) => Ok(store.check(checks, now)),
-                    None => Err(StoreError(why.to_string())),
+                    None => Err(why),
                 }
             }
         }
@@ -861,16 +868,5 @@ mod tests {
             !shown.contains("secret") && shown.contains("u:***@h:1"),
             "{shown}"
         );
-    }
-
-    #[test]
-    fn every_key_of_a_domain_shares_one_hash_tag() {
-        assert_eq!(
-            RedisStore::redis_key("7:trading7:user_id5:alice"),
-            "ml1:{7:trading}7:user_id5:alice"
-        );
-        assert_eq!(RedisStore::redis_key("3:a}b1:k"), "ml1:{3:a}b}1:k");
-        // Not a bucket key: kept whole, still prefixed.
-        assert_eq!(RedisStore::redis_key("junk"), "ml1:{junk}");
     }
 }

@@ -9,6 +9,7 @@ use super::node::{Node, timed_out};
 use super::reply::{self, Reply};
 use super::{Inner, Refill, SCRIPT, Scale, TimeSource};
 use crate::clock::Nanos;
+use crate::error::{StoreError, StoreErrorKind};
 use crate::rules::{Algorithm, Mode};
 use crate::store::Check;
 
@@ -16,6 +17,8 @@ use crate::store::Check;
 pub(super) struct Failure {
     /// The node that failed (after a redirect, the one redirected to).
     pub(super) node: Arc<Node>,
+    /// What kind of failure it is.
+    pub(super) kind: StoreErrorKind,
     /// What to answer and log.
     pub(super) reason: String,
     /// Whether the node's circuit opens: any failure to reach it or error reply; not a
@@ -27,10 +30,27 @@ pub(super) struct Failure {
 impl Failure {
     fn of(node: Arc<Node>, e: &RedisError) -> Self {
         Failure {
+            kind: kind_of(e),
             reason: describe(&node, e),
             node,
             opens: true,
         }
+    }
+
+    /// The store error the failure policy answers with.
+    pub(super) fn into_error(self) -> StoreError {
+        StoreError::new(self.kind, self.reason)
+    }
+}
+
+/// The kind of a redis-rs error: an error reply, a timeout, or a node out of reach.
+fn kind_of(e: &RedisError) -> StoreErrorKind {
+    if e.code().is_some() {
+        StoreErrorKind::Refused
+    } else if e.is_timeout() {
+        StoreErrorKind::TimedOut
+    } else {
+        StoreErrorKind::Unreachable
     }
 }
 
@@ -118,11 +138,13 @@ impl Inner {
                         .node_at(&format!("{host}:{port}"))
                         .map_err(|reason| Failure {
                             node: node.clone(),
+                            kind: StoreErrorKind::Unreachable,
                             reason,
                             opens: false,
                         })?;
                     if !target.circuit.is_up() {
                         return Err(Failure {
+                            kind: StoreErrorKind::Unreachable,
                             reason: target.circuit.reason(),
                             node: target,
                             opens: false,
@@ -136,6 +158,7 @@ impl Inner {
             },
         };
         reply::parse(&value).map_err(|e| Failure {
+            kind: StoreErrorKind::MalformedReply,
             reason: e.to_string(),
             node,
             opens: false,
