@@ -9,8 +9,9 @@ use arc_swap::ArcSwap;
 use criterion::{Criterion, Throughput};
 use meshlimit::clock::{Clock, ManualClock};
 use meshlimit::config::Config;
+use meshlimit::request::Descriptor;
 use meshlimit::rules::Algorithm;
-use meshlimit::service::{Descriptor, Service};
+use meshlimit::service::Service;
 use meshlimit::store::{MemoryStore, Store};
 
 const NOW: u64 = 1_767_225_600_000_000_000;

@@ -18,6 +18,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{self, render_errors};
 use crate::grpc::{HEALTH_SERVICE_NAME, HeaderNames, Rls};
 use crate::http::{self, Health};
+use crate::metrics::Metrics;
 use crate::net::{self, ConnectionOptions, Connections, Protocols, TlsError, TlsFiles, TlsSource};
 use crate::request_limits::RequestLimits;
 use crate::rules::Algorithm;
@@ -184,13 +185,13 @@ pub fn build_service(settings: &Settings) -> Result<Service, Error> {
     )
     .with_global_shadow(settings.global_shadow)
     .with_request_limits(settings.request_limits);
-    service
-        .metrics()
-        .set_near_limit_ratio(settings.near_limit_ratio);
-    service
-        .metrics()
-        .set_max_metric_values(settings.max_metric_values);
-    Ok(service)
+    let metrics = Arc::new(Metrics::new(
+        service.config().clone(),
+        service.store().clone(),
+    ));
+    metrics.set_near_limit_ratio(settings.near_limit_ratio);
+    metrics.set_max_metric_values(settings.max_metric_values);
+    Ok(service.with_metrics(metrics))
 }
 
 /// Serves until `shutdown` completes, then drains in-flight calls and returns.
@@ -227,6 +228,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     let service = build_service(&settings)?;
+    let metrics = service.metrics().expect("build_service counts").clone();
     let admin_token = match &settings.admin_token_file {
         Some(path) => Some(AdminToken::load(path)?),
         None => None,
@@ -236,7 +238,7 @@ pub async fn serve(
         service.config().clone(),
         settings.reload_debounce,
     )?;
-    service.metrics().follow_reloads(reloader.status().clone());
+    metrics.follow_reloads(reloader.status().clone());
     let health = Health::new();
     let (reporter, health_service) = tonic_health::server::health_reporter();
     for name in HEALTH_NAMES {
@@ -274,7 +276,7 @@ pub async fn serve(
             .max_connections
             .unwrap_or_else(net::descriptors::default_max_connections),
     );
-    service.metrics().follow_connections(connections.clone());
+    metrics.follow_connections(connections.clone());
     let grpc_tls = load_tls(settings.grpc_tls.clone(), Protocols::Grpc)?;
     let http_tls = load_tls(settings.http_tls.clone(), Protocols::Http)?;
 
@@ -282,6 +284,7 @@ pub async fn serve(
         health: health.clone(),
         service: service.clone(),
         reload: reloader.status().clone(),
+        metrics,
         config_path: settings.config.clone(),
         metrics_path: settings.metrics_path.clone(),
         admin_token: admin_token.clone(),

@@ -9,166 +9,139 @@
 
 use std::fmt::Write;
 
-use crate::bucket_key::key_at;
 use crate::clock::NANOS_PER_SEC;
 use crate::error::RequestError;
-use crate::matcher::{Listing, Matched, Step};
+use crate::matcher::{Listing, Matched, WalkStep};
+use crate::plan::{Plan, Resolved};
+use crate::request::{Descriptor, RequestDescriptor};
 use crate::rules::{Limit, Mode, Rule};
-use crate::service::{Descriptor, RequestDescriptor, Resolved, Service, apply_replaces};
-use crate::store::{Check, Store};
+use crate::service::Service;
+use crate::store::Store;
 
 /// Most entries listed where the text shows what a level offers.
 const LISTED: usize = 12;
 
-impl Service {
-    /// Explains, as text, how `descriptors` in `domain` would be decided now, consuming
-    /// nothing.
-    ///
-    /// # Errors
-    /// Empty domain or descriptor list, or an override without a valid unit. A store
-    /// that cannot be read is reported in the text, not as an error.
-    pub async fn explain(
-        &self,
-        domain: &str,
-        descriptors: &[Descriptor],
-    ) -> Result<String, RequestError> {
-        self.check_request(domain, descriptors)?;
-        let mut out = String::new();
-        let store = self.store();
+/// Explains, as text, how `descriptors` in `domain` would be decided now by `service`,
+/// consuming nothing.
+///
+/// # Errors
+/// What [`Plan::build`] refuses. A store that cannot be read is reported in the text, not
+/// as an error.
+pub async fn explain(
+    service: &Service,
+    domain: &str,
+    descriptors: &[Descriptor],
+) -> Result<String, RequestError> {
+    let config = service.config().load();
+    let plan = Plan::build(&config, domain, descriptors, 1, service.plan_defaults())?;
+    let store = service.store();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "domain {domain:?} (store: {}, default algorithm: {})",
+        store.kind(),
+        service.default_algorithm().name()
+    );
+    let Some(tree) = plan.tree() else {
         let _ = writeln!(
             out,
-            "domain {domain:?} (store: {}, default algorithm: {})",
-            store.kind(),
-            self.default_algorithm().name()
+            "no such domain in the config (configured: {}): every descriptor is OK with no limit",
+            listed(&Listing {
+                total: config.domains().len(),
+                first: config.domains().into_iter().take(LISTED).collect(),
+            })
         );
-        let config = self.config().load();
-        let Some(tree) = config.domain(domain) else {
+        return Ok(out);
+    };
+
+    // One peek for every limited descriptor, as the store would decide them.
+    let checks = plan.checks();
+    let states = if checks.is_empty() {
+        Ok(Default::default())
+    } else {
+        store.peek(&checks, service.clock().now()).await
+    };
+    let mut states = states.as_ref().map(|reports| reports.iter());
+
+    for (i, (d, resolved)) in descriptors.iter().zip(plan.resolved()).enumerate() {
+        let entries: Vec<String> = d.entries().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(out, "\ndescriptor {}: {}", i + 1, entries.join(", "));
+        if let Some(o) = d.limit {
+            let unit = o.unit.map_or("?", |u| u.name());
             let _ = writeln!(
                 out,
-                "no such domain in the config (configured: {}): every descriptor is OK with no limit",
-                listed(&Listing {
-                    total: config.domains().len(),
-                    first: config.domains().into_iter().take(LISTED).collect(),
-                })
+                "  limit override in the request: {} per {unit}; the config is not consulted",
+                o.requests_per_unit
             );
-            return Ok(out);
-        };
-
-        let mut keys = String::new();
-        let mut scratch = String::new();
-        let mut resolved: Vec<Resolved<'_>> = descriptors
-            .iter()
-            .map(|d| self.resolve(tree, domain, d, &mut keys, &mut scratch))
-            .collect();
-        let matched: Vec<Option<&Rule>> = resolved.iter().map(Resolved::rule).collect();
-        apply_replaces(&mut resolved);
-
-        // One peek for every limited descriptor, as the store would decide them.
-        let checks: Vec<Check<'_>> = resolved
-            .iter()
-            .filter_map(|r| match r {
-                Resolved::Limited { limit, key, .. } => Some(Check {
-                    key: key_at(&keys, key.clone()),
-                    limit: *limit,
-                    hits: 0,
-                    mode: Mode::Enforce,
-                }),
-                _ => None,
-            })
-            .collect();
-        let states = if checks.is_empty() {
-            Ok(Default::default())
         } else {
-            store.peek(&checks, self.clock().now()).await
-        };
-        let mut next_state = 0;
-
-        for (i, (d, r)) in descriptors.iter().zip(&resolved).enumerate() {
-            let entries: Vec<String> = d.entries().map(|(k, v)| format!("{k}={v}")).collect();
-            let _ = writeln!(out, "\ndescriptor {}: {}", i + 1, entries.join(", "));
-            if let Some(o) = d.limit {
-                let unit = o.unit.map_or("?", |u| u.name());
+            walk(&mut out, &tree.explain(d.entries(), LISTED));
+        }
+        match resolved {
+            Resolved::NoRule => {
+                let _ = writeln!(out, "  result: OK, no limit");
+            }
+            Resolved::Replaced { rule, by } => {
                 let _ = writeln!(
                     out,
-                    "  limit override in the request: {} per {unit}; the config is not consulted",
-                    o.requests_per_unit
+                    "  result: OK, no limit: rule {} ({:?}) is replaced by {} in this request",
+                    rule.full_key, rule.name, by.full_key
                 );
-            } else {
-                walk(&mut out, &tree.explain(d.entries(), LISTED));
             }
-            match r {
-                Resolved::NoLimit => match matched[i] {
-                    Some(rule) => {
-                        let by = matched
-                            .iter()
-                            .flatten()
-                            .find(|other| other.replaces.contains(&rule.name))
-                            .map_or(String::new(), |by| format!(" by {}", by.full_key));
-                        let _ = writeln!(
-                            out,
-                            "  result: OK, no limit: rule {} ({:?}) is replaced{by} in this request",
-                            rule.full_key, rule.name
-                        );
-                    }
-                    None => {
-                        let _ = writeln!(out, "  result: OK, no limit");
-                    }
-                },
-                Resolved::Unlimited(rule) => {
+            Resolved::Unlimited { rule, .. } => {
+                let _ = writeln!(
+                    out,
+                    "  rule: {}{}: unlimited\n  result: OK, never limited",
+                    rule.full_key,
+                    name(rule)
+                );
+            }
+            Resolved::Limited {
+                limit, rule, key, ..
+            } => {
+                if let Some(rule) = rule {
                     let _ = writeln!(
                         out,
-                        "  rule: {}{}: unlimited\n  result: OK, never limited",
+                        "  rule: {}{}: {}{}",
                         rule.full_key,
-                        name(rule)
+                        name(rule),
+                        describe(limit),
+                        flags(rule)
                     );
                 }
-                Resolved::Limited { limit, rule, key } => {
-                    if let Some(rule) = rule {
-                        let _ = writeln!(
-                            out,
-                            "  rule: {}{}: {}{}",
-                            rule.full_key,
-                            name(rule),
-                            describe(limit),
-                            flags(rule)
-                        );
-                    }
-                    let bucket = key_at(&keys, key.clone());
-                    let _ = writeln!(out, "  bucket: {bucket}");
-                    if matches!(store, Store::Redis(_)) {
-                        let _ = writeln!(out, "  redis key: {}", bucket.redis_key());
-                    }
-                    let state = match &states {
-                        Ok(reports) => match reports.get(next_state) {
-                            Some(report) if report.over => format!(
-                                "OVER_LIMIT: {} remaining; a hit could pass in {}",
-                                report.remaining,
-                                seconds(report.reset)
-                            ),
-                            Some(report) => format!(
-                                "OK: {} remaining; {}",
-                                report.remaining,
-                                if report.reset == 0 {
-                                    "the bucket is full".to_string()
-                                } else {
-                                    format!("full again in {}", seconds(report.reset))
-                                }
-                            ),
-                            None => "unknown".into(),
-                        },
-                        Err(e) => format!("cannot be read: {e}"),
-                    };
-                    next_state += 1;
-                    let _ = writeln!(out, "  state now: {state}");
+                let bucket = plan.key(key);
+                let _ = writeln!(out, "  bucket: {bucket}");
+                if matches!(store, Store::Redis(_)) {
+                    let _ = writeln!(out, "  redis key: {}", bucket.redis_key());
                 }
+                let state = match &mut states {
+                    Ok(reports) => match reports.next() {
+                        Some(report) if report.over => format!(
+                            "OVER_LIMIT: {} remaining; a hit could pass in {}",
+                            report.remaining,
+                            seconds(report.reset)
+                        ),
+                        Some(report) => format!(
+                            "OK: {} remaining; {}",
+                            report.remaining,
+                            if report.reset == 0 {
+                                "the bucket is full".to_string()
+                            } else {
+                                format!("full again in {}", seconds(report.reset))
+                            }
+                        ),
+                        None => "unknown".into(),
+                    },
+                    Err(e) => format!("cannot be read: {e}"),
+                };
+                let _ = writeln!(out, "  state now: {state}");
             }
         }
-        Ok(out)
     }
+    Ok(out)
 }
 
 /// The walk, one line per request entry.
-fn walk(out: &mut String, steps: &[Step<'_>]) {
+fn walk(out: &mut String, steps: &[WalkStep<'_>]) {
     let _ = writeln!(out, "  walk:");
     let mut parent_rule: Option<&Rule> = None;
     for (i, step) in steps.iter().enumerate() {

@@ -14,8 +14,9 @@ use tonic::{Request, Response, Status};
 
 use crate::clock::NANOS_PER_SEC;
 use crate::error::RequestError;
+use crate::request::{Override, RequestDescriptor};
 use crate::rules::Unit;
-use crate::service::{self, Override, RequestDescriptor, Service};
+use crate::service::{self, Service};
 
 mod codec;
 mod route;

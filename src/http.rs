@@ -26,11 +26,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::admin_token::AdminToken;
+use crate::explain;
 use crate::json;
-use crate::metrics;
-use crate::reload;
+use crate::metrics::{self, Metrics};
+use crate::reload::ReloadHistory;
+use crate::request::Descriptor;
 use crate::rules::Rule;
-use crate::service::{Descriptor, Service};
+use crate::service::Service;
 use crate::store::StoreHealth;
 
 /// Whether the server answers as healthy; cleared while draining.
@@ -62,7 +64,9 @@ pub struct Operator {
     /// The service answering requests.
     pub service: Service,
     /// What the config reloader has done.
-    pub reload: Arc<reload::Status>,
+    pub reload: Arc<ReloadHistory>,
+    /// The service's statistics, for `/metrics`.
+    pub metrics: Arc<Metrics>,
     /// The config path, for `/rlconfig`.
     pub config_path: PathBuf,
     /// A second path for the metrics text, besides `/metrics`.
@@ -172,7 +176,7 @@ fn endpoints(operator: Operator) -> Router {
 async fn scrape(State(op): State<Operator>) -> Response {
     (
         [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
-        op.service.metrics().render(),
+        op.metrics.render(),
     )
         .into_response()
 }
@@ -322,7 +326,7 @@ async fn explain_json(State(op): State<Operator>, body: Bytes) -> Response {
 }
 
 async fn explain(op: &Operator, domain: &str, descriptors: &[Descriptor]) -> Response {
-    match op.service.explain(domain, descriptors).await {
+    match explain::explain(&op.service, domain, descriptors).await {
         Ok(text) => text.into_response(),
         Err(e) => bad_request(e),
     }

@@ -9,8 +9,9 @@
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::clock::NANOS_PER_SEC;
+use crate::request::{Descriptor, Override};
 use crate::rules::Unit;
-use crate::service::{self, Descriptor, Override};
+use crate::service;
 
 /// A `RateLimitRequest` read from JSON.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -498,7 +498,7 @@ async fn explain(args: ExplainArgs) -> ExitCode {
         .iter()
         .map(|d| meshlimit::http::parse_descriptor(d))
         .collect();
-    match service.explain(&args.domain, &descriptors).await {
+    match meshlimit::explain::explain(&service, &args.domain, &descriptors).await {
         Ok(text) => {
             print!("{text}");
             if settings.redis.is_none() {

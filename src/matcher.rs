@@ -18,14 +18,14 @@ use crate::rules::Rule;
 #[derive(Debug, Default)]
 pub(crate) struct Level {
     /// Composite key → node, for exact and value-less entries (and wildcard ones, literally).
-    exact: HashMap<Box<str>, Node, RandomState>,
+    exact: HashMap<Box<str>, Entry, RandomState>,
     /// Wildcard entries in file order: pattern and the composite key of their node.
     wildcards: Vec<(Pattern, Box<str>)>,
 }
 
 /// One descriptor entry of the config.
 #[derive(Debug)]
-pub(crate) struct Node {
+pub(crate) struct Entry {
     /// The limit at this level, if the entry has one.
     pub(crate) rule: Option<Rule>,
     /// `share_threshold`: every value matching this wildcard uses one bucket, keyed by the
@@ -37,7 +37,7 @@ pub(crate) struct Node {
 
 impl Level {
     /// Adds a node under `composite`; false (and nothing added) if the composite is taken.
-    pub(crate) fn insert(&mut self, composite: &str, wildcard: bool, node: Node) -> bool {
+    pub(crate) fn insert(&mut self, composite: &str, wildcard: bool, node: Entry) -> bool {
         if self.exact.contains_key(composite) {
             return false;
         }
@@ -49,7 +49,7 @@ impl Level {
         true
     }
 
-    fn lookup(&self, key: &str, value: &str, scratch: &mut String) -> Option<&Node> {
+    fn lookup(&self, key: &str, value: &str, scratch: &mut String) -> Option<&Entry> {
         self.lookup_how(key, value, scratch).map(|(node, _)| node)
     }
 
@@ -59,7 +59,7 @@ impl Level {
         key: &str,
         value: &str,
         scratch: &mut String,
-    ) -> Option<(&'a Node, Matched<'a>)> {
+    ) -> Option<(&'a Entry, Matched<'a>)> {
         scratch.clear();
         scratch.push_str(key);
         scratch.push('_');
@@ -81,7 +81,7 @@ impl Level {
     pub(crate) fn visit<'a>(
         &'a self,
         path: &mut Vec<&'a str>,
-        visit: &mut impl FnMut(&[&'a str], &'a Node),
+        visit: &mut impl FnMut(&[&'a str], &'a Entry),
     ) {
         for (composite, node) in &self.exact {
             path.push(composite);
@@ -92,7 +92,7 @@ impl Level {
     }
 
     /// Every node with its composite path below `prefix`, depth first, for config dumps.
-    pub(crate) fn walk<'a>(&'a self, prefix: &str, out: &mut Vec<(String, &'a Node)>) {
+    pub(crate) fn walk<'a>(&'a self, prefix: &str, out: &mut Vec<(String, &'a Entry)>) {
         let mut keys: Vec<&Box<str>> = self.exact.keys().collect();
         keys.sort();
         for composite in keys {
@@ -122,7 +122,7 @@ impl DomainTree {
         scratch: &mut String,
     ) -> Option<&'a Rule> {
         let mut level = &self.root;
-        let mut node: Option<&Node> = None;
+        let mut node: Option<&Entry> = None;
         for (k, value) in entries {
             if let Some(prev) = node {
                 level = &prev.children;
@@ -149,7 +149,7 @@ pub enum Matched<'a> {
 
 /// One step of an explained walk (see [`DomainTree::explain`]).
 #[derive(Debug, Clone)]
-pub struct Step<'a> {
+pub struct WalkStep<'a> {
     /// The request entry.
     pub key: String,
     /// Its value.
@@ -199,14 +199,14 @@ impl DomainTree {
         &'a self,
         entries: impl IntoIterator<Item = (&'e str, &'e str)>,
         shown: usize,
-    ) -> Vec<Step<'a>> {
+    ) -> Vec<WalkStep<'a>> {
         let mut level = &self.root;
         let mut scratch = String::new();
         let mut steps = Vec::new();
         let mut entries = entries.into_iter().peekable();
         while let Some((key, value)) = entries.next() {
             let found = level.lookup_how(key, value, &mut scratch);
-            let mut step = Step {
+            let mut step = WalkStep {
                 key: key.to_string(),
                 value: value.to_string(),
                 matched: None,

@@ -28,8 +28,8 @@ use notify_debouncer_mini::{DebounceEventResult, Debouncer, new_debouncer};
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
+use crate::config::SharedConfig;
 use crate::config::{self, render_errors};
-use crate::service::SharedConfig;
 
 mod paths;
 use paths::Interest;
@@ -47,7 +47,7 @@ pub enum Outcome {
 
 /// What the reloader has done so far, for operators and tests.
 #[derive(Debug, Default)]
-pub struct Status {
+pub struct ReloadHistory {
     /// Reload attempts (file events after debouncing).
     pub attempts: AtomicU64,
     /// Configs swapped in.
@@ -58,7 +58,7 @@ pub struct Status {
     pub last_error: Mutex<Option<String>>,
 }
 
-impl Status {
+impl ReloadHistory {
     /// Counts `outcome`. A config that loads (applied, or the same as the running one)
     /// clears the last error: the problem it described is gone. Returns whether a
     /// rejection differs from the previous one, so that an unchanged problem is logged once.
@@ -101,12 +101,12 @@ pub fn reload_once(path: &Path, config: &SharedConfig) -> Outcome {
 #[derive(Debug)]
 pub struct Reloader {
     task: tokio::task::JoinHandle<()>,
-    status: Arc<Status>,
+    status: Arc<ReloadHistory>,
 }
 
 impl Reloader {
     /// What the reloader has done so far.
-    pub fn status(&self) -> &Arc<Status> {
+    pub fn status(&self) -> &Arc<ReloadHistory> {
         &self.status
     }
 }
@@ -143,7 +143,7 @@ pub fn spawn(path: PathBuf, config: SharedConfig, debounce: Duration) -> notify:
         }
     })?;
     watch(&mut debouncer, &path, &interest)?;
-    let status = Arc::new(Status::default());
+    let status = Arc::new(ReloadHistory::default());
     let task_status = status.clone();
     let task = tokio::spawn(async move {
         while rx.recv().await.is_some() {

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use meshlimit::clock::Clock;
 use meshlimit::config::Config;
+use meshlimit::request::{Descriptor, Override};
 use meshlimit::rules::{Algorithm, Unit};
-use meshlimit::service::{Descriptor, Override, Response, Service};
+use meshlimit::service::{Response, Service};
 use meshlimit::store::redis::{RedisOptions, TimeSource};
 use support::redis::RedisServer;
 
@@ -99,7 +100,7 @@ fn rule_counts(samples: &[Sample], labels: &[(&str, &str)]) -> [f64; 6] {
 }
 
 fn scrape(service: &Service) -> Vec<Sample> {
-    parse(&service.metrics().render())
+    parse(&service.metrics().expect("support services count").render())
 }
 
 async fn hit(service: &Service, domain: &str, entries: &[(&str, &str)], hits: u32) -> Response {
@@ -136,7 +137,10 @@ async fn fixed_window_hits_split_as_the_go_server_splits_them() {
     );
 
     // A smaller ratio moves the threshold to 10: the next window's 12 hits, 2 near.
-    service.metrics().set_near_limit_ratio(0.5);
+    service
+        .metrics()
+        .expect("support services count")
+        .set_near_limit_ratio(0.5);
     clock.advance(Duration::from_secs(60));
     hit(&service, "shop", &[("api", "x")], 12).await;
     let samples = scrape(&service);
@@ -600,7 +604,10 @@ async fn request_values_in_labels_are_capped_per_rule() {
 #[tokio::test]
 async fn the_value_cap_survives_reloads() {
     let (service, _clock) = support::service(&[("saas.yaml", TENANTS)], Algorithm::TokenBucket);
-    service.metrics().set_max_metric_values(2);
+    service
+        .metrics()
+        .expect("support services count")
+        .set_max_metric_values(2);
     for tenant in ["a", "b", "c"] {
         hit(&service, "saas", &[("tenant", tenant)], 1).await;
     }

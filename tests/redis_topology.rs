@@ -15,7 +15,8 @@ use meshlimit::bucket_key::BucketKey;
 use meshlimit::clock::SystemClock;
 use meshlimit::config::Config;
 use meshlimit::error::RequestError;
-use meshlimit::service::{Descriptor, Response, Service};
+use meshlimit::request::Descriptor;
+use meshlimit::service::{Response, Service};
 use meshlimit::store::redis::RedisOptions;
 use support::redis::{RedisCluster, RedisSentinel};
 

@@ -14,8 +14,13 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
+use arc_swap::ArcSwap;
+
 use crate::matcher::DomainTree;
 use crate::rules::Rule;
+
+/// The running config, swapped whole by reloads and read without locks by requests.
+pub type SharedConfig = std::sync::Arc<ArcSwap<Config>>;
 
 /// A loaded, valid set of domains.
 #[derive(Debug, Default)]

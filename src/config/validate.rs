@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::ConfigError;
 use super::yaml::{self, Node, Yaml, line};
-use crate::matcher::{DomainTree, Level, Node as TreeNode};
+use crate::matcher::{DomainTree, Entry, Level};
 use crate::rules::{Algorithm, ConfigLimit, Mode, Rule, Unit};
 
 const FILE_KEYS: &[&str] = &["domain", "descriptors"];
@@ -307,7 +307,7 @@ impl Builder<'_> {
                 rule.detailed_metric = detailed_metric;
                 Some(rule)
             });
-            let mut node = TreeNode {
+            let mut node = Entry {
                 rule,
                 shared_value: value.filter(|_| share && wildcard).map(Into::into),
                 children: Level::default(),

@@ -1,4 +1,4 @@
-//! Prometheus statistics of one [`crate::service::Service`], served by `GET /metrics`.
+//! Prometheus statistics of one service, served by `GET /metrics`.
 //!
 //! # Names: the Go server's, as its Prometheus mapping gives them
 //! The Go server counts in statsd names (`ratelimit.service.rate_limit.<domain>.<path>.<stat>`
@@ -69,6 +69,7 @@
 
 mod connections;
 mod detailed;
+mod hits;
 mod rules;
 mod text;
 
@@ -82,9 +83,9 @@ use arc_swap::{ArcSwap, Guard};
 use parking_lot::Mutex;
 
 use crate::config::Config;
+use crate::config::SharedConfig;
 use crate::error::RequestError;
-use crate::reload;
-use crate::service::SharedConfig;
+use crate::reload::ReloadHistory;
 use crate::store::Store;
 use detailed::Series;
 pub use detailed::{DEFAULT_MAX_METRIC_VALUES, OVERFLOW_VALUE};
@@ -100,7 +101,8 @@ pub const DEFAULT_NEAR_LIMIT_RATIO: f32 = 0.8;
 /// The `grpc_method` label of request metrics (the Go server's value).
 const METHOD: &str = "ShouldRateLimit";
 
-/// The statistics of one service. Shared (`Arc`) by the service and the HTTP endpoint.
+/// The statistics of one service. Built by whoever builds the service and shared (`Arc`)
+/// by it and the HTTP endpoint.
 pub struct Metrics {
     /// The running config: its rules are listed at scrape time.
     config: SharedConfig,
@@ -119,7 +121,7 @@ pub struct Metrics {
     /// Latency of store calls.
     store_latency: Histogram,
     /// The reloader's counts, once [`Metrics::follow_reloads`] was called.
-    reloads: Mutex<Option<Arc<reload::Status>>>,
+    reloads: Mutex<Option<Arc<ReloadHistory>>>,
     /// Every per-rule series. A `parking_lot` mutex: taken to build a rule table, for
     /// detailed-metric hits and by scrapes, never by the other hits.
     series: Mutex<Series>,
@@ -179,7 +181,7 @@ impl Metrics {
 
     /// Counts reloads from the reloader's `status` from now on: applied ones as
     /// `config_load_success`, rejected ones as `config_load_error`.
-    pub fn follow_reloads(&self, status: Arc<reload::Status>) {
+    pub fn follow_reloads(&self, status: Arc<ReloadHistory>) {
         *self.reloads.lock() = Some(status);
     }
 

@@ -13,8 +13,9 @@ use crate::service;
 use crate::support::ask;
 use meshlimit::clock::NANOS_PER_SEC;
 use meshlimit::error::RequestError;
+use meshlimit::request::{Descriptor, Override};
 use meshlimit::rules::{Algorithm, Unit};
-use meshlimit::service::{CurrentLimit, Descriptor, Override, Response, Service, Status};
+use meshlimit::service::{CurrentLimit, Response, Service, Status};
 
 const FIXED: Algorithm = Algorithm::FixedWindow;
 const BUCKET: Algorithm = Algorithm::TokenBucket;

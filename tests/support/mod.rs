@@ -11,8 +11,10 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use meshlimit::clock::{Clock, ManualClock, NANOS_PER_SEC};
 use meshlimit::config::Config;
+use meshlimit::metrics::Metrics;
+use meshlimit::request::Descriptor;
 use meshlimit::rules::Algorithm;
-use meshlimit::service::{Descriptor, Response, Service};
+use meshlimit::service::{Response, Service};
 use meshlimit::store::{MemoryStore, Store};
 
 /// A protobuf descriptor of `entries`, no override, default hits.
@@ -71,12 +73,12 @@ pub fn service_on(
     });
     let shared: Arc<dyn Clock> = Arc::new(clock.clone());
     let store = make(shared.clone());
-    let service = Service::new(
+    let service = counting(Service::new(
         Arc::new(ArcSwap::from_pointee(config)),
         store,
         shared,
         algorithm,
-    );
+    ));
     (service, clock)
 }
 
@@ -327,10 +329,17 @@ pub fn redis_replica(
     options: meshlimit::store::redis::RedisOptions,
 ) -> Service {
     let store = meshlimit::store::RedisStore::new(options, clock.clone()).expect("valid URL");
-    Service::new(
+    counting(Service::new(
         Arc::new(ArcSwap::from_pointee(config)),
         Store::Redis(store),
         clock,
         Algorithm::TokenBucket,
-    )
+    ))
+}
+
+/// `service` counting its requests in metrics of its own, as the server's does, so that
+/// every test also runs the statistics' path.
+pub fn counting(service: Service) -> Service {
+    let metrics = Metrics::new(service.config().clone(), service.store().clone());
+    service.with_metrics(Arc::new(metrics))
 }

@@ -1,0 +1,295 @@
+//! A request's plan: what each descriptor resolves to before any store is asked. Built
+//! once per request from a config snapshot, the domain, the descriptors and the service's
+//! [`PlanDefaults`]; pure (no store, no clock, no metrics). `ShouldRateLimit`, `/json`,
+//! `/explain` and `meshlimit explain` all decide from it, so they cannot disagree.
+//!
+//! For each descriptor, in request order (§1.3–1.5 of the behaviour reference): the
+//! per-request limit override, or else the config walk; then `replaces` across the
+//! request; `unlimited`; hits (descriptor-level `hits_addend` wins, 0 there checks without
+//! consuming; request-level 0 counts as 1). Each limited descriptor becomes one store
+//! [`Check`], its bucket key written into one buffer shared by the whole request.
+
+mod key_buffer;
+
+use std::collections::HashSet;
+use std::ops::Range;
+
+use foldhash::fast::RandomState;
+use smallvec::SmallVec;
+
+use crate::bucket_key::{BucketKey, KeyWriter, key_at};
+use crate::config::Config;
+use crate::error::RequestError;
+use crate::matcher::DomainTree;
+use crate::request::RequestDescriptor;
+use crate::request_limits::RequestLimits;
+use crate::rules::{Algorithm, Limit, Mode, Rule, Unit};
+use crate::store::Check;
+use key_buffer::KeyBuffer;
+
+/// What a plan takes from the service rather than from the request or the config.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PlanDefaults {
+    /// The algorithm of rules that do not name one, and of limit overrides.
+    pub algorithm: Algorithm,
+    /// Caps on what one request may ask for.
+    pub limits: RequestLimits,
+}
+
+/// What one descriptor resolved to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolved<'c> {
+    /// No rule applies: the walk stopped, or ended at an entry without a `rate_limit`.
+    NoRule,
+    /// The rule matched, but another rule matched in the same request `replaces` it.
+    Replaced {
+        /// The rule that matched.
+        rule: &'c Rule,
+        /// The first rule of the request (in request order) replacing it.
+        by: &'c Rule,
+    },
+    /// An `unlimited` rule: never limited, its hits still counted.
+    Unlimited {
+        /// The rule.
+        rule: &'c Rule,
+        /// Hits the descriptor asks for.
+        hits: u64,
+    },
+    /// A limit applies: one store check.
+    Limited {
+        /// The limit, its algorithm resolved.
+        limit: Limit,
+        /// The config rule; `None` for a limit override sent in the request.
+        rule: Option<&'c Rule>,
+        /// The bucket key's place in the plan's key buffer (see [`Plan::key`]).
+        key: Range<usize>,
+        /// Hits to take; 0 checks without consuming.
+        hits: u64,
+    },
+}
+
+impl<'c> Resolved<'c> {
+    /// The config rule the descriptor matched, replaced or not; `None` without a rule and
+    /// for overrides.
+    pub fn rule(&self) -> Option<&'c Rule> {
+        match *self {
+            Resolved::NoRule => None,
+            Resolved::Replaced { rule, .. } | Resolved::Unlimited { rule, .. } => Some(rule),
+            Resolved::Limited { rule, .. } => rule,
+        }
+    }
+
+    /// How an over-limit verdict of this descriptor counts towards the request's fate.
+    pub fn mode(&self) -> Mode {
+        self.rule().map_or(Mode::Enforce, |rule| rule.mode)
+    }
+}
+
+/// Most requests carry a handful of descriptors: their plan stays off the heap.
+type Descriptors<'c> = SmallVec<[Resolved<'c>; 8]>;
+
+/// Store checks of a request, in request order.
+pub type Checks<'k> = SmallVec<[Check<'k>; 4]>;
+
+/// A request's plan (see the module docs).
+#[derive(Debug)]
+pub struct Plan<'c> {
+    /// The domain's rules; `None` when the config has no such domain.
+    tree: Option<&'c DomainTree>,
+    /// One per request descriptor, in request order.
+    resolved: Descriptors<'c>,
+    /// Every limited descriptor's bucket key, back to back.
+    keys: KeyBuffer,
+}
+
+impl<'c> Plan<'c> {
+    /// Plans `descriptors` of `domain` on `config`. `hits_addend` is the request's (0
+    /// counts as 1).
+    ///
+    /// # Errors
+    /// What no config could answer: an empty domain, no descriptors, a request over the
+    /// caps, or an override without a valid unit. The caps are checked first, so that a
+    /// request over them costs no more than reading its size.
+    pub fn build<D: RequestDescriptor>(
+        config: &'c Config,
+        domain: &str,
+        descriptors: &[D],
+        hits_addend: u32,
+        defaults: &PlanDefaults,
+    ) -> Result<Self, RequestError> {
+        validate(domain, descriptors, &defaults.limits)?;
+        let mut plan = Plan {
+            tree: config.domain(domain),
+            resolved: SmallVec::new(),
+            keys: KeyBuffer::take(),
+        };
+        let Some(tree) = plan.tree else {
+            plan.resolved
+                .extend(descriptors.iter().map(|_| Resolved::NoRule));
+            return Ok(plan);
+        };
+        let default_hits = u64::from(hits_addend.max(1));
+        // The composite `key_value` of each level is looked up through one scratch string.
+        let mut scratch = String::new();
+        for descriptor in descriptors {
+            let hits = descriptor.hits_addend().unwrap_or(default_hits);
+            let resolved = resolve(
+                tree,
+                domain,
+                descriptor,
+                hits,
+                defaults.algorithm,
+                &mut plan.keys,
+                &mut scratch,
+            );
+            plan.resolved.push(resolved);
+        }
+        apply_replaces(&mut plan.resolved);
+        Ok(plan)
+    }
+
+    /// Whether the config has the request's domain (without it, every descriptor is OK
+    /// with no limit).
+    pub fn knows_domain(&self) -> bool {
+        self.tree.is_some()
+    }
+
+    /// The domain's rules, for explanations.
+    pub fn tree(&self) -> Option<&'c DomainTree> {
+        self.tree
+    }
+
+    /// What each descriptor resolved to, in request order.
+    pub fn resolved(&self) -> &[Resolved<'c>] {
+        &self.resolved
+    }
+
+    /// The bucket key at `range` (from [`Resolved::Limited`]).
+    pub fn key(&self, range: &Range<usize>) -> BucketKey<'_> {
+        key_at(&self.keys, range.clone())
+    }
+
+    /// One store check per limited descriptor, in request order.
+    pub fn checks(&self) -> Checks<'_> {
+        self.resolved
+            .iter()
+            .filter_map(|resolved| match resolved {
+                Resolved::Limited {
+                    limit, key, hits, ..
+                } => Some(Check {
+                    key: self.key(key),
+                    limit: *limit,
+                    hits: *hits,
+                    mode: resolved.mode(),
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// See [`Plan::build`]'s errors.
+fn validate<D: RequestDescriptor>(
+    domain: &str,
+    descriptors: &[D],
+    limits: &RequestLimits,
+) -> Result<(), RequestError> {
+    if domain.is_empty() {
+        return Err(RequestError::EmptyDomain);
+    }
+    if descriptors.is_empty() {
+        return Err(RequestError::NoDescriptors);
+    }
+    limits.check_count(descriptors.len())?;
+    for (i, d) in descriptors.iter().enumerate() {
+        limits.check_descriptor(i, d.entries())?;
+    }
+    match descriptors
+        .iter()
+        .position(|d| d.limit_override().is_some_and(|o| o.unit.is_none()))
+    {
+        Some(i) => Err(RequestError::BadOverrideUnit(i)),
+        None => Ok(()),
+    }
+}
+
+/// One descriptor: the override, or else the config walk; its bucket key appended to
+/// `keys` when a limit applies.
+fn resolve<'c, D: RequestDescriptor>(
+    tree: &'c DomainTree,
+    domain: &str,
+    descriptor: &D,
+    hits: u64,
+    algorithm: Algorithm,
+    keys: &mut String,
+    scratch: &mut String,
+) -> Resolved<'c> {
+    let mut key = KeyWriter::new(keys, domain);
+    if let Some(o) = descriptor.limit_override() {
+        for (k, v) in descriptor.entries() {
+            key.push(k);
+            key.push(v);
+        }
+        // An override replaces the config walk entirely; its unit was validated.
+        let unit = o.unit.unwrap_or(Unit::Second);
+        return Resolved::Limited {
+            limit: Limit {
+                requests_per_unit: o.requests_per_unit,
+                unit,
+                burst: o.requests_per_unit,
+                algorithm,
+            },
+            rule: None,
+            key: key.finish(),
+            hits,
+        };
+    }
+    let Some(rule) = tree.find(descriptor.entries(), &mut key, scratch) else {
+        key.discard();
+        return Resolved::NoRule;
+    };
+    match &rule.limit {
+        None => {
+            key.discard();
+            Resolved::Unlimited { rule, hits }
+        }
+        Some(limit) => Resolved::Limited {
+            limit: limit.resolve(algorithm),
+            rule: Some(rule),
+            key: key.finish(),
+            hits,
+        },
+    }
+}
+
+/// Turns every matched rule whose name another matched rule (unlimited ones included)
+/// replaces into [`Resolved::Replaced`]. Only within this request. A set of the replaced
+/// names, so that the cost stays linear in descriptors and `replaces` entries; building
+/// it allocates only when some rule replaces another.
+fn apply_replaces(resolved: &mut [Resolved<'_>]) {
+    let replaced: HashSet<&str, RandomState> = resolved
+        .iter()
+        .filter_map(Resolved::rule)
+        .flat_map(|rule| rule.replaces.iter().map(String::as_str))
+        .collect();
+    if replaced.is_empty() {
+        return;
+    }
+    for i in 0..resolved.len() {
+        let Some(rule) = resolved[i].rule() else {
+            continue;
+        };
+        if rule.name.is_empty() || !replaced.contains(rule.name.as_str()) {
+            continue;
+        }
+        // Replaced entries still name their rule, so that the order of replacement does
+        // not change who replaces whom.
+        let by = resolved
+            .iter()
+            .filter_map(Resolved::rule)
+            .find(|other| other.replaces.contains(&rule.name));
+        if let Some(by) = by {
+            resolved[i] = Resolved::Replaced { rule, by };
+        }
+    }
+}
