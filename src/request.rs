@@ -1,5 +1,5 @@
 //! A request's descriptors as the service reads them: the protobuf type implements
-//! [`RequestDescriptor`] in [`crate::grpc`], so that the hot path reads its entries in
+//! [`RequestDescriptor`] in the gRPC module, so that the hot path reads its entries in
 //! place; [`Descriptor`] is the owned form for `/json`, `/explain`, tools and tests.
 
 use crate::rules::Unit;
