@@ -8,13 +8,15 @@
 //!   least recently used bucket).
 //! - `store/check_many/N`: one request of N distinct descriptors, per descriptor (flat as N
 //!   grows: linear cost).
-//! - `service/three_descriptors`: a three-descriptor request through matching, replaces,
-//!   hits and the store.
+//! - `service/three_descriptors`: a three-descriptor request through its plan (matching,
+//!   replaces, hits), the store, the statistics and the answer; `_no_metrics` without the
+//!   statistics.
 //! - `service/per_descriptor/N`: requests of N = 1, 8, 64 distinct descriptors, as time per
 //!   descriptor (flat when a request's cost is linear in its descriptors).
 
 use criterion::{criterion_group, criterion_main};
 
+mod fixture;
 mod service;
 mod store;
 

@@ -9,7 +9,7 @@
 //! consuming; request-level 0 counts as 1). Each limited descriptor becomes one store
 //! [`Check`], its bucket key written into one buffer shared by the whole request.
 
-mod key_buffer;
+mod buffers;
 
 use std::collections::HashSet;
 use std::ops::Range;
@@ -25,7 +25,7 @@ use crate::request::RequestDescriptor;
 use crate::request_limits::RequestLimits;
 use crate::rules::{Algorithm, Limit, Mode, Rule, Unit};
 use crate::store::Check;
-use key_buffer::KeyBuffer;
+use buffers::Buffers;
 
 /// What a plan takes from the service rather than from the request or the config.
 #[derive(Debug, Clone, Copy, Default)]
@@ -98,8 +98,8 @@ pub struct Plan<'c> {
     tree: Option<&'c DomainTree>,
     /// One per request descriptor, in request order.
     resolved: Descriptors<'c>,
-    /// Every limited descriptor's bucket key, back to back.
-    keys: KeyBuffer,
+    /// Every limited descriptor's bucket key, back to back, and the matcher's scratch.
+    buffers: Buffers,
 }
 
 impl<'c> Plan<'c> {
@@ -121,7 +121,7 @@ impl<'c> Plan<'c> {
         let mut plan = Plan {
             tree: config.domain(domain),
             resolved: SmallVec::new(),
-            keys: KeyBuffer::take(),
+            buffers: Buffers::take(),
         };
         let Some(tree) = plan.tree else {
             plan.resolved
@@ -129,8 +129,7 @@ impl<'c> Plan<'c> {
             return Ok(plan);
         };
         let default_hits = u64::from(hits_addend.max(1));
-        // The composite `key_value` of each level is looked up through one scratch string.
-        let mut scratch = String::new();
+        let Buffers { keys, scratch } = &mut plan.buffers;
         for descriptor in descriptors {
             let hits = descriptor.hits_addend().unwrap_or(default_hits);
             let resolved = resolve(
@@ -139,8 +138,8 @@ impl<'c> Plan<'c> {
                 descriptor,
                 hits,
                 defaults.algorithm,
-                &mut plan.keys,
-                &mut scratch,
+                keys,
+                scratch,
             );
             plan.resolved.push(resolved);
         }
@@ -166,7 +165,7 @@ impl<'c> Plan<'c> {
 
     /// The bucket key at `range` (from [`Resolved::Limited`]).
     pub fn key(&self, range: &Range<usize>) -> BucketKey<'_> {
-        key_at(&self.keys, range.clone())
+        key_at(&self.buffers.keys, range.clone())
     }
 
     /// One store check per limited descriptor, in request order.
