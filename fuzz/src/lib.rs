@@ -21,6 +21,7 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use meshlimit::clock::{Clock, ManualClock};
 use meshlimit::config::{Config, render_errors};
 use meshlimit::grpc::{HeaderNames, Rls};
+use meshlimit::metrics::Metrics;
 use meshlimit::rules::Algorithm;
 use meshlimit::service::Service;
 use meshlimit::store::{MemoryStore, Store};
@@ -100,8 +101,9 @@ pub fn service() -> (Service, ManualClock) {
     let store = Store::Memory(MemoryStore::new(1_000, shared.clone()));
     let config = Arc::new(ArcSwap::new(fixed_config()));
     let service = Service::new(config, store, shared, Algorithm::TokenBucket);
-    service.metrics().set_max_metric_values(4);
-    (service, clock)
+    let metrics = Metrics::new(service.config().clone(), service.store().clone());
+    metrics.set_max_metric_values(4);
+    (service.with_metrics(Arc::new(metrics)), clock)
 }
 
 /// Config loader target: `data` as the one domain file of a config.
@@ -116,10 +118,9 @@ pub fn config_loader(data: &[u8]) {
             // the metrics table over them.
             let rules = config.rules().len();
             let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(START));
-            let store = Store::Memory(MemoryStore::new(16, clock.clone()));
+            let store = Store::Memory(MemoryStore::new(16, clock));
             let config = Arc::new(ArcSwap::from_pointee(config));
-            let service = Service::new(config, store, clock, Algorithm::TokenBucket);
-            let text = service.metrics().render();
+            let text = Metrics::new(config, store).render();
             assert!(rules == 0 || !text.is_empty());
         }
         Err(errors) => {
@@ -217,7 +218,9 @@ pub fn requests(steps: Vec<Step>) {
             }
         }
     });
-    let _ = service.metrics().render();
+    if let Some(metrics) = service.metrics() {
+        let _ = metrics.render();
+    }
 }
 
 /// `/json` target: `data` as the body of a `POST /json`.
