@@ -225,6 +225,69 @@ const INVALID: &[(&str, &[Expected])] = &[
         )],
     ),
     (
+        // The unit is then missing too: the rule is read as an empty mapping.
+        "rate_limit_not_a_map.yaml",
+        &[
+            problem(
+                "rate_limit_not_a_map.yaml",
+                Some(4),
+                Some("test-domain.key1"),
+                Kind::NotAMapping,
+            ),
+            problem(
+                "rate_limit_not_a_map.yaml",
+                Some(4),
+                Some("test-domain.key1"),
+                Kind::BadUnit,
+            ),
+        ],
+    ),
+    (
+        "non_string_key.yaml",
+        &[problem(
+            "non_string_key.yaml",
+            Some(7),
+            Some("test-domain.key1"),
+            Kind::KeyNotAString,
+        )],
+    ),
+    (
+        // A key that is not a scalar is also no key at all.
+        "key_not_a_string.yaml",
+        &[
+            problem(
+                "key_not_a_string.yaml",
+                Some(3),
+                Some("test-domain"),
+                Kind::NotAString,
+            ),
+            problem(
+                "key_not_a_string.yaml",
+                Some(3),
+                Some("test-domain."),
+                Kind::EmptyKey,
+            ),
+        ],
+    ),
+    (
+        "descriptors_not_a_list.yaml",
+        &[problem(
+            "descriptors_not_a_list.yaml",
+            Some(4),
+            Some("test-domain.key1"),
+            Kind::NotAList,
+        )],
+    ),
+    (
+        "flag_not_a_boolean.yaml",
+        &[problem(
+            "flag_not_a_boolean.yaml",
+            Some(4),
+            Some("test-domain.key1"),
+            Kind::NotAFlag,
+        )],
+    ),
+    (
         // A directory whose two files claim one domain: the second file is at fault.
         "duplicate_domain",
         &[problem("b.yaml", None, None, Kind::DuplicateDomain)],
