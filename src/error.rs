@@ -79,6 +79,8 @@ pub enum ConfigErrorKind {
     /// The config path, or a file under it, cannot be read (missing, a link to nothing,
     /// no permission).
     Unreadable,
+    /// A file that is not UTF-8 text.
+    NotUtf8,
     /// No thread could be started to parse the file.
     NoParserThread,
     /// The text is not YAML.

@@ -464,6 +464,16 @@ fn a_missing_path_is_an_error_naming_it() {
     assert_eq!(errors[0].line, None);
 }
 
+#[test]
+fn a_file_that_is_not_utf8_is_named() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("latin1.yaml");
+    std::fs::write(&path, b"domain: caf\xe9\n").expect("write");
+    let errors = load_err(dir.path());
+    let found: Vec<(Kind, &Path)> = errors.iter().map(|e| (e.kind, e.file.as_path())).collect();
+    assert_eq!(found, [(Kind::NotUtf8, path.as_path())], "{errors:#?}");
+}
+
 /// Unknown keys and wrong types are found by validation, not by the YAML parser, so they
 /// name their descriptor and are reported together.
 #[test]

@@ -133,6 +133,14 @@ pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
     for file in files {
         match std::fs::read_to_string(&file) {
             Ok(text) => sources.push((file, text)),
+            // `read_to_string` says InvalidData for bytes that are not UTF-8, and only then.
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => errors.push(ConfigError::new(
+                ConfigErrorKind::NotUtf8,
+                &file,
+                None,
+                None,
+                e,
+            )),
             Err(e) => errors.push(unreadable(&file, e)),
         }
     }
