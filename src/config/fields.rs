@@ -9,7 +9,10 @@ use crate::error::{ConfigError, ConfigErrorKind};
 
 /// The known keys of one mapping, each with its value node; `null` values are left out.
 #[derive(Default)]
-pub(super) struct Fields<'n>(Vec<(&'static str, &'n Node)>);
+pub(super) struct Fields<'n>(
+    /// `(key, value)` in file order, the key as the format spells it.
+    Vec<(&'static str, &'n Node)>,
+);
 
 impl<'n> Fields<'n> {
     /// The value of `name`, unless it is missing or `null`.
