@@ -71,3 +71,124 @@ impl StoreError {
         self.kind != StoreErrorKind::MalformedReply
     }
 }
+
+/// Which problem a descriptor file has: one kind per rule of the format (and per limit of
+/// the parser), so that callers and tests can tell problems apart without reading text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigErrorKind {
+    /// The config path, or a file under it, cannot be read (missing, a link to nothing,
+    /// no permission).
+    Unreadable,
+    /// A file that is not UTF-8 text.
+    NotUtf8,
+    /// No thread could be started to parse the file.
+    NoParserThread,
+    /// The text is not YAML.
+    YamlSyntax,
+    /// More YAML nodes than allowed in one file (aliases expanded).
+    TooManyNodes,
+    /// More YAML parser events than allowed in one file.
+    TooManyEvents,
+    /// Lists and mappings (so descriptors) nested deeper than allowed.
+    NestedTooDeep,
+    /// Anchors holding more YAML events than allowed (one half of an alias bomb).
+    AnchorsTooLarge,
+    /// Aliases expanding to more YAML events than allowed (the other half).
+    AliasesTooLarge,
+    /// Aliases nested in aliases deeper than the parser allows.
+    AliasesTooDeep,
+    /// More scalar text than allowed in one file.
+    TooMuchText,
+    /// Another limit of the YAML parser.
+    OverParserLimit,
+    /// A node that must be a mapping is something else.
+    NotAMapping,
+    /// An entry of a `descriptors` list is not a mapping (the Go server's wording).
+    DescriptorNotAMapping,
+    /// A mapping key that is a number, a boolean, a list or a mapping.
+    KeyNotAString,
+    /// A key the format does not have (a misspelling, usually).
+    UnknownKey,
+    /// A field that must be a scalar is a list or a mapping.
+    NotAString,
+    /// A field that must be a list is something else.
+    NotAList,
+    /// A flag that is not `true` or `false`.
+    NotAFlag,
+    /// A count that is not a whole number from 0 to `u32::MAX`.
+    NotANumber,
+    /// The file names no domain, or an empty one.
+    EmptyDomain,
+    /// A second file defines a domain already defined.
+    DuplicateDomain,
+    /// A descriptor with an empty `key`.
+    EmptyKey,
+    /// Two descriptors of one level with the same composite key (`key_value`).
+    DuplicateDescriptor,
+    /// `share_threshold` on a descriptor whose value has no `*`.
+    ShareThresholdWithoutWildcard,
+    /// `unlimited: true` together with a unit, burst or algorithm.
+    LimitWhenUnlimited,
+    /// A `replaces` entry without a name.
+    EmptyReplaces,
+    /// A rule that replaces its own name.
+    ReplacesSelf,
+    /// A `unit` that is missing or not one of the units.
+    BadUnit,
+    /// An `algorithm` other than `token_bucket` or `fixed_window`.
+    BadAlgorithm,
+    /// `burst: 0` on a rule that lets requests through.
+    ZeroBurst,
+    /// `burst` on a fixed-window rule, which has no bucket.
+    BurstWithFixedWindow,
+}
+
+/// One problem in one descriptor file, with where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Which problem.
+    pub kind: ConfigErrorKind,
+    /// The file (or config path) at fault.
+    pub file: std::path::PathBuf,
+    /// 1-based line, where the parser knows it.
+    pub line: Option<u32>,
+    /// Descriptor path (`domain.key_value.subkey`), where the problem is in a descriptor.
+    pub descriptor: Option<String>,
+    /// What is wrong, in words; the Go server's wording where it has one.
+    pub message: String,
+}
+
+impl ConfigError {
+    /// A problem of `kind` in `file`, at `line` (0 meaning unknown) and `descriptor`.
+    pub(crate) fn new(
+        kind: ConfigErrorKind,
+        file: &std::path::Path,
+        line: Option<u32>,
+        descriptor: Option<String>,
+        message: impl std::fmt::Display,
+    ) -> Self {
+        Self {
+            kind,
+            file: file.to_path_buf(),
+            line: line.filter(|&l| l > 0),
+            descriptor,
+            message: message.to_string(),
+        }
+    }
+}
+
+/// `file[:line][: descriptor 'path']: message`, the form editors and CI logs link to.
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
+        if let Some(descriptor) = &self.descriptor {
+            write!(f, ": descriptor '{descriptor}'")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}

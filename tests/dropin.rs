@@ -7,7 +7,6 @@ mod support;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use support::process::Meshlimit;
@@ -154,9 +153,22 @@ async fn go_env_with_files_edited_in_place() {
     limit_becomes(&ml, 5).await;
     // b's two hits count against the new limit; its denied one took nothing.
     assert_eq!(hit(&ml, "b").await, Some(2));
-    // A broken edit keeps the running limits.
+    // A broken edit keeps the running limits: once /rlconfig reports the rejected reload,
+    // the rules it lists and the answers are still those of the limit of 5.
     write(&file, "domain: legacy\ndescriptors: [");
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    let rejected = format!(
+        "# last reload error (the config above stays in force):\n#   {}:",
+        file.display()
+    );
+    eventually_async(20, "the broken edit rejected in /rlconfig", || async {
+        http_get(ml.http, "/rlconfig").await.1.contains(&rejected)
+    })
+    .await;
+    let rlconfig = http_get(ml.http, "/rlconfig").await.1;
+    assert!(
+        rlconfig.contains("legacy.user: unit=DAY requests_per_unit=5,"),
+        "{rlconfig}"
+    );
     assert_eq!(hit(&ml, "b").await, Some(1));
 }
 

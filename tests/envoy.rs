@@ -1,13 +1,14 @@
 //! A real Envoy in front of meshlimit, with the repository's example config
 //! (examples/envoy/envoy.yaml) and limits (config/).
 //!
-//! The example's limits are per minute: the tightest bucket counted exactly here
-//! (anonymous /auth, 5 a minute) refills one token every 12 s, far longer than the
-//! back-to-back requests of one check take.
+//! The limits are the repository's with every unit a day: the same counts and bursts, but
+//! no token comes back while the test runs (a minute's would on a slow enough machine), so
+//! every count here is exact.
 
 mod support;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
 
 use meshlimit::rules::Algorithm;
 use support::TestServer;
@@ -44,6 +45,21 @@ fn example_config(ports: &EnvoyPorts, grpc: SocketAddr) -> String {
     yaml.replace(timeout, "\n              timeout: 10s\n")
 }
 
+/// The repository's config/ in `dir`, every `unit: second` or `unit: minute` made a day.
+fn limits_per_day(dir: &Path) {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+    let files = std::fs::read_dir(&repo).expect("reading config/");
+    for file in files {
+        let path = file.expect("config/ entry").path();
+        let text = std::fs::read_to_string(&path).expect("reading a config file");
+        let per_day = text
+            .replace("unit: second", "unit: day")
+            .replace("unit: minute", "unit: day");
+        std::fs::write(dir.join(path.file_name().expect("a file name")), per_day)
+            .expect("writing a config file");
+    }
+}
+
 async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Reply {
     support::envoy::request(addr, path, headers)
         .await
@@ -52,22 +68,19 @@ async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Reply {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_limits_through_meshlimit() {
-    let repo = env!("CARGO_MANIFEST_DIR");
-    let server = TestServer::start(
-        &std::path::Path::new(repo).join("config"),
-        Algorithm::TokenBucket,
-    )
-    .await;
+    let limits = tempfile::tempdir().expect("tempdir");
+    limits_per_day(limits.path());
+    let server = TestServer::start(limits.path(), Algorithm::TokenBucket).await;
     let grpc = server.grpc;
     let envoy = Envoy::start(3, |ports| example_config(ports, grpc)).await;
     let (trading, dashboard) = (envoy.listener(0), envoy.listener(2));
 
-    // backtesting.run: 5/min, burst 1 per user: 200, then 429 with Envoy's headers.
+    // backtesting.run: 5/day, burst 1 per user: 200, then 429 with Envoy's headers.
     let path = "/backtesting.BacktestingService/Run";
     let alice = [("x-user-id", "alice")];
     let reply = get(trading, path, &alice).await;
     assert_eq!(reply.status, 200, "{reply:?}");
-    let limit = "5, 5;w=60;name=\"backtesting_run\"";
+    let limit = "5, 5;w=86400;name=\"backtesting_run\"";
     assert_eq!(reply.header("x-ratelimit-limit"), Some(limit), "{reply:?}");
     assert_eq!(
         reply.header("x-ratelimit-remaining"),
@@ -85,7 +98,7 @@ async fn envoy_limits_through_meshlimit() {
     let reply = get(trading, path, &[("x-user-id", "bob")]).await;
     assert_eq!(reply.status, 200, "{reply:?}");
 
-    // The dashboard listener: auth tier, 10/min per user.
+    // The dashboard listener: auth tier, 10/day per user.
     let mut codes = Vec::new();
     for _ in 0..11 {
         codes.push(get(dashboard, "/auth/login", &alice).await.status);
@@ -98,12 +111,12 @@ async fn envoy_limits_through_meshlimit() {
 }
 
 /// Without x-user-id, /auth is limited per client IP (header_value_match with
-/// `expect_match: false`, then remote_address): 5/min from 127.0.0.1, a forged
+/// `expect_match: false`, then remote_address): 5/day from 127.0.0.1, a forged
 /// x-forwarded-for does not escape it (the listener uses the TCP peer), another loopback
 /// address (127.0.0.2) has its own budget, and other tiers stay unlimited for anonymous
 /// callers.
 async fn anonymous_auth_is_limited_per_client_ip(dashboard: SocketAddr) {
-    let limit = "5, 5;w=60;name=\"anonymous_auth_per_ip\"";
+    let limit = "5, 5;w=86400;name=\"anonymous_auth_per_ip\"";
     for remaining in ["4", "3", "2", "1", "0"] {
         let reply = get(dashboard, "/auth/login", &[]).await;
         assert_eq!(reply.status, 200, "{reply:?}");

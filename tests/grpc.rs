@@ -12,10 +12,25 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use meshlimit::rules::Algorithm;
-use support::{TestServer, descriptor};
+use support::process::Meshlimit;
+use support::{TestServer, descriptor, http_get};
 use tonic::transport::Channel;
 
 const TRADING: &str = include_str!("../config/trading.yaml");
+
+/// The repository's trading.yaml with every unit a day: the same limits and bursts, but
+/// no token can come back while a test runs, so tokens are counted exactly.
+fn trading_per_day() -> String {
+    let per_day = TRADING
+        .replace("unit: second", "unit: day")
+        .replace("unit: minute", "unit: day");
+    assert!(!per_day.contains("unit: second") && !per_day.contains("unit: minute"));
+    assert_ne!(
+        per_day, TRADING,
+        "trading.yaml has no second or minute limits any more"
+    );
+    per_day
+}
 
 fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
     RateLimitRequest {
@@ -49,11 +64,12 @@ fn user_method(user: &str, method: &str) -> RateLimitDescriptor {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trading_limits_over_grpc() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("trading.yaml"), TRADING).unwrap();
+    std::fs::write(dir.path().join("trading.yaml"), trading_per_day()).unwrap();
     let server = TestServer::start(dir.path(), Algorithm::TokenBucket).await;
     let mut rls = client(&server).await;
 
-    // backtesting.run: 5/min, burst 1 — one passes, the next is told to come back in 12 s.
+    // backtesting.run: 5/day, burst 1 — one passes, the next is told to come back when
+    // the next token does, a fifth of a day after the first call.
     let run = || {
         request(
             "trading",
@@ -66,15 +82,16 @@ async fn trading_limits_over_grpc() {
     let limit = status.current_limit.as_ref().unwrap();
     assert_eq!(
         (limit.requests_per_unit, limit.unit, limit.name.as_str()),
-        (5, Unit::Minute as i32, "backtesting_run")
+        (5, Unit::Day as i32, "backtesting_run")
     );
     assert_eq!(status.limit_remaining, 0);
     let second = call(&mut rls, run()).await;
     assert_eq!(second.overall_code, Code::OverLimit as i32);
     assert_eq!(second.statuses[0].code, Code::OverLimit as i32);
     let retry = second.statuses[0].duration_until_reset.unwrap();
+    // 17,280 s less the time since the first call (bounded by an hour, not measured).
     assert!(
-        retry.seconds <= 12 && (retry.seconds > 0 || retry.nanos > 0),
+        (17_280 - 3_600..=17_280).contains(&retry.seconds),
         "{retry:?}"
     );
 
@@ -101,8 +118,8 @@ async fn trading_limits_over_grpc() {
     );
     assert_eq!(other.statuses[0].limit_remaining, 4, "burst 5, one taken");
 
-    // submit_order: burst 10, refilled at 100/s. Ten calls at once all pass; the eleventh
-    // is over unless a token came back meanwhile, and then it says when the next one will.
+    // submit_order: burst 10, refilled at 100/day. Ten calls at once all pass; the
+    // eleventh is over, and says the next token comes within 864 s.
     let order = || {
         request(
             "trading",
@@ -122,16 +139,13 @@ async fn trading_limits_over_grpc() {
         (100, "submit_order")
     );
     let next = call(&mut rls, order()).await;
-    if next.overall_code == Code::OverLimit as i32 {
-        let wait = next.statuses[0].duration_until_reset.unwrap();
-        assert!(
-            wait.seconds == 0 && wait.nanos > 0 && wait.nanos <= 10_000_000,
-            "{wait:?}"
-        );
-    } else {
-        // A slow machine let a token refill (one per 10 ms): then none is left over.
-        assert!(next.statuses[0].limit_remaining < 10);
-    }
+    assert_eq!(next.overall_code, Code::OverLimit as i32);
+    assert_eq!(next.statuses[0].limit_remaining, 0);
+    let wait = next.statuses[0].duration_until_reset.unwrap();
+    assert!(
+        wait.seconds <= 864 && (wait.seconds > 0 || wait.nanos > 0),
+        "{wait:?}"
+    );
 
     // Unknown domain: OK, no limit.
     let unknown = call(&mut rls, request("nope", vec![user_method("alice", "x")])).await;
@@ -228,7 +242,7 @@ async fn overrides_and_hits_addend_over_grpc() {
 async fn health_endpoints_and_a_live_edit() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("trading.yaml");
-    std::fs::write(&file, TRADING).unwrap();
+    std::fs::write(&file, trading_per_day()).unwrap();
     let server = TestServer::start(dir.path(), Algorithm::TokenBucket).await;
 
     assert_eq!(
@@ -260,7 +274,8 @@ async fn health_endpoints_and_a_live_edit() {
         );
     }
 
-    // Raise the backtesting limit in the file: visible through gRPC without a restart.
+    // Raise the backtesting burst in the file: visible through gRPC without a restart (and
+    // only through the edit: at 5 a day, no token comes back meanwhile).
     let mut rls = client(&server).await;
     let run = || {
         request(
@@ -273,14 +288,12 @@ async fn health_endpoints_and_a_live_edit() {
         call(&mut rls, run()).await.overall_code,
         Code::OverLimit as i32
     );
-    std::fs::write(
-        &file,
-        TRADING.replace(
-            "requests_per_unit: 5\n          burst: 1",
-            "requests_per_unit: 5\n          burst: 3",
-        ),
-    )
-    .unwrap();
+    let edited = trading_per_day().replace(
+        "requests_per_unit: 5\n          burst: 1",
+        "requests_per_unit: 5\n          burst: 3",
+    );
+    assert_ne!(edited, trading_per_day(), "the backtesting rule moved");
+    std::fs::write(&file, edited).unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         if call(&mut rls, run()).await.overall_code == Code::Ok as i32 {
@@ -295,65 +308,90 @@ async fn health_endpoints_and_a_live_edit() {
     server.stop().await;
 }
 
-/// The binary: flags, environment variables, health, SIGTERM.
+/// Limits for the binary: a year each, so nothing refills and no window ends while a test
+/// runs, and no rule names its algorithm, so the default is in force.
+const BINARY_LIMITS: &str = "\
+domain: bin
+descriptors:
+  - key: scarce
+    rate_limit: {unit: year, requests_per_unit: 1}
+  - key: counted
+    rate_limit: {unit: year, requests_per_unit: 5}
+";
+
+/// The binary: configured by flags, then by environment variables, it enforces the
+/// config's limits with `--algorithm fixed-window` (`MESHLIMIT_ALGORITHM`) in force,
+/// answers health checks and stops cleanly on SIGTERM.
 #[tokio::test]
 async fn the_binary_serves_from_flags_and_environment() {
-    let exe = env!("CARGO_BIN_EXE_meshlimit");
-    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("bin.yaml"), BINARY_LIMITS).unwrap();
+    let config = dir.path().display().to_string();
 
-    let grpc = support::free_port();
-    let http = support::free_port();
-    let mut child = tokio::process::Command::new(exe)
-        .arg("serve")
-        .env("MESHLIMIT_CONFIG", config)
-        .env("MESHLIMIT_GRPC_ADDR", format!("127.0.0.1:{grpc}"))
-        .args(["--http-addr", &format!("127.0.0.1:{http}")])
-        .args(["--algorithm", "fixed-window"])
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let addr = format!("http://127.0.0.1:{grpc}");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let mut rls = loop {
-        if let Ok(c) = RateLimitServiceClient::connect(addr.clone()).await {
-            break c;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "binary did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    // dashboard auth: 10/min in a fixed window (--algorithm fixed-window): 10 pass.
-    let auth = || {
-        request(
-            "dashboard",
-            vec![descriptor(&[("user_id", "u"), ("tier", "auth")])],
-        )
-    };
-    let mut codes = Vec::new();
-    for _ in 0..11 {
-        codes.push(call(&mut rls, auth()).await.overall_code);
-    }
-    // A minute boundary could fall inside the loop; then the count restarts.
-    let over = codes
-        .iter()
-        .filter(|&&c| c == Code::OverLimit as i32)
-        .count();
-    assert!(over <= 1, "{codes:?}");
-    let http_addr: std::net::SocketAddr = format!("127.0.0.1:{http}").parse().unwrap();
-    assert_eq!(support::http_get(http_addr, "/healthcheck").await.0, 200);
-
-    let pid = child.id().unwrap().to_string();
-    std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let from_flags = Meshlimit::start_with(
+        &[
+            "serve",
+            "--config",
+            &config,
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--algorithm",
+            "fixed-window",
+        ],
+        &[],
+    )
+    .await;
+    fixed_window_limits_are_enforced(&from_flags).await;
+    let status = from_flags.terminate().await;
     assert!(status.success(), "SIGTERM is a clean stop: {status:?}");
+
+    let from_env = Meshlimit::start_with(
+        &["serve"],
+        &[
+            ("MESHLIMIT_CONFIG", &config),
+            ("MESHLIMIT_GRPC_ADDR", "127.0.0.1:0"),
+            ("MESHLIMIT_HTTP_ADDR", "127.0.0.1:0"),
+            ("MESHLIMIT_ALGORITHM", "fixed-window"),
+        ],
+    )
+    .await;
+    fixed_window_limits_are_enforced(&from_env).await;
+    let status = from_env.terminate().await;
+    assert!(status.success(), "SIGTERM is a clean stop: {status:?}");
+}
+
+/// `ml` serves [`BINARY_LIMITS`] (fresh buckets) with fixed windows as the default.
+async fn fixed_window_limits_are_enforced(ml: &Meshlimit) {
+    assert_eq!(http_get(ml.http, "/healthcheck").await, (200, "OK".into()));
+    let rlconfig = http_get(ml.http, "/rlconfig").await.1;
+    for rule in ["bin.scarce: unit=YEAR", "bin.counted: unit=YEAR"] {
+        let line = rlconfig
+            .lines()
+            .find(|l| l.starts_with(rule))
+            .unwrap_or_else(|| panic!("no {rule} in:\n{rlconfig}"));
+        assert!(line.contains("algorithm: fixed_window"), "{line}");
+    }
+
+    let ask = |descriptors: &[&[(&str, &str)]]| ml.ask(support::rls_request("bin", descriptors));
+    let first = ask(&[&[("scarce", "a")]]).await;
+    assert_eq!(first.overall_code, Code::Ok as i32);
+    let second = ask(&[&[("scarce", "a")]]).await;
+    assert_eq!(
+        second.overall_code,
+        Code::OverLimit as i32,
+        "the limit of 1"
+    );
+
+    // Denied by `scarce`, the request still counts against `counted`: a fixed window
+    // counts every hit, where a token bucket would take nothing from a denied request
+    // (and then leave 4 below, not 3).
+    let denied = ask(&[&[("counted", "a")], &[("scarce", "a")]]).await;
+    assert_eq!(denied.overall_code, Code::OverLimit as i32);
+    let after = ask(&[&[("counted", "a")]]).await;
+    assert_eq!(after.overall_code, Code::Ok as i32);
+    assert_eq!(after.statuses[0].limit_remaining, 3, "{after:?}");
 }
 
 /// Runs futures concurrently and collects their outputs in order.

@@ -12,6 +12,7 @@ use meshlimit::bucket_key::KeyWriter;
 use meshlimit::clock::{Clock, ManualClock};
 use meshlimit::config;
 use meshlimit::config::SharedConfig;
+use meshlimit::error::ConfigErrorKind as Kind;
 use meshlimit::reload::{self, Outcome};
 use meshlimit::request::Descriptor;
 use meshlimit::rules::Algorithm;
@@ -123,11 +124,12 @@ async fn a_broken_edit_is_rejected_and_the_running_config_stays() {
     })
     .await;
     let error = status.last_error.lock().clone().unwrap();
-    assert!(error.contains("a.yaml:4"), "{error}");
-    assert!(
-        error.contains("invalid rate limit unit 'fortnight'"),
-        "{error}"
-    );
+    // The reload reports exactly the problems a load of the files finds: one, the unit.
+    let problems = config::load(dir.path()).expect_err("the broken edit does not load");
+    let found: Vec<(Kind, Option<u32>)> = problems.iter().map(|e| (e.kind, e.line)).collect();
+    assert_eq!(found, [(Kind::BadUnit, Some(4))], "{problems:#?}");
+    assert_eq!(problems[0].file, file);
+    assert_eq!(error, config::render_errors(&problems));
     assert_eq!(
         limit_of(&service, "a").await,
         Some(10),
@@ -151,10 +153,19 @@ async fn reload_once_reports_unchanged_applied_and_rejected() {
     std::fs::write(dir.path().join("a.yaml"), rule("a", 11)).unwrap();
     assert_eq!(reload::reload_once(dir.path(), &config), Outcome::Applied);
     std::fs::write(dir.path().join("z.yaml"), "domain: a\n").unwrap();
-    match reload::reload_once(dir.path(), &config) {
-        Outcome::Rejected(text) => assert!(text.contains("duplicate domain 'a'"), "{text}"),
-        other => panic!("expected a rejection, got {other:?}"),
-    }
+    let problems = config::load(dir.path()).expect_err("two files define domain a");
+    let found: Vec<(Kind, &Path)> = problems
+        .iter()
+        .map(|e| (e.kind, e.file.as_path()))
+        .collect();
+    assert_eq!(
+        found,
+        [(Kind::DuplicateDomain, dir.path().join("z.yaml").as_path())]
+    );
+    assert_eq!(
+        reload::reload_once(dir.path(), &config),
+        Outcome::Rejected(config::render_errors(&problems))
+    );
     assert_eq!(limit_now(&config, "a"), Some(11));
 }
 

@@ -162,23 +162,38 @@ fn memory_is_bounded() {
     assert_eq!(store.stats().bytes, 0);
 }
 
-/// Upkeep never drops a bucket that is not idle by the store's clock, however long since
-/// its last use: dropping a bucket loses nothing only once it is full again.
+/// Upkeep drops the buckets that are idle by the store's clock (full again: dropping them
+/// loses nothing) and never one that is not, however long since its last use.
 #[test]
 fn a_busy_bucket_survives_upkeep() {
     let clock = ManualClock::new(support::START);
     let store = MemoryStore::new(500, Arc::new(clock.clone()));
-    let busy = one("busy", FAST);
-    assert!(!store.check(&[busy], support::START)[0].over);
+    // Busy: 100 an hour, 99 of them taken; a token comes back every 36 s.
+    let busy = one("busy", PER_USER);
+    let idle = one("idle", FAST);
+    for _ in 0..99 {
+        assert!(!store.check(&[busy], support::START)[0].over);
+    }
+    assert!(!store.check(&[idle], support::START)[0].over);
     store.maintain();
-    assert_eq!(store.len(), 1);
-    assert!(
-        store.check(&[busy], support::START)[0].over,
-        "state was kept"
-    );
+    assert_eq!(store.len(), 2, "neither is full again yet");
+
+    // 5 ms later the fast bucket is full again, the busy one 5 ms of a token further.
     clock.advance(Duration::from_millis(5));
     store.maintain();
+    assert_eq!(store.len(), 1, "the idle bucket expired");
+    assert_eq!(store.stats().evictions, 0, "expiry is not eviction");
+    assert_eq!(
+        store.peek(&busy, clock.now()).remaining,
+        1,
+        "the busy bucket kept its state"
+    );
+
+    // Full again an hour later: then it goes too.
+    clock.advance(Duration::from_secs(3600));
+    store.maintain();
     assert!(store.is_empty(), "once idle, it goes");
+    assert_eq!(store.stats().bytes, 0);
 }
 
 /// Issue 9, defect 4: the store is bounded in bytes too; large keys evict the least

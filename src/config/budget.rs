@@ -6,6 +6,8 @@
 use serde_saphyr::Error;
 use serde_saphyr::budget::BudgetBreach;
 
+use crate::error::ConfigErrorKind;
+
 /// Most YAML nodes (scalars, lists, mappings) in one file, aliases expanded. A rule is
 /// 11 nodes (key, value, unit, requests per unit) to about 20 (a name, burst, algorithm,
 /// flags): room for 250,000 to 450,000 rules. Parsing takes about 200 bytes a node while
@@ -53,36 +55,54 @@ pub(crate) fn options() -> serde_saphyr::Options {
     options
 }
 
-/// The problem in meshlimit's words, when `e` is a breach of one of these limits.
-pub(crate) fn describe(e: &Error) -> Option<String> {
-    let limit = match original(e) {
+/// The problem in meshlimit's words, and its kind, when `e` is a breach of one of these
+/// limits.
+pub(crate) fn describe(e: &Error) -> Option<(ConfigErrorKind, String)> {
+    let (kind, limit) = match original(e) {
         Error::Budget { breach, .. } => match breach {
-            BudgetBreach::Nodes { .. } => {
-                format!("more than {MAX_NODES} YAML nodes (aliases expanded)")
-            }
-            BudgetBreach::Events { .. } => format!("more than {MAX_EVENTS} YAML parser events"),
-            BudgetBreach::Depth { .. } => format!(
-                "lists and mappings nested more than {MAX_DEPTH} deep (descriptors more than \
-                 {MAX_DESCRIPTOR_LEVELS} levels)"
+            BudgetBreach::Nodes { .. } => (
+                ConfigErrorKind::TooManyNodes,
+                format!("more than {MAX_NODES} YAML nodes (aliases expanded)"),
             ),
-            BudgetBreach::RecordedAnchorEvents { .. } => {
-                format!("anchors that hold more than {MAX_ANCHOR_EVENTS} YAML events")
-            }
-            BudgetBreach::ScalarBytes { .. } => {
-                format!("more than {MAX_SCALAR_BYTES} bytes of scalar text")
-            }
-            other => format!("more than a YAML parser limit allows ({other:?})"),
+            BudgetBreach::Events { .. } => (
+                ConfigErrorKind::TooManyEvents,
+                format!("more than {MAX_EVENTS} YAML parser events"),
+            ),
+            BudgetBreach::Depth { .. } => (
+                ConfigErrorKind::NestedTooDeep,
+                format!(
+                    "lists and mappings nested more than {MAX_DEPTH} deep (descriptors more than \
+                     {MAX_DESCRIPTOR_LEVELS} levels)"
+                ),
+            ),
+            BudgetBreach::RecordedAnchorEvents { .. } => (
+                ConfigErrorKind::AnchorsTooLarge,
+                format!("anchors that hold more than {MAX_ANCHOR_EVENTS} YAML events"),
+            ),
+            BudgetBreach::ScalarBytes { .. } => (
+                ConfigErrorKind::TooMuchText,
+                format!("more than {MAX_SCALAR_BYTES} bytes of scalar text"),
+            ),
+            other => (
+                ConfigErrorKind::OverParserLimit,
+                format!("more than a YAML parser limit allows ({other:?})"),
+            ),
         },
-        Error::AliasReplayLimitExceeded { .. } => {
-            format!("aliases that expand to more than {MAX_ALIAS_EVENTS} YAML events")
-        }
-        Error::AliasReplayStackDepthExceeded { max_depth, .. } => {
-            format!("aliases nested more than {max_depth} deep")
-        }
+        Error::AliasReplayLimitExceeded { .. } => (
+            ConfigErrorKind::AliasesTooLarge,
+            format!("aliases that expand to more than {MAX_ALIAS_EVENTS} YAML events"),
+        ),
+        Error::AliasReplayStackDepthExceeded { max_depth, .. } => (
+            ConfigErrorKind::AliasesTooDeep,
+            format!("aliases nested more than {max_depth} deep"),
+        ),
         _ => return None,
     };
-    Some(format!(
-        "the file has {limit}; meshlimit's limit for one domain file (see \"Config limits\" in the README)"
+    Some((
+        kind,
+        format!(
+            "the file has {limit}; meshlimit's limit for one domain file (see \"Config limits\" in the README)"
+        ),
     ))
 }
 

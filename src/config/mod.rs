@@ -6,16 +6,18 @@
 //! set, and every problem is reported, each with its file, line and descriptor path.
 
 mod budget;
+mod fields;
+mod rate_limit;
 mod validate;
 mod yaml;
 
 use std::collections::HashMap;
-use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
 use arc_swap::ArcSwap;
 
+use crate::error::{ConfigError, ConfigErrorKind};
 use crate::matcher::DomainTree;
 use crate::rules::Rule;
 
@@ -72,6 +74,7 @@ impl Config {
                 Ok((name, tree)) => {
                     if let Some(first) = owners.get(&name) {
                         errors.push(ConfigError::new(
+                            ConfigErrorKind::DuplicateDomain,
                             file,
                             None,
                             None,
@@ -114,6 +117,7 @@ fn parse_on_own_stack(file: &Path, text: &str) -> Result<(String, DomainTree), V
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
             Err(e) => Err(vec![ConfigError::new(
+                ConfigErrorKind::NoParserThread,
                 file,
                 None,
                 None,
@@ -128,19 +132,32 @@ fn parse_on_own_stack(file: &Path, text: &str) -> Result<(String, DomainTree), V
 /// # Errors
 /// Every problem found: unreadable path or file, YAML errors, rule errors.
 pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
-    let files = list_files(path).map_err(|e| vec![ConfigError::new(path, None, None, e)])?;
+    let files = list_files(path).map_err(|e| vec![unreadable(path, e)])?;
     let mut sources = Vec::with_capacity(files.len());
     let mut errors = Vec::new();
     for file in files {
         match std::fs::read_to_string(&file) {
             Ok(text) => sources.push((file, text)),
-            Err(e) => errors.push(ConfigError::new(&file, None, None, e)),
+            // `read_to_string` says InvalidData for bytes that are not UTF-8, and only then.
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => errors.push(ConfigError::new(
+                ConfigErrorKind::NotUtf8,
+                &file,
+                None,
+                None,
+                e,
+            )),
+            Err(e) => errors.push(unreadable(&file, e)),
         }
     }
     if !errors.is_empty() {
         return Err(errors);
     }
     Config::from_sources(&sources)
+}
+
+/// `file` (or the config path) cannot be read.
+fn unreadable(file: &Path, e: std::io::Error) -> ConfigError {
+    ConfigError::new(ConfigErrorKind::Unreadable, file, None, None, e)
 }
 
 /// The domain files a config path stands for, sorted by name.
@@ -170,50 +187,6 @@ pub fn list_files(path: &Path) -> std::io::Result<Vec<PathBuf>> {
     files.sort();
     Ok(files)
 }
-
-/// One problem in one descriptor file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    /// The file (or config path) at fault.
-    pub file: PathBuf,
-    /// 1-based line, where the parser knows it.
-    pub line: Option<u32>,
-    /// Descriptor path (`domain.key_value.subkey`), where the problem is in a descriptor.
-    pub descriptor: Option<String>,
-    /// What is wrong; the Go server's wording where it has one.
-    pub message: String,
-}
-
-impl ConfigError {
-    pub(crate) fn new(
-        file: &Path,
-        line: Option<u32>,
-        descriptor: Option<String>,
-        message: impl fmt::Display,
-    ) -> Self {
-        Self {
-            file: file.to_path_buf(),
-            line: line.filter(|&l| l > 0),
-            descriptor,
-            message: message.to_string(),
-        }
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.file.display())?;
-        if let Some(line) = self.line {
-            write!(f, ":{line}")?;
-        }
-        if let Some(descriptor) = &self.descriptor {
-            write!(f, ": descriptor '{descriptor}'")?;
-        }
-        write!(f, ": {}", self.message)
-    }
-}
-
-impl std::error::Error for ConfigError {}
 
 /// Joins several errors, one per line, for logs and command output.
 pub fn render_errors(errors: &[ConfigError]) -> String {

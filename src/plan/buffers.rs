@@ -8,7 +8,7 @@ use std::cell::Cell;
 const MAX_KEPT: usize = 16 * 1024;
 
 /// A request's working strings.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Buffers {
     /// Every limited descriptor's bucket key, back to back.
     pub(crate) keys: String,
@@ -17,15 +17,18 @@ pub(crate) struct Buffers {
 }
 
 thread_local! {
-    /// This thread's spare buffers; empty while a request on this thread holds them.
-    static SPARE: Cell<Buffers> = Cell::new(Buffers::default());
+    /// This thread's spare strings (keys, scratch); empty while a request on this thread
+    /// holds them. Plain strings, not [`Buffers`]: replacing a `Buffers` here would run its
+    /// `Drop`, which gives back to this very slot.
+    static SPARE: Cell<(String, String)> = const { Cell::new((String::new(), String::new())) };
 }
 
 impl Buffers {
     /// This thread's spare buffers, emptied; new ones if a request on this thread holds
     /// them.
     pub(crate) fn take() -> Self {
-        SPARE.try_with(Cell::take).unwrap_or_default()
+        let (keys, scratch) = SPARE.try_with(Cell::take).unwrap_or_default();
+        Buffers { keys, scratch }
     }
 
     fn capacity(&self) -> usize {
@@ -39,20 +42,19 @@ impl Drop for Buffers {
         if self.capacity() == 0 || self.capacity() > MAX_KEPT {
             return;
         }
-        let mut mine = Buffers {
-            keys: std::mem::take(&mut self.keys),
-            scratch: std::mem::take(&mut self.scratch),
-        };
-        mine.keys.clear();
-        mine.scratch.clear();
-        // Fails only while the thread is being torn down; the buffers are then just freed.
-        // Of two requests that ran at once on this thread, the larger buffers are kept.
+        let capacity = self.capacity();
+        let mut keys = std::mem::take(&mut self.keys);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        keys.clear();
+        scratch.clear();
+        // Fails only while the thread is being torn down; the strings are then just freed.
+        // Of two requests that ran at once on this thread, the larger strings are kept.
         let _ = SPARE.try_with(|spare| {
             let other = spare.take();
-            spare.set(if other.capacity() > mine.capacity() {
+            spare.set(if other.0.capacity() + other.1.capacity() > capacity {
                 other
             } else {
-                mine
+                (keys, scratch)
             });
         });
     }
