@@ -1,7 +1,9 @@
 //! The store configurations the conformance table runs on, and the service each builds.
 //!
 //! Redis deployments are started once per test binary ([`Shared`]) and emptied for each
-//! service, so that every case starts from nothing, as on a fresh embedded store. Every
+//! service, so that every case starts from nothing, as on a fresh embedded store; each
+//! serves one service at a time, so a test drops its first service before building
+//! another. Every
 //! Redis store reads the manual clock's time ([`TimeSource::Caller`]), so its cases are as
 //! deterministic as the embedded store's; the over-limit cache is on, as always, so its
 //! answers are checked too.
@@ -28,9 +30,11 @@ pub enum Setup {
     /// One Redis server, each replica leasing [`LEASE`] tokens ahead (`--redis-lease`).
     RedisLeased,
     /// Redis unreachable under `--redis-failure local`: the replica's embedded fallback
-    /// decides every request.
+    /// decides every request. The fallback is per replica, and a case has one replica, so
+    /// it answers as the embedded store does (several replicas: tests/redis_store.rs).
     LocalFallback,
-    /// A Redis Cluster of three masters.
+    /// A Redis Cluster of three masters. A request's keys share its domain, the hash tag,
+    /// so one master decides it, as one server would.
     Cluster,
 }
 
@@ -49,11 +53,20 @@ pub enum Holds {
     /// Nothing (the embedded store).
     Nothing,
     /// A turn on a shared Redis server.
-    Server { _turn: Turn<RedisServer> },
+    Server {
+        /// Held, not read: no other test uses the server meanwhile.
+        _turn: Turn<RedisServer>,
+    },
     /// A turn on the shared cluster.
-    Cluster { _turn: Turn<RedisCluster> },
+    Cluster {
+        /// Held, not read: no other test uses the cluster meanwhile.
+        _turn: Turn<RedisCluster>,
+    },
     /// The unreachable Redis of [`Setup::LocalFallback`].
-    Unreachable { _redis: Unreachable },
+    Unreachable {
+        /// Held, not read: keeps the port refusing, and checks the store on drop.
+        _redis: Unreachable,
+    },
 }
 
 /// The service on `setup`'s store, over in-memory files `(name, yaml)`, with a manual
@@ -122,6 +135,7 @@ fn options(url: String) -> RedisOptions {
     }
 }
 
+/// The service on a Redis store with `options`.
 fn redis_service(
     files: &[(&str, &str)],
     algorithm: Algorithm,
@@ -137,6 +151,7 @@ fn redis_service(
 /// checks that Redis decided nothing: every request the store sent was a failure, so the
 /// embedded fallback answered it.
 pub struct Unreachable {
+    /// The bound, never listening socket whose port the store's URL names.
     socket: socket2::Socket,
     /// The store whose decisions are checked, once built.
     store: Option<RedisStore>,

@@ -673,6 +673,7 @@ pub struct Turn<T: 'static> {
     pub deployment: &'static T,
     /// Cleared on drop (before the turn ends).
     holder: &'static Mutex<Option<ThreadId>>,
+    /// The turn itself: the next one begins when this is released.
     _turn: MutexGuard<'static, ()>,
 }
 
