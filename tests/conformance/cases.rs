@@ -1336,7 +1336,7 @@ async fn override_shares_the_bucket_of_the_same_entries() {
             (leasing(algorithm, 4, 8), Some(10)),
             "{algorithm:?}"
         );
-        // L3: and so do the 4 leased under the override.
+        // L3: and so do the 4 leased under the override: the bucket is empty (over).
         assert_eq!(
             remaining(call(&service, "test-domain", &plain, 0).await),
             (leasing(algorithm, 0, 2), Some(5)),
