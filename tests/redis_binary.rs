@@ -188,9 +188,9 @@ impl HealthWatch {
             .map(|r| r.status)
     }
 
-    /// Sends SIGTERM and checks that the first change every stream reports is the drain's
-    /// NOT_SERVING: gRPC health stayed SERVING until then (through an outage, say), and
-    /// the poller that sets it did run.
+    /// Checks that no stream reported a change so far (gRPC health stayed SERVING, through
+    /// an outage, say), then sends SIGTERM and waits (bounded) for every stream to report
+    /// the drain's NOT_SERVING: the streams were live and would have shown a change.
     async fn drain_is_the_first_change(mut self, process: &Meshlimit) {
         for (name, stream) in &mut self.0 {
             // Only what has arrived already: a change would have come long before.
@@ -484,7 +484,8 @@ async fn local_policy_limits_alone_while_redis_is_down_then_returns_to_redis() {
 async fn answers_while_redis_is_down_then_returns_to_redis(policy: Answering) {
     let mut redis = RedisServer::start();
     let config = config();
-    // The drain delay explicitly: the drain's NOT_SERVING must show before the server stops.
+    // The drain delay explicitly: the drain's NOT_SERVING reaches the health watchers
+    // while the server still serves.
     let mut process = Meshlimit::start_on_redis(
         config.path(),
         &redis.url(),
