@@ -18,8 +18,8 @@ use support::process::Meshlimit;
 use support::redis::{RedisCluster, RedisServer};
 use tempfile::TempDir;
 use tonic::transport::Channel;
-use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 /// Day limits: no token refills within a test.
 const LIMITS: &str = "
@@ -50,23 +50,9 @@ fn config() -> TempDir {
     dir
 }
 
-/// `serve --store redis --redis-url url --redis-timeout-ms timeout --redis-failure policy`.
+/// `serve` on the Redis store at `url` with the failure `policy` and `timeout_ms`.
 async fn serve(config: &Path, url: &str, policy: &str, timeout_ms: u64) -> Meshlimit {
-    let timeout = timeout_ms.to_string();
-    Meshlimit::start(
-        config,
-        &[
-            "--store",
-            "redis",
-            "--redis-url",
-            url,
-            "--redis-timeout-ms",
-            &timeout,
-            "--redis-failure",
-            policy,
-        ],
-    )
-    .await
+    Meshlimit::start_on_redis(config, url, policy, timeout_ms, &[]).await
 }
 
 fn request(key: &str, value: &str) -> RateLimitRequest {
@@ -159,19 +145,67 @@ async fn healthcheck(process: &Meshlimit) -> (u16, String) {
         .expect("/healthcheck hung")
 }
 
-/// While Redis is down under `allow` or `local`: /healthcheck 200 saying degraded, and
-/// gRPC health still SERVING after the poller (every 250 ms) had time to look.
-async fn degraded_but_serving(process: &Meshlimit) {
+/// While Redis is down under `allow` or `local`: /healthcheck 200 saying degraded.
+async fn degraded(process: &Meshlimit) {
     let (status, body) = healthcheck(process).await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("degraded"), "{body}");
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    for name in HEALTH_NAMES {
-        assert_eq!(
-            health_status(process, name).await,
-            ServingStatus::Serving as i32,
-            "{name:?}"
-        );
+}
+
+/// grpc.health.v1 Watch streams, one per name, each past its first answer (SERVING): what
+/// they yield next is a change of the gRPC health.
+struct HealthWatch(Vec<(&'static str, tonic::Streaming<HealthCheckResponse>)>);
+
+impl HealthWatch {
+    async fn start(process: &Meshlimit) -> HealthWatch {
+        let mut streams = Vec::new();
+        for name in HEALTH_NAMES {
+            let request = HealthCheckRequest {
+                service: name.to_string(),
+            };
+            let mut stream =
+                tokio::time::timeout(CALL_BOUND, process.health().await.watch(request))
+                    .await
+                    .unwrap_or_else(|_| panic!("health watch {name:?} hung"))
+                    .unwrap_or_else(|e| panic!("health watch {name:?}: {e}"))
+                    .into_inner();
+            assert_eq!(
+                Self::next(name, &mut stream).await,
+                Some(ServingStatus::Serving as i32),
+                "{name:?}"
+            );
+            streams.push((name, stream));
+        }
+        HealthWatch(streams)
+    }
+
+    /// The next status `stream` reports (bounded); `None` when it ended.
+    async fn next(name: &str, stream: &mut tonic::Streaming<HealthCheckResponse>) -> Option<i32> {
+        tokio::time::timeout(CALL_BOUND, stream.message())
+            .await
+            .unwrap_or_else(|_| panic!("health watch {name:?}: no change within {CALL_BOUND:?}"))
+            .unwrap_or_else(|e| panic!("health watch {name:?}: {e}"))
+            .map(|r| r.status)
+    }
+
+    /// Checks that no stream reported a change so far (gRPC health stayed SERVING, through
+    /// an outage, say), then sends SIGTERM and waits (bounded) for every stream to report
+    /// the drain's NOT_SERVING: the streams were live and would have shown a change.
+    async fn drain_is_the_first_change(mut self, process: &Meshlimit) {
+        for (name, stream) in &mut self.0 {
+            // Only what has arrived already: a change would have come long before.
+            if let Ok(change) = tokio::time::timeout(Duration::ZERO, stream.message()).await {
+                panic!("{name:?}: gRPC health changed before the drain: {change:?}");
+            }
+        }
+        process.sigterm();
+        for (name, stream) in &mut self.0 {
+            assert_eq!(
+                Self::next(name, stream).await,
+                Some(ServingStatus::NotServing as i32),
+                "{name:?}: the first change of gRPC health is not the drain's"
+            );
+        }
     }
 }
 
@@ -406,16 +440,66 @@ async fn error_policy_answers_unavailable_while_redis_is_down_then_recovers() {
     assert!(process.terminate().await.success());
 }
 
+/// A failure policy that answers while Redis is down.
+#[derive(Debug, Clone, Copy)]
+enum Answering {
+    /// `allow`: OK for everything.
+    Allow,
+    /// `local`: each replica limits alone.
+    Local,
+}
+
+impl Answering {
+    /// The `--redis-failure` value.
+    fn flag(self) -> &'static str {
+        match self {
+            Answering::Allow => "allow",
+            Answering::Local => "local",
+        }
+    }
+
+    /// How many of 10 calls for a fresh bucket of `three` (3 a day) pass while Redis is
+    /// down: all under `allow`; under `local` the replica's own bucket limits them.
+    fn passing_while_down(self) -> usize {
+        match self {
+            Answering::Allow => 10,
+            Answering::Local => 3,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn allow_policy_answers_ok_while_redis_is_down_then_limits_again() {
+    answers_while_redis_is_down_then_returns_to_redis(Answering::Allow).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn local_policy_limits_alone_while_redis_is_down_then_returns_to_redis() {
+    answers_while_redis_is_down_then_returns_to_redis(Answering::Local).await;
+}
+
+/// Redis killed and restarted under traffic, with a policy that answers meanwhile: the
+/// policy's answers while it is down, /healthcheck degraded but gRPC health SERVING
+/// throughout, and Redis deciding again once back.
+async fn answers_while_redis_is_down_then_returns_to_redis(policy: Answering) {
     let mut redis = RedisServer::start();
     let config = config();
-    let mut process = serve(config.path(), &redis.url(), "allow", 1000).await;
+    // The drain delay explicitly: the drain's NOT_SERVING reaches the health watchers
+    // while the server still serves.
+    let mut process = Meshlimit::start_on_redis(
+        config.path(),
+        &redis.url(),
+        policy.flag(),
+        1000,
+        &["--drain-delay-ms", "1000"],
+    )
+    .await;
     let mut rls = process.client().await;
     assert_eq!(
         concurrent(std::slice::from_ref(&rls), 5, "three", "before").await,
         3
     );
+    let health = HealthWatch::start(&process).await;
     let traffic = Traffic::start(process.client().await, "bg");
     traffic.wait(UP, 10).await;
 
@@ -423,53 +507,18 @@ async fn allow_policy_answers_ok_while_redis_is_down_then_limits_again() {
     traffic.enter(DOWN, 10).await;
     assert_eq!(
         concurrent(std::slice::from_ref(&rls), 10, "three", "down").await,
-        10
+        policy.passing_while_down(),
+        "{policy:?}"
     );
     // A bucket Redis said was over stays over: the over-limit cache answers, not the policy.
     assert_eq!(call(&mut rls, "three", "before").await, Answer::OverLimit);
-    degraded_but_serving(&process).await;
+    degraded(&process).await;
 
     redis.restart();
     traffic.enter(BACK, 0).await;
     healthy_again(&process).await;
-    // Redis decides again: 3 of 10 where the policy would pass all.
-    assert_eq!(
-        concurrent(std::slice::from_ref(&rls), 10, "three", "back").await,
-        3
-    );
-    assert_eq!(redis.cli(&["EXISTS", &redis_key("three", "back")]), "1");
-    traffic.more(BACK, 10).await;
-
-    check_traffic("allow", &traffic.stop().await);
-    assert!(process.is_running());
-    assert!(process.terminate().await.success());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn local_policy_limits_alone_while_redis_is_down_then_returns_to_redis() {
-    let mut redis = RedisServer::start();
-    let config = config();
-    let mut process = serve(config.path(), &redis.url(), "local", 1000).await;
-    let rls = process.client().await;
-    assert_eq!(
-        concurrent(std::slice::from_ref(&rls), 5, "three", "before").await,
-        3
-    );
-    let traffic = Traffic::start(process.client().await, "bg");
-    traffic.wait(UP, 10).await;
-
-    redis.kill();
-    traffic.enter(DOWN, 10).await;
-    assert_eq!(
-        concurrent(std::slice::from_ref(&rls), 10, "three", "down").await,
-        3
-    );
-    degraded_but_serving(&process).await;
-
-    redis.restart();
-    traffic.enter(BACK, 0).await;
-    healthy_again(&process).await;
-    // The bucket spent locally is fresh in the restarted Redis, which decides again.
+    // What was spent while Redis was down (nothing under allow, the replica's own bucket
+    // under local) is not in the restarted Redis, which decides again.
     assert_eq!(
         concurrent(std::slice::from_ref(&rls), 10, "three", "down").await,
         3
@@ -477,9 +526,10 @@ async fn local_policy_limits_alone_while_redis_is_down_then_returns_to_redis() {
     assert_eq!(redis.cli(&["EXISTS", &redis_key("three", "down")]), "1");
     traffic.more(BACK, 10).await;
 
-    check_traffic("local", &traffic.stop().await);
+    check_traffic(policy.flag(), &traffic.stop().await);
     assert!(process.is_running());
-    assert!(process.terminate().await.success());
+    health.drain_is_the_first_change(&process).await;
+    assert!(process.wait().await.success());
 }
 
 /// Issue 9, defect 3, end to end: with Redis out of memory (`noeviction`), every call is
@@ -700,7 +750,7 @@ async fn bad_redis_settings_stop_serve_at_startup() {
         );
     }
 
-    let out = support::process::run(&["serve", "--config", &config, "--store", "redis"]).await;
+    let out = support::process::run_serve(&config, &["--store", "redis"]).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "a usage error: {stderr}");
     assert!(stderr.contains("--redis-url"), "{stderr}");

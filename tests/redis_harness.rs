@@ -1,6 +1,7 @@
 //! The Redis test harness itself (`tests/support/redis.rs`): servers, a cluster and a
 //! sentinel setup come up as real processes on their own loopback ports, answer, restart,
-//! fail over, and go away when dropped.
+//! fail over, and go away when dropped; a shared server is started once and emptied for
+//! each turn.
 
 mod support;
 
@@ -8,7 +9,7 @@ use std::collections::BTreeSet;
 use std::net::TcpStream;
 use std::process::Command;
 
-use support::redis::{RedisCluster, RedisSentinel, RedisServer};
+use support::redis::{RedisCluster, RedisSentinel, RedisServer, Shared};
 
 #[test]
 fn server_answers_restarts_empty_on_the_same_port_and_dies_on_drop() {
@@ -172,4 +173,24 @@ fn sentinel_setup_fails_over_to_the_replica_and_back() {
     setup.fail_over();
     assert_eq!(setup.master_addr(), setup.master.addr());
     assert_eq!(setup.current_master().port(), setup.master.port());
+}
+
+/// The server of `a_shared_server_is_started_once_and_emptied_for_each_turn`.
+static SHARED: Shared<RedisServer> = Shared::new();
+
+#[test]
+fn a_shared_server_is_started_once_and_emptied_for_each_turn() {
+    let port = {
+        let turn = SHARED.take();
+        assert_eq!(turn.deployment.cli(&["SET", "left", "behind"]), "OK");
+        turn.deployment.port()
+    };
+    let turn = SHARED.take();
+    assert_eq!(turn.deployment.port(), port, "the same server");
+    assert_eq!(turn.deployment.cli(&["EXISTS", "left"]), "0", "emptied");
+    // A second turn on the same thread would wait for itself: it fails instead.
+    let nested = std::panic::catch_unwind(|| SHARED.take().deployment.port());
+    assert!(nested.is_err(), "a nested turn was handed out");
+    drop(turn);
+    assert_eq!(SHARED.take().deployment.port(), port);
 }

@@ -1,16 +1,30 @@
 //! The conformance table: matching rules and request semantics through the service,
 //! against the Go server's black-box cases (§5 of the behaviour reference; case numbers
-//! cited per test). Every store runs it: the test binary including this module supplies
-//! `service`, which builds the service on its store.
+//! cited per test). Every store configuration runs it (tests/conformance/main.rs includes
+//! this file once per [`Setup`], as a module named in `SETUPS`).
 //!
 //! Comparisons with the Go server's numbers run with `Algorithm::FixedWindow`, whose
 //! remaining/reset arithmetic is the Go server's. The token-bucket tests at the end cover
 //! meshlimit's default. Time moves only by advancing the manual clock.
+//!
+//! Every configuration answers every case alike, but one: with leases
+//! ([`Setup::RedisLeased`], token buckets only) a replica takes tokens from Redis ahead of
+//! use and spends them locally, so its answers differ where the table says [`leasing`],
+//! for one of these reasons (cited as L1-L3 there):
+//! - L1: an answer from leased tokens reports `remaining` as the bucket's remaining at the
+//!   lease's last top-up *plus* the tokens still leased, and `reset` 0.
+//! - L2: an answer from Redis reports what Redis holds, which lacks the tokens leased to
+//!   this replica (taken by the first request, up to the lease size); so when a request
+//!   cannot be answered from leases alone (another of its descriptors has none left), its
+//!   leased descriptors can be over in Redis, which can deny a quota-mode request.
+//! - L3: a lease belongs to one limit: when a reload or an override changes the limit,
+//!   the tokens leased under the old one stay taken from the bucket.
 
 use std::time::Duration;
 
-use crate::service;
+use crate::setup::{Holds, Setup};
 use crate::support::ask;
+use meshlimit::clock::ManualClock;
 use meshlimit::clock::NANOS_PER_SEC;
 use meshlimit::error::RequestError;
 use meshlimit::request::{Descriptor, Override};
@@ -20,6 +34,31 @@ use meshlimit::service::{CurrentLimit, Response, Service, Status};
 const FIXED: Algorithm = Algorithm::FixedWindow;
 const BUCKET: Algorithm = Algorithm::TokenBucket;
 const MS: u64 = 1_000_000;
+
+/// The service on this module's store configuration, and what must outlive it.
+fn service(files: &[(&str, &str)], algorithm: Algorithm) -> (Service, ManualClock, Holds) {
+    crate::setup::service(setup(), files, algorithm)
+}
+
+/// The store configuration this copy of the table runs on.
+fn setup() -> Setup {
+    let module = module_path!().rsplit("::").next().expect("a module path");
+    crate::SETUPS
+        .iter()
+        .find(|(name, _)| *name == module)
+        .map(|&(_, setup)| setup)
+        .expect("every table module is named in SETUPS")
+}
+
+/// `leased` on a store that leases tokens of this `algorithm` (see the module docs for
+/// why it differs), else `usual`.
+fn leasing<T>(algorithm: Algorithm, leased: T, usual: T) -> T {
+    if setup() == Setup::RedisLeased && algorithm == BUCKET {
+        leased
+    } else {
+        usual
+    }
+}
 
 /// An OK status under a limit, reset in whole seconds (fixed windows).
 fn ok(requests_per_unit: u32, unit: Unit, remaining: u32, reset_secs: u64) -> Status {
@@ -991,9 +1030,11 @@ async fn shadow_mode_counts_but_never_denies() {
             let status = one(&service, "rl", &[("foo", "pelle"), ("baz", "shady")]).await;
             assert!(!status.over_limit, "{algorithm:?} call {i}");
             assert_eq!(limit_of(&status), Some((3, Unit::Minute, "")), "call {i}");
+            // L1: calls 2 and 3 spend the 2 tokens leased by call 1 (Redis held 2 then).
+            let leased = [2, 3, 2, 0, 0][i as usize - 1];
             assert_eq!(
                 status.remaining,
-                3u32.saturating_sub(i),
+                leasing(algorithm, leased, 3u32.saturating_sub(i)),
                 "{algorithm:?} call {i}"
             );
             assert!(status.reset.is_some());
@@ -1050,11 +1091,13 @@ async fn quota_mode_denies_when_every_quota_descriptor_is_over() {
             r.statuses.iter().map(|s| s.over_limit).collect::<Vec<_>>(),
             [false, false]
         );
+        // L2: call 1 leased service_2's second token, so call 2 (service_1 has no lease
+        // left, so it goes to Redis) finds service_2 over in Redis too.
         let r = ask(&service, "rl", &quota).await;
-        assert!(!r.over_limit, "{algorithm:?} call 2");
+        assert_eq!(r.over_limit, leasing(algorithm, true, false), "{algorithm:?} call 2");
         assert_eq!(
             r.statuses.iter().map(|s| s.over_limit).collect::<Vec<_>>(),
-            [true, false]
+            [true, leasing(algorithm, true, false)]
         );
         let r = ask(&service, "rl", &quota).await;
         assert!(r.over_limit, "{algorithm:?} call 3");
@@ -1114,19 +1157,23 @@ async fn request_hits_addend_zero_counts_as_one() {
             19,
             "{algorithm:?}"
         );
+        // L1: 19 at the top-up plus 3 of the 4 leased tokens left.
         assert_eq!(
             remaining(call(&service, "another", &d, 1).await),
-            18,
+            leasing(algorithm, 22, 18),
             "{algorithm:?}"
         );
+        // L2: 5 hits are more than the 3 leased tokens left: Redis, holding 20 - 1 - 4
+        // (leased) - 5.
         assert_eq!(
             remaining(call(&service, "another", &d, 5).await),
-            13,
+            leasing(algorithm, 10, 13),
             "{algorithm:?}"
         );
+        // L1: 10 at the top-up plus 3 of the 4 leased tokens left.
         assert_eq!(
             remaining(call(&service, "another", &d, 0).await),
-            12,
+            leasing(algorithm, 13, 12),
             "{algorithm:?}"
         );
     }
@@ -1284,14 +1331,16 @@ async fn override_shares_the_bucket_of_the_same_entries() {
             (4, Some(5)),
             "{algorithm:?}"
         );
+        // L3: the 4 tokens the first call leased under 5/s stay taken.
         assert_eq!(
             remaining(call(&service, "test-domain", &overridden, 0).await),
-            (8, Some(10)),
+            (leasing(algorithm, 4, 8), Some(10)),
             "{algorithm:?}"
         );
+        // L3: and so do the 4 leased under the override: the bucket is empty (over).
         assert_eq!(
             remaining(call(&service, "test-domain", &plain, 0).await),
-            (2, Some(5)),
+            (leasing(algorithm, 0, 2), Some(5)),
             "{algorithm:?}"
         );
     }
@@ -1333,7 +1382,7 @@ descriptors:
   - key: b
     rate_limit: {unit: minute, requests_per_unit: 1}
 ";
-    let (service, _, _store) = service(&[("tb.yaml", config)], BUCKET);
+    let (service, _, held) = service(&[("tb.yaml", config)], BUCKET);
     let both: [&[(&str, &str)]; 2] = [&[("a", "x")], &[("b", "x")]];
     let r = ask(&service, "tb", &both).await;
     assert!(!r.over_limit);
@@ -1341,14 +1390,25 @@ descriptors:
     for _ in 0..3 {
         let r = ask(&service, "tb", &both).await;
         assert!(r.over_limit);
-        assert!(!r.statuses[0].over_limit);
+        // L2: b has no lease, so Redis decides, whose `a` lacks the 4 tokens leased.
+        assert_eq!(r.statuses[0].over_limit, leasing(BUCKET, true, false));
         assert!(r.statuses[1].over_limit);
-        assert_eq!(r.statuses[0].remaining, 4, "a keeps its tokens");
+        assert_eq!(
+            r.statuses[0].remaining,
+            leasing(BUCKET, 0, 4),
+            "a keeps its tokens"
+        );
     }
-    assert_eq!(one(&service, "tb", &[("a", "x")]).await.remaining, 3);
+    // L1: a's lease is intact: 4 at the top-up plus 3 leased tokens left.
+    assert_eq!(
+        one(&service, "tb", &[("a", "x")]).await.remaining,
+        leasing(BUCKET, 7, 3)
+    );
 
-    // The fixed-window contrast: every hit counts.
-    let (fixed, _, _store) = crate::service(&[("tb.yaml", config)], FIXED);
+    // The fixed-window contrast: every hit counts (on a store of its own; a shared Redis
+    // serves one service at a time).
+    drop((service, held));
+    let (fixed, _, _store) = self::service(&[("tb.yaml", config)], FIXED);
     ask(&fixed, "tb", &both).await;
     let r = ask(&fixed, "tb", &both).await;
     assert!(r.over_limit);
@@ -1376,10 +1436,11 @@ descriptors:
         (status.over_limit, status.remaining, status.reset),
         (false, 1, Some(100 * MS))
     );
+    // L1: the token leased by the first call (Redis held 1 then).
     let status = one(&service, "tb", &small).await;
     assert_eq!(
         (status.over_limit, status.remaining, status.reset),
-        (false, 0, Some(200 * MS))
+        leasing(BUCKET, (false, 1, Some(0)), (false, 0, Some(200 * MS)))
     );
     let status = one(&service, "tb", &small).await;
     // Over: reset is when one token is back.
@@ -1398,7 +1459,8 @@ descriptors:
     assert_eq!(one(&service, "tb", &small).await.remaining, 1);
 
     let big = [("big_burst", "u")];
-    for remaining in [2, 1, 0] {
+    // L1: calls 2 and 3 spend the 2 tokens leased by call 1 (Redis held 2 then).
+    for remaining in leasing(BUCKET, [2, 3, 2], [2, 1, 0]) {
         let status = one(&service, "tb", &big).await;
         assert_eq!((status.over_limit, status.remaining), (false, remaining));
     }
@@ -1517,13 +1579,15 @@ descriptors:
 ";
     let twice: [&[(&str, &str)]; 2] = [&[("k", "x")], &[("k", "x")]];
 
-    let (fixed, _, _store) = service(&[("twice.yaml", config)], FIXED);
+    let (fixed, _, held) = service(&[("twice.yaml", config)], FIXED);
     let r = ask(&fixed, "twice", &twice).await;
     assert!(r.over_limit);
     assert_eq!(
         r.statuses,
         [ok(1, Unit::Minute, 0, 60), over(1, Unit::Minute, 60)]
     );
+    // A shared Redis serves one service at a time.
+    drop((fixed, held));
 
     let (service, _, _store) = service(&[("twice.yaml", config)], BUCKET);
     let r = ask(&service, "twice", &twice).await;
@@ -1583,6 +1647,11 @@ descriptors:
             Some((10, Unit::Minute, "")),
             "{algorithm:?}"
         );
-        assert_eq!(status.remaining, 6, "{algorithm:?}");
+        // L3: the 2 tokens still leased under 5/min stay taken; 4 are leased anew.
+        assert_eq!(
+            status.remaining,
+            leasing(algorithm, 4, 6),
+            "{algorithm:?}"
+        );
     }
 }

@@ -297,3 +297,36 @@ fn strip_ansi(text: &str) -> String {
     }
     out
 }
+
+/// `--store redis --redis-url <url> --redis-timeout-ms <timeout_ms> --redis-failure
+/// <failure>`: the Redis store's `serve` flags.
+pub fn redis_flags(url: &str, failure: &str, timeout_ms: u64) -> Vec<String> {
+    [
+        "--store",
+        "redis",
+        "--redis-url",
+        url,
+        "--redis-timeout-ms",
+        &timeout_ms.to_string(),
+        "--redis-failure",
+        failure,
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
+impl Meshlimit {
+    /// [`Meshlimit::start`] on the Redis store ([`redis_flags`]), then `args`.
+    pub async fn start_on_redis(
+        config: &Path,
+        url: &str,
+        failure: &str,
+        timeout_ms: u64,
+        args: &[&str],
+    ) -> Meshlimit {
+        let flags = redis_flags(url, failure, timeout_ms);
+        let mut all: Vec<&str> = flags.iter().map(String::as_str).collect();
+        all.extend_from_slice(args);
+        Self::start(config, &all).await
+    }
+}

@@ -15,8 +15,8 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, PoisonError};
-use std::thread;
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
@@ -273,6 +273,12 @@ impl RedisServer {
         command
     }
 
+    /// Deletes every key in every database (`FLUSHALL`), over a plain connection.
+    pub fn flush(&self) {
+        query(self.port, self.cli_auth.as_deref(), &[&["FLUSHALL"]])
+            .unwrap_or_else(|e| panic!("FLUSHALL on {}: {e}", self.addr()));
+    }
+
     /// Writes 1 KiB keys (`fill:N`) over one connection until the server refuses one with
     /// `OOM` (it must run with a `--maxmemory` and `--maxmemory-policy noeviction`), and
     /// returns that connection: keep it open while Redis must stay full, since closing it
@@ -522,6 +528,21 @@ impl RedisCluster {
         promoted
     }
 
+    /// Deletes every key on every running master (`FLUSHALL`; replicas follow).
+    pub fn flush(&self) {
+        for node in &self.nodes {
+            let info = query(
+                node.port,
+                node.cli_auth.as_deref(),
+                &[&["INFO", "replication"]],
+            )
+            .unwrap_or_else(|e| panic!("INFO replication on {}: {e}", node.addr()));
+            if info_field(&info[0], "role") == Some("master") {
+                node.flush();
+            }
+        }
+    }
+
     /// `"redis+cluster://127.0.0.1:P1,127.0.0.1:P2,..."`.
     pub fn url(&self) -> String {
         let addrs: Vec<String> = self.nodes.iter().map(RedisServer::addr).collect();
@@ -553,6 +574,153 @@ impl RedisCluster {
             .position(|n| n.port == port)
             .unwrap_or_else(|| panic!("slot {slot} is served by port {port}, not one of ours"))
     }
+}
+
+/// A deployment (a server, a cluster) that the tests of one binary share instead of each
+/// starting its own: the first test that asks starts it, and it runs until the test binary
+/// exits (a `static` is never dropped, so a watchdog process kills it then, see
+/// [`kill_after_exit`]). Tests take turns: each gets it emptied and for itself
+/// alone, until it drops its [`Turn`]. Declare one per deployment as a `static`.
+pub struct Shared<T: Deployment> {
+    /// The deployment, once a test started it.
+    deployment: OnceLock<T>,
+    /// Whose turn it is: one test at a time, so that no test sees another's keys.
+    turn: Mutex<()>,
+    /// The thread holding the turn, to fail a test that asks twice instead of deadlocking.
+    holder: Mutex<Option<ThreadId>>,
+}
+
+/// Real Redis processes that a [`Shared`] can hold.
+pub trait Deployment: Send + Sync + 'static {
+    /// Starts it (blocking until it answers).
+    fn start() -> Self;
+    /// Deletes every key.
+    fn empty(&self);
+    /// Its processes.
+    fn servers(&self) -> Vec<&RedisServer>;
+}
+
+impl Deployment for RedisServer {
+    fn start() -> Self {
+        RedisServer::start()
+    }
+    fn empty(&self) {
+        self.flush();
+    }
+    fn servers(&self) -> Vec<&RedisServer> {
+        vec![self]
+    }
+}
+
+/// Three masters, no replicas.
+impl Deployment for RedisCluster {
+    fn start() -> Self {
+        RedisCluster::start(3)
+    }
+    fn empty(&self) {
+        self.flush();
+    }
+    fn servers(&self) -> Vec<&RedisServer> {
+        self.nodes.iter().collect()
+    }
+}
+
+impl<T: Deployment> Shared<T> {
+    /// No deployment yet.
+    pub const fn new() -> Self {
+        Self {
+            deployment: OnceLock::new(),
+            turn: Mutex::new(()),
+            holder: Mutex::new(None),
+        }
+    }
+
+    /// Waits for this test's turn, then hands out the deployment (starting it if it is the
+    /// first turn) after emptying it. Panics if this thread holds a turn already: a test
+    /// must drop its first turn (its first service) before asking for another.
+    pub fn take(&'static self) -> Turn<T> {
+        let me = thread::current().id();
+        assert!(
+            *lock(&self.holder) != Some(me),
+            "this test holds a turn on the shared deployment already: drop it (the service \
+             built on it) before asking for another"
+        );
+        let turn = lock(&self.turn);
+        *lock(&self.holder) = Some(me);
+        let deployment = self.deployment.get_or_init(|| {
+            let deployment = T::start();
+            kill_after_exit(&deployment.servers());
+            deployment
+        });
+        deployment.empty();
+        Turn {
+            deployment,
+            holder: &self.holder,
+            _turn: turn,
+        }
+    }
+}
+
+impl<T: Deployment> Default for Shared<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A test's turn on a [`Shared`] deployment; the next test's turn begins when it is dropped.
+pub struct Turn<T: 'static> {
+    /// The deployment, for this test alone while the turn lasts.
+    pub deployment: &'static T,
+    /// Cleared on drop (before the turn ends).
+    holder: &'static Mutex<Option<ThreadId>>,
+    /// The turn itself: the next one begins when this is released.
+    _turn: MutexGuard<'static, ()>,
+}
+
+impl<T: 'static> Drop for Turn<T> {
+    fn drop(&mut self) {
+        *lock(self.holder) = None;
+    }
+}
+
+/// Starts a watchdog (`sh`) that, once this test process is gone, kills `servers` (SIGKILL)
+/// and removes their directories: for processes whose guards are never dropped.
+fn kill_after_exit(servers: &[&RedisServer]) {
+    let pids: Vec<String> = servers
+        .iter()
+        .map(|s| {
+            s.child
+                .as_ref()
+                .expect("a running process")
+                .id()
+                .to_string()
+        })
+        .collect();
+    let dirs: Vec<String> = servers
+        .iter()
+        .map(|s| format!("'{}'", s.dir().display()))
+        .collect();
+    let script = format!(
+        "while kill -0 {me} 2>/dev/null; do sleep 1; done; kill -9 {pids} 2>/dev/null; rm -rf {dirs}",
+        me = std::process::id(),
+        pids = pids.join(" "),
+        dirs = dirs.join(" "),
+    );
+    // Never waited for: it outlives this process by design (init reaps it).
+    #[allow(clippy::zombie_processes)]
+    Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("running sh for a watchdog");
+}
+
+/// Locks `mutex`, ignoring poisoning: a test that panicked while holding it leaves nothing
+/// half-done behind for the next one.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A master, one replica and three sentinels (quorum 2, down after 1 s).
