@@ -43,3 +43,25 @@ pub fn build_service(settings: &Settings) -> Result<Service, Error> {
         .set_max_metric_values(settings.max_metric_values);
     Ok(service)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    #[test]
+    fn an_invalid_config_is_every_problem_under_one_heading() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/config/invalid/several_problems.yaml");
+        let Err(Error::Config(errors)) = build_service(&Settings::new(path)) else {
+            panic!("an invalid config must be refused as Error::Config");
+        };
+        assert!(errors.len() > 1, "{errors:?}");
+        let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            Error::Config(errors).to_string(),
+            format!("invalid config:\n{}", lines.join("\n"))
+        );
+    }
+}

@@ -82,3 +82,39 @@ impl Serve {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn serve(args: &[&str]) -> Serve {
+        let argv = ["meshlimit", "serve"].iter().chain(args);
+        match Cli::try_parse_from(argv).expect("valid flags").command {
+            Command::Serve(serve) => *serve,
+            _ => unreachable!("parsed serve"),
+        }
+    }
+
+    // Settings has no PartialEq (TLS sources, Redis options); Debug shows every field.
+    #[test]
+    fn the_flags_defaults_are_the_settings_defaults() {
+        let from_flags = serve(&[]).into_settings("c.yaml".into());
+        assert_eq!(
+            format!("{from_flags:?}"),
+            format!("{:?}", Settings::new("c.yaml"))
+        );
+    }
+
+    #[test]
+    fn the_redis_flags_defaults_are_the_redis_options_defaults() {
+        let url = "redis://127.0.0.1:6379";
+        let from_flags = serve(&["--store", "redis", "--redis-url", url]).redis_options();
+        assert_eq!(
+            format!("{from_flags:?}"),
+            format!("{:?}", Some(RedisOptions::new(url)))
+        );
+    }
+}
