@@ -52,78 +52,149 @@ pub fn translate(
     var: impl Fn(&str) -> Option<String>,
     names: &[String],
 ) -> Result<Translated, String> {
-    let set = |name: &str| var(name).filter(|v| !v.is_empty());
-    let ours = |name: &str| var(name).is_some();
-    let flag = |name: &str| set(name).and_then(|v| parse_bool(&v)).unwrap_or(false);
-    let mut out = Translated::default();
-    let mut push = |args: &[&str]| out.args.extend(args.iter().map(|s| s.to_string()));
+    let mut env = Env {
+        var,
+        args: Vec::new(),
+    };
+    refuse_other_sources(&env)?;
+    addresses(&mut env);
+    prometheus(&mut env);
+    store(&mut env)?;
+    logging(&mut env);
+    behaviour(&mut env);
 
-    if let Some(kind) = set("CONFIG_TYPE")
+    let set = |name: &str| env.set(name);
+    let ours = |name: &str| env.ours(name);
+    let grpc = grpc_server::translate(&set, &ours, env.flag("GRPC_SERVER_USE_TLS"))?;
+    let mut unsupported = grpc.ignored;
+    unsupported.extend(unsupported::named(&set, names));
+    let mut args = env.args;
+    args.extend(grpc.args);
+    Ok(Translated { args, unsupported })
+}
+
+/// The variables, as the translation reads them, and the flags it has made so far.
+struct Env<V> {
+    /// Reads one variable (`None`: not set).
+    var: V,
+    /// Flags for `serve`, in the order they are made.
+    args: Vec<String>,
+}
+
+impl<V: Fn(&str) -> Option<String>> Env<V> {
+    /// The variable's value, if set and not empty (the Go server ignores empty values).
+    fn set(&self, name: &str) -> Option<String> {
+        (self.var)(name).filter(|v| !v.is_empty())
+    }
+
+    /// Whether a `MESHLIMIT_*` variable is set at all: then it wins over its Go twin.
+    fn ours(&self, name: &str) -> bool {
+        (self.var)(name).is_some()
+    }
+
+    /// A Go boolean variable; unset or not a boolean is false.
+    fn flag(&self, name: &str) -> bool {
+        self.set(name).and_then(|v| parse_bool(&v)).unwrap_or(false)
+    }
+
+    /// Appends `args` to the flags made so far.
+    fn push(&mut self, args: &[&str]) {
+        self.args.extend(args.iter().map(|s| s.to_string()));
+    }
+}
+
+/// Config and rate-limit backends meshlimit does not have: files and Redis only.
+fn refuse_other_sources(env: &Env<impl Fn(&str) -> Option<String>>) -> Result<(), String> {
+    if let Some(kind) = env.set("CONFIG_TYPE")
         && !kind.eq_ignore_ascii_case("FILE")
     {
         return Err(format!("CONFIG_TYPE={kind}: only FILE is supported"));
     }
-    if let Some(backend) = set("BACKEND_TYPE")
+    if let Some(backend) = env.set("BACKEND_TYPE")
         && !backend.eq_ignore_ascii_case("redis")
     {
         return Err(format!("BACKEND_TYPE={backend}: only redis is supported"));
     }
+    Ok(())
+}
 
+/// `--config` from `RUNTIME_*`; the gRPC, HTTP and debug addresses from `*HOST`, `*PORT`.
+fn addresses(env: &mut Env<impl Fn(&str) -> Option<String>>) {
     let runtime = [
         "RUNTIME_ROOT",
         "RUNTIME_SUBDIRECTORY",
         "RUNTIME_APPDIRECTORY",
     ];
-    if !ours("MESHLIMIT_CONFIG") && runtime.iter().any(|n| set(n).is_some()) {
-        push(&["--config", &runtime_config_path(&set)]);
+    if !env.ours("MESHLIMIT_CONFIG") && runtime.iter().any(|n| env.set(n).is_some()) {
+        let path = runtime_config_path(&|name| env.set(name));
+        env.push(&["--config", &path]);
     }
-    if !ours("MESHLIMIT_GRPC_ADDR") && (set("GRPC_HOST").is_some() || set("GRPC_PORT").is_some()) {
-        push(&[
+    for (host, port, ours, flag, default) in [
+        (
+            "GRPC_HOST",
+            "GRPC_PORT",
+            "MESHLIMIT_GRPC_ADDR",
             "--grpc-addr",
-            &address(set("GRPC_HOST"), set("GRPC_PORT"), defaults::GRPC_ADDR),
-        ]);
-    }
-    if !ours("MESHLIMIT_HTTP_ADDR") && (set("HOST").is_some() || set("PORT").is_some()) {
-        push(&[
+            defaults::GRPC_ADDR,
+        ),
+        (
+            "HOST",
+            "PORT",
+            "MESHLIMIT_HTTP_ADDR",
             "--http-addr",
-            &address(set("HOST"), set("PORT"), defaults::HTTP_ADDR),
-        ]);
-    }
-    if !ours("MESHLIMIT_DEBUG_ADDR") && (set("DEBUG_HOST").is_some() || set("DEBUG_PORT").is_some())
-    {
-        push(&[
+            defaults::HTTP_ADDR,
+        ),
+        (
+            "DEBUG_HOST",
+            "DEBUG_PORT",
+            "MESHLIMIT_DEBUG_ADDR",
             "--debug-addr",
-            &address(set("DEBUG_HOST"), set("DEBUG_PORT"), GO_DEBUG_ADDR),
-        ]);
-    }
-    if flag("USE_PROMETHEUS") {
-        if !ours("MESHLIMIT_METRICS_ADDR") {
-            let addr = set("PROMETHEUS_ADDR").unwrap_or_else(|| ":9090".into());
-            let addr = match addr.strip_prefix(':') {
-                Some(port) => format!("0.0.0.0:{port}"),
-                None => addr,
-            };
-            push(&["--metrics-addr", &addr]);
-        }
-        if let Some(path) = set("PROMETHEUS_PATH")
-            && !ours("MESHLIMIT_METRICS_PATH")
-        {
-            push(&["--metrics-path", &path]);
+            GO_DEBUG_ADDR,
+        ),
+    ] {
+        let (host, port) = (env.set(host), env.set(port));
+        if !env.ours(ours) && (host.is_some() || port.is_some()) {
+            env.push(&[flag, &address(host, port, default)]);
         }
     }
-    if let Some(url) = set("REDIS_URL")
-        && !ours("MESHLIMIT_STORE")
-        && !ours("MESHLIMIT_REDIS_URL")
+}
+
+/// `--metrics-addr` and `--metrics-path`, with `USE_PROMETHEUS=true` only.
+fn prometheus(env: &mut Env<impl Fn(&str) -> Option<String>>) {
+    if !env.flag("USE_PROMETHEUS") {
+        return;
+    }
+    if !env.ours("MESHLIMIT_METRICS_ADDR") {
+        let addr = env.set("PROMETHEUS_ADDR").unwrap_or_else(|| ":9090".into());
+        let addr = match addr.strip_prefix(':') {
+            Some(port) => format!("0.0.0.0:{port}"),
+            None => addr,
+        };
+        env.push(&["--metrics-addr", &addr]);
+    }
+    if let Some(path) = env.set("PROMETHEUS_PATH")
+        && !env.ours("MESHLIMIT_METRICS_PATH")
     {
-        push(&[
-            "--store",
-            "redis",
-            "--redis-url",
-            &redis_url(&url, &set, &flag)?,
-        ]);
+        env.push(&["--metrics-path", &path]);
     }
-    if let Some(level) = set("LOG_LEVEL")
-        && !ours("MESHLIMIT_LOG")
+}
+
+/// `--store redis` and its URL from `REDIS_URL` and the `REDIS_*` variables around it.
+fn store(env: &mut Env<impl Fn(&str) -> Option<String>>) -> Result<(), String> {
+    if let Some(url) = env.set("REDIS_URL")
+        && !env.ours("MESHLIMIT_STORE")
+        && !env.ours("MESHLIMIT_REDIS_URL")
+    {
+        let url = redis_url(&url, &|name| env.set(name), &|name| env.flag(name))?;
+        env.push(&["--store", "redis", "--redis-url", &url]);
+    }
+    Ok(())
+}
+
+/// `--log` from `LOG_LEVEL`, `--log-format` from `LOG_FORMAT`.
+fn logging(env: &mut Env<impl Fn(&str) -> Option<String>>) {
+    if let Some(level) = env.set("LOG_LEVEL")
+        && !env.ours("MESHLIMIT_LOG")
     {
         // logrus levels; fatal and panic have no tracing twin. The level is the server's
         // own: the libraries under it (hyper, h2, tonic) stay at warn, as Go's do.
@@ -132,20 +203,24 @@ pub fn translate(
             "fatal" | "panic" | "error" => "error".to_string(),
             other => format!("meshlimit={other},warn"),
         };
-        push(&["--log", &level]);
+        env.push(&["--log", &level]);
     }
-    if let Some(format) = set("LOG_FORMAT")
-        && !ours("MESHLIMIT_LOG_FORMAT")
+    if let Some(format) = env.set("LOG_FORMAT")
+        && !env.ours("MESHLIMIT_LOG_FORMAT")
     {
-        push(&["--log-format", &format.to_ascii_lowercase()]);
+        env.push(&["--log-format", &format.to_ascii_lowercase()]);
     }
-    if flag("SHADOW_MODE") && !ours("MESHLIMIT_SHADOW_MODE") {
-        push(&["--shadow-mode"]);
+}
+
+/// Shadow mode, the response headers and their names, the near-limit ratio.
+fn behaviour(env: &mut Env<impl Fn(&str) -> Option<String>>) {
+    if env.flag("SHADOW_MODE") && !env.ours("MESHLIMIT_SHADOW_MODE") {
+        env.push(&["--shadow-mode"]);
     }
-    if flag("LIMIT_RESPONSE_HEADERS_ENABLED") && !ours("MESHLIMIT_RESPONSE_HEADERS") {
-        push(&["--response-headers"]);
+    if env.flag("LIMIT_RESPONSE_HEADERS_ENABLED") && !env.ours("MESHLIMIT_RESPONSE_HEADERS") {
+        env.push(&["--response-headers"]);
     }
-    for (go, ours_name, flag_name) in [
+    for (go, ours, flag) in [
         (
             "LIMIT_LIMIT_HEADER",
             "MESHLIMIT_LIMIT_HEADER",
@@ -167,19 +242,12 @@ pub fn translate(
             "--near-limit-ratio",
         ),
     ] {
-        if let Some(value) = set(go)
-            && !ours(ours_name)
+        if let Some(value) = env.set(go)
+            && !env.ours(ours)
         {
-            push(&[flag_name, &value]);
+            env.push(&[flag, &value]);
         }
     }
-
-    let grpc = grpc_server::translate(&set, &ours, flag("GRPC_SERVER_USE_TLS"))?;
-    out.args.extend(grpc.args);
-    out.unsupported.extend(grpc.ignored);
-
-    out.unsupported.extend(unsupported::named(&set, names));
-    Ok(out)
 }
 
 /// `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`, with the Go defaults.
