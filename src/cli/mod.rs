@@ -53,8 +53,9 @@ pub enum Command {
 
 impl Cli {
     /// Parses `args` (the program name first) with `go_args`, the Go server's settings as
-    /// flags, inserted as [`arguments`] says; on an error or `--help`, prints and exits as
-    /// clap does.
+    /// flags: without a command, `serve` is meant; `go_args` go right after `serve`, so
+    /// that the command line's own flags override them. On an error or `--help`, prints
+    /// and exits as clap does.
     pub fn parse_with(args: impl IntoIterator<Item = OsString>, go_args: &[String]) -> Self {
         let matches = Self::command().get_matches_from(arguments(args, go_args));
         match Self::from_arg_matches(&matches) {
@@ -90,4 +91,63 @@ fn arguments(args: impl IntoIterator<Item = OsString>, go: &[String]) -> Vec<OsS
 pub fn fail(e: impl std::fmt::Display) -> ExitCode {
     eprintln!("meshlimit: {e}");
     ExitCode::FAILURE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(argv: &[&str], go: &[&str]) -> Vec<String> {
+        let go: Vec<String> = go.iter().map(|a| a.to_string()).collect();
+        arguments(argv.iter().map(OsString::from), &go)
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn no_command_means_serve_and_the_go_settings_come_first() {
+        let go = ["--shadow-mode", "--log", "warn"];
+        assert_eq!(
+            args(&["meshlimit", "--log", "debug"], &go),
+            [
+                "meshlimit",
+                "serve",
+                "--shadow-mode",
+                "--log",
+                "warn",
+                "--log",
+                "debug"
+            ]
+        );
+        assert_eq!(
+            args(&["meshlimit", "serve", "--log", "debug"], &go),
+            [
+                "meshlimit",
+                "serve",
+                "--shadow-mode",
+                "--log",
+                "warn",
+                "--log",
+                "debug"
+            ]
+        );
+        assert_eq!(
+            args(&["meshlimit"], &go),
+            ["meshlimit", "serve", "--shadow-mode", "--log", "warn"]
+        );
+    }
+
+    #[test]
+    fn other_commands_and_help_are_left_alone() {
+        let go = ["--shadow-mode"];
+        for argv in [
+            &["meshlimit", "validate", "--config", "c.yaml"][..],
+            &["meshlimit", "--help"],
+            &["meshlimit", "-V"],
+            &["meshlimit", "help", "serve"],
+        ] {
+            assert_eq!(args(argv, &go), argv);
+        }
+    }
 }
