@@ -74,7 +74,8 @@ pub struct Settings {
 
 impl Settings {
     /// The command line's defaults ([`crate::defaults`]) for everything but the config
-    /// path: embedded store, token buckets, a drain delay of 1 s.
+    /// path: the embedded store, no TLS, no admin token, the command line's drain delay
+    /// (tests that stop servers often set [`Settings::drain_delay`] to zero).
     pub fn new(config: impl Into<PathBuf>) -> Self {
         Self {
             config: config.into(),
