@@ -20,7 +20,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use meshlimit::app::DEFAULT_IDLE_TIMEOUT_MS;
+use meshlimit::defaults;
 use meshlimit::net::{self, ConnectionOptions, Connections};
 use tonic::{Request, Response, Status};
 
@@ -58,7 +58,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let routes = tonic::service::Routes::new(RateLimitServiceServer::new(Noop)).prepare();
     let options = ConnectionOptions {
         http2_only: true,
-        ..ConnectionOptions::new(Duration::from_millis(DEFAULT_IDLE_TIMEOUT_MS))
+        ..ConnectionOptions::new(defaults::IDLE_TIMEOUT)
     };
     let connections = Connections::new(net::descriptors::default_max_connections());
     // Serves until the process is killed: the bench script stops it.

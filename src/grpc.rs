@@ -13,6 +13,7 @@ use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use tonic::{Request, Response, Status};
 
 use crate::clock::NANOS_PER_SEC;
+use crate::defaults;
 use crate::error::RequestError;
 use crate::request::{Override, RequestDescriptor};
 use crate::rules::Unit;
@@ -45,9 +46,9 @@ pub struct HeaderNames {
 impl Default for HeaderNames {
     fn default() -> Self {
         Self {
-            limit: "RateLimit-Limit".into(),
-            remaining: "RateLimit-Remaining".into(),
-            reset: "RateLimit-Reset".into(),
+            limit: defaults::LIMIT_HEADER.into(),
+            remaining: defaults::REMAINING_HEADER.into(),
+            reset: defaults::RESET_HEADER.into(),
         }
     }
 }

@@ -17,6 +17,8 @@
 //! - [`reload`]: watches the config path and swaps in valid edits.
 //! - [`gocompat`]: envoyproxy/ratelimit's environment variables as `serve` flags.
 //! - [`app`]: wires it all together for the `meshlimit` binary and the tests.
+//! - [`cli`]: the `meshlimit` command line (`serve`, `validate`, `explain`);
+//!   [`defaults`]: every default of the command line and of [`app::Settings`].
 //! - [`clock`]: the one source of time; `throttle`: at most one log line per interval.
 
 #![forbid(unsafe_code)]
@@ -30,8 +32,10 @@
 pub mod admin_token;
 pub mod app;
 pub mod bucket_key;
+pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod defaults;
 pub mod error;
 pub mod explain;
 pub mod gocompat;

@@ -6,12 +6,7 @@
 //! for over a minute. Requests over a cap are refused whole, before any work is done for
 //! them, with the cap's flag named so that the operator knows which one to raise.
 
-/// Default of `--max-descriptors`.
-pub const DEFAULT_MAX_DESCRIPTORS: usize = 64;
-/// Default of `--max-entries`.
-pub const DEFAULT_MAX_ENTRIES: usize = 32;
-/// Default of `--max-value-bytes`.
-pub const DEFAULT_MAX_VALUE_BYTES: usize = 4096;
+use crate::defaults;
 
 /// The caps of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,9 +22,9 @@ pub struct RequestLimits {
 impl Default for RequestLimits {
     fn default() -> Self {
         Self {
-            max_descriptors: DEFAULT_MAX_DESCRIPTORS,
-            max_entries: DEFAULT_MAX_ENTRIES,
-            max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
+            max_descriptors: defaults::MAX_DESCRIPTORS,
+            max_entries: defaults::MAX_ENTRIES,
+            max_value_bytes: defaults::MAX_VALUE_BYTES,
         }
     }
 }

@@ -1,4 +1,4 @@
-//! End to end over gRPC on loopback: a real tonic client against `app::run`, and the
+//! End to end over gRPC on loopback: a real tonic client against `app::serve`, and the
 //! `meshlimit` binary itself.
 
 mod support;

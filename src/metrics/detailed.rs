@@ -23,9 +23,6 @@ use super::text::{family, sample};
 /// (`key__other_`, as if the request had sent `_other_`).
 pub const OVERFLOW_VALUE: &str = "_other_";
 
-/// The default of `--max-metric-values`.
-pub const DEFAULT_MAX_METRIC_VALUES: usize = 1000;
-
 /// Every per-rule series, and the cap's state of each detailed rule.
 #[derive(Debug, Default)]
 pub(super) struct Series {
@@ -75,7 +72,7 @@ impl Series {
 
 impl Metrics {
     /// Most series one `detailed_metric` rule creates for request values (default
-    /// [`DEFAULT_MAX_METRIC_VALUES`]).
+    /// [`crate::defaults::MAX_METRIC_VALUES`]).
     pub fn max_metric_values(&self) -> usize {
         self.max_metric_values.load(Relaxed)
     }

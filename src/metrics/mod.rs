@@ -84,19 +84,17 @@ use parking_lot::Mutex;
 
 use crate::config::Config;
 use crate::config::SharedConfig;
+use crate::defaults;
 use crate::error::RequestError;
 use crate::reload::ReloadHistory;
 use crate::store::Store;
+pub use detailed::OVERFLOW_VALUE;
 use detailed::Series;
-pub use detailed::{DEFAULT_MAX_METRIC_VALUES, OVERFLOW_VALUE};
 use rules::{Labels, RULE_FAMILIES, RuleStats, RuleTable, Rules, TableRef, build_table};
 use text::{Histogram, family, sample};
 
 /// The `Content-Type` of [`Metrics::render`]'s text: the Prometheus text format 0.0.4.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// The Go server's default `NEAR_LIMIT_RATIO`.
-pub const DEFAULT_NEAR_LIMIT_RATIO: f32 = 0.8;
 
 /// The `grpc_method` label of request metrics (the Go server's value).
 const METHOD: &str = "ShouldRateLimit";
@@ -153,7 +151,7 @@ impl Metrics {
         Self {
             config,
             store,
-            near_limit_ratio: AtomicU32::new(DEFAULT_NEAR_LIMIT_RATIO.to_bits()),
+            near_limit_ratio: AtomicU32::new(defaults::NEAR_LIMIT_RATIO.to_bits()),
             response_time: Histogram::default(),
             invalid_requests: AtomicU64::new(0),
             store_errors: AtomicU64::new(0),
@@ -164,12 +162,12 @@ impl Metrics {
             table: ArcSwap::from_pointee(table),
             rebuilding: Mutex::new(()),
             connections: Mutex::new(None),
-            max_metric_values: AtomicUsize::new(DEFAULT_MAX_METRIC_VALUES),
+            max_metric_values: AtomicUsize::new(defaults::MAX_METRIC_VALUES),
         }
     }
 
     /// The fraction of a limit beyond which allowed hits count as near the limit (the Go
-    /// server's `NEAR_LIMIT_RATIO`, default [`DEFAULT_NEAR_LIMIT_RATIO`]).
+    /// server's `NEAR_LIMIT_RATIO`, default [`defaults::NEAR_LIMIT_RATIO`]).
     pub fn near_limit_ratio(&self) -> f32 {
         f32::from_bits(self.near_limit_ratio.load(Relaxed))
     }

@@ -121,7 +121,7 @@ where
     }
 }
 
-/// A meshlimit server run in-process by `app::run` on loopback port 0.
+/// A meshlimit server run in-process by `app::serve` on loopback port 0.
 pub struct TestServer {
     pub grpc: std::net::SocketAddr,
     pub http: std::net::SocketAddr,
@@ -140,9 +140,12 @@ impl TestServer {
             algorithm,
             max_buckets: 100_000,
             reload_debounce: std::time::Duration::from_millis(50),
+            // Tests stop servers often; no load balancer needs time to notice.
+            drain_delay: std::time::Duration::ZERO,
             ..meshlimit::app::Settings::new(config)
         };
-        let task = tokio::spawn(meshlimit::app::run(settings, grpc, http, async {
+        let listeners = meshlimit::app::Listeners::new(grpc, http);
+        let task = tokio::spawn(meshlimit::app::serve(settings, listeners, async {
             let _ = stopped.await;
         }));
         TestServer {

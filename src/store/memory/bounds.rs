@@ -9,13 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use tracing::warn;
 
 use crate::clock::{NANOS_PER_SEC, Nanos};
-
-/// Default of `--max-buckets`: most buckets the embedded store holds.
-pub const DEFAULT_MAX_BUCKETS: u64 = 1_000_000;
-
-/// Default of `--max-store-bytes`: most bytes (keys and per-bucket overhead) the embedded
-/// store holds, 1 GiB.
-pub const DEFAULT_MAX_STORE_BYTES: u64 = 1 << 30;
+use crate::defaults;
 
 /// Highest bucket bound: a shard's slots are numbered in 32 bits, and the store never
 /// holds more buckets than its bound (but for those being created at the same moment).
@@ -37,8 +31,8 @@ pub struct Bounds {
 impl Default for Bounds {
     fn default() -> Self {
         Self {
-            buckets: DEFAULT_MAX_BUCKETS,
-            bytes: DEFAULT_MAX_STORE_BYTES,
+            buckets: defaults::MAX_BUCKETS,
+            bytes: defaults::MAX_STORE_BYTES,
         }
     }
 }

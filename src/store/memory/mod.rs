@@ -40,7 +40,7 @@ use foldhash::fast::RandomState;
 use parking_lot::Mutex;
 
 use bounds::Usage;
-pub use bounds::{Bounds, DEFAULT_MAX_BUCKETS, DEFAULT_MAX_STORE_BYTES, MemoryStats};
+pub use bounds::{Bounds, MemoryStats};
 use shard::{Buckets, EMPTY};
 
 use super::{Check, Reports};
@@ -76,7 +76,7 @@ struct Inner {
 struct Shard(Mutex<Buckets>);
 
 impl MemoryStore {
-    /// A store holding at most `max_buckets` buckets and [`DEFAULT_MAX_STORE_BYTES`],
+    /// A store holding at most `max_buckets` buckets and [`crate::defaults::MAX_STORE_BYTES`],
     /// reading idle-ness from `clock`.
     pub fn new(max_buckets: u64, clock: Arc<dyn Clock>) -> Self {
         let bounds = Bounds {

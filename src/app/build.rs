@@ -1,0 +1,68 @@
+//! Settings → config, clock and store → the [`Service`] that answers requests.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use super::{Error, Settings};
+use crate::clock::{Clock, SystemClock};
+use crate::config;
+use crate::metrics::Metrics;
+use crate::service::Service;
+use crate::store::{Bounds, MemoryStore, RedisStore, Store};
+
+/// Builds the service for `settings` with the real clock; loads the config once.
+///
+/// # Errors
+/// The config is invalid, or the Redis URL is.
+pub fn build_service(settings: &Settings) -> Result<Service, Error> {
+    let config = config::load(&settings.config).map_err(Error::Config)?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let store = match &settings.redis {
+        None => Store::Memory(MemoryStore::bounded(
+            Bounds {
+                buckets: settings.max_buckets,
+                bytes: settings.max_store_bytes,
+            },
+            clock.clone(),
+        )),
+        Some(options) => Store::Redis(RedisStore::new(options.clone(), clock.clone())?),
+    };
+    let service = Service::new(
+        Arc::new(ArcSwap::from_pointee(config)),
+        store,
+        clock,
+        settings.algorithm,
+    )
+    .with_global_shadow(settings.global_shadow)
+    .with_request_limits(settings.request_limits);
+    let metrics = Arc::new(Metrics::new(
+        service.config().clone(),
+        service.store().clone(),
+    ));
+    metrics.set_near_limit_ratio(settings.near_limit_ratio);
+    metrics.set_max_metric_values(settings.max_metric_values);
+    Ok(service.with_metrics(metrics))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    #[test]
+    fn an_invalid_config_is_every_problem_under_one_heading() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/config/invalid/several_problems.yaml");
+        let Err(Error::Config(errors)) = build_service(&Settings::new(path)) else {
+            panic!("an invalid config must be refused as Error::Config");
+        };
+        assert!(errors.len() > 1, "{errors:?}");
+        let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            Error::Config(errors).to_string(),
+            format!("invalid config:\n{}", lines.join("\n"))
+        );
+    }
+}

@@ -1,0 +1,46 @@
+//! Wiring: settings → config, store, service → gRPC and HTTP servers, reload, shutdown.
+//!
+//! [`serve`] takes bound listeners and a shutdown future, so tests run the real server on
+//! port 0 and signal handling stays in `main`.
+//!
+//! - `settings`: [`Settings`], what a server needs, with the command line's defaults.
+//! - `build`: [`build_service`], config and store → the service (also `meshlimit explain`).
+//! - `serve`: [`serve`], the servers, reload and the drain.
+//! - `health`: gRPC health following the store and the drain.
+
+mod build;
+mod health;
+mod serve;
+mod settings;
+
+pub use build::build_service;
+pub use serve::{Listeners, serve};
+pub use settings::Settings;
+
+use crate::config::render_errors;
+use crate::error::ConfigError;
+use crate::net::TlsError;
+use crate::store::redis::UrlError;
+
+/// Why the server could not start or stopped abnormally.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The initial config is invalid: every problem found in it.
+    #[error("invalid config:\n{}", render_errors(.0))]
+    Config(Vec<ConfigError>),
+    /// The config path cannot be watched.
+    #[error("cannot watch the config: {0}")]
+    Watch(#[from] notify::Error),
+    /// The HTTP server failed.
+    #[error("HTTP server: {0}")]
+    Http(#[from] std::io::Error),
+    /// The Redis URL is invalid.
+    #[error("{0}")]
+    Redis(#[from] UrlError),
+    /// A TLS certificate, key or CA file is missing or invalid.
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
+    /// `--admin-token-file` gives no token.
+    #[error("{0}")]
+    AdminToken(#[from] crate::admin_token::TokenError),
+}

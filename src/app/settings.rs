@@ -1,0 +1,104 @@
+//! What `meshlimit serve` needs, whatever it was parsed from, with the command line's
+//! defaults.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::defaults;
+use crate::grpc::HeaderNames;
+use crate::net::TlsFiles;
+use crate::request_limits::RequestLimits;
+use crate::rules::Algorithm;
+use crate::store::redis::RedisOptions;
+
+/// What `meshlimit serve` needs, whatever it was parsed from.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Descriptor file or directory; watched, and reloaded when a valid edit lands.
+    pub config: PathBuf,
+    /// Algorithm for rules that do not name one.
+    pub algorithm: Algorithm,
+    /// Upper bound on buckets held by the embedded store, so that a flood of distinct
+    /// keys evicts old buckets instead of exhausting memory.
+    pub max_buckets: u64,
+    /// Quiet time after the last file event before a reload, so that the several writes
+    /// of one edit (or of a Kubernetes ConfigMap swap) make one reload.
+    pub reload_debounce: Duration,
+    /// The Redis store, or `None` for the embedded one.
+    pub redis: Option<RedisOptions>,
+    /// Global shadow mode: every request is answered OK overall; statuses still tell.
+    pub global_shadow: bool,
+    /// `RateLimit-*` response headers for Envoy to add, or `None` (the default).
+    pub response_headers: Option<HeaderNames>,
+    /// After the shutdown signal: how long health checks fail while everything still
+    /// serves, so that load balancers stop sending before connections close.
+    pub drain_delay: Duration,
+    /// Longest wait for in-flight gRPC calls once the server stops accepting, so that a
+    /// stuck call cannot hold the shutdown forever.
+    pub drain_timeout: Duration,
+    /// Share of a limit from which hits count as `near_limit` (the Go server's
+    /// `NEAR_LIMIT_RATIO`).
+    pub near_limit_ratio: f32,
+    /// Where the operator endpoints also serve the Prometheus text, besides `/metrics`
+    /// (the Go server's `PROMETHEUS_PATH`).
+    pub metrics_path: String,
+    /// Upper bound on the bytes held by the embedded store (keys plus per-bucket overhead):
+    /// long keys make a bucket count alone a weak bound on memory.
+    pub max_store_bytes: u64,
+    /// A connection (HTTP or gRPC) with nothing from the peer and no request in flight
+    /// for this long is closed, so that abandoned connections give their places back.
+    pub idle_timeout: Duration,
+    /// Most connections open at once over all ports (`None`: what the file-descriptor
+    /// limit allows, see [`crate::net::descriptors::default_max_connections`]).
+    pub max_connections: Option<usize>,
+    /// gRPC connections older than this (±10%) are asked to close (`None`: never; the Go
+    /// server's `GRPC_MAX_CONNECTION_AGE`), so that clients rebalance over replicas.
+    pub grpc_max_connection_age: Option<Duration>,
+    /// After that GOAWAY, how long calls in flight may still run (the Go server's
+    /// `GRPC_MAX_CONNECTION_AGE_GRACE`).
+    pub grpc_max_connection_age_grace: Duration,
+    /// TLS (and mTLS) on the gRPC address; `None`: plain.
+    pub grpc_tls: Option<TlsFiles>,
+    /// TLS on the main HTTP address (never client certificates); `None`: plain.
+    pub http_tls: Option<TlsFiles>,
+    /// Caps on descriptors, entries and bytes per request (`--max-descriptors`,
+    /// `--max-entries`, `--max-value-bytes`), so that one request's cost stays bounded.
+    pub request_limits: RequestLimits,
+    /// The file holding the token that guards the operator endpoints (see
+    /// [`crate::admin_token`]); `None`: no guard.
+    pub admin_token_file: Option<PathBuf>,
+    /// Most series each `detailed_metric` rule creates for request values, so that
+    /// callers cannot grow the metrics without bound.
+    pub max_metric_values: usize,
+}
+
+impl Settings {
+    /// The command line's defaults ([`crate::defaults`]) for everything but the config
+    /// path: the embedded store, no TLS, no admin token, the command line's drain delay
+    /// (tests that stop servers often set [`Settings::drain_delay`] to zero).
+    pub fn new(config: impl Into<PathBuf>) -> Self {
+        Self {
+            config: config.into(),
+            algorithm: defaults::ALGORITHM,
+            max_buckets: defaults::MAX_BUCKETS,
+            reload_debounce: defaults::RELOAD_DEBOUNCE,
+            redis: None,
+            global_shadow: false,
+            response_headers: None,
+            drain_delay: defaults::DRAIN_DELAY,
+            drain_timeout: defaults::DRAIN_TIMEOUT,
+            metrics_path: defaults::METRICS_PATH.into(),
+            near_limit_ratio: defaults::NEAR_LIMIT_RATIO,
+            max_store_bytes: defaults::MAX_STORE_BYTES,
+            idle_timeout: defaults::IDLE_TIMEOUT,
+            max_connections: None,
+            grpc_max_connection_age: defaults::GRPC_MAX_CONNECTION_AGE,
+            grpc_max_connection_age_grace: defaults::GRPC_MAX_CONNECTION_AGE_GRACE,
+            grpc_tls: None,
+            http_tls: None,
+            request_limits: RequestLimits::default(),
+            admin_token_file: None,
+            max_metric_values: defaults::MAX_METRIC_VALUES,
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! `meshlimit explain`: how a request would be decided, without a running server.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use super::fail;
+use super::values::AlgorithmArg;
+use crate::app::{self, Settings};
+use crate::defaults;
+use crate::store::redis::RedisOptions;
+
+/// The flags of `meshlimit explain`; each field's comment is its `--help` text.
+#[derive(Debug, clap::Args)]
+pub struct ExplainArgs {
+    /// Descriptor file, or directory of *.yaml / *.yml files.
+    #[arg(long, env = "MESHLIMIT_CONFIG")]
+    config: PathBuf,
+    /// The request's domain.
+    #[arg(long)]
+    domain: String,
+    /// One descriptor as `key=value,key2=value2`; repeat for several.
+    #[arg(long, required = true)]
+    descriptor: Vec<String>,
+    /// Algorithm for rules that do not set one (as `serve --algorithm`).
+    #[arg(long, env = "MESHLIMIT_ALGORITHM", value_enum, default_value_t = AlgorithmArg::from(defaults::ALGORITHM))]
+    algorithm: AlgorithmArg,
+    /// Read the buckets' state from this Redis (as `serve --redis-url`).
+    #[arg(long)]
+    redis_url: Option<String>,
+}
+
+impl ExplainArgs {
+    /// Prints the explanation; without `--redis-url`, says that the state shown is not
+    /// the real one.
+    pub async fn run(self) -> ExitCode {
+        let mut settings = Settings::new(self.config);
+        settings.algorithm = self.algorithm.into();
+        settings.redis = self.redis_url.map(RedisOptions::new);
+        let service = match app::build_service(&settings) {
+            Ok(service) => service,
+            Err(e) => return fail(e),
+        };
+        let descriptors: Vec<_> = self
+            .descriptor
+            .iter()
+            .map(|d| crate::http::parse_descriptor(d))
+            .collect();
+        match crate::explain::explain(&service, &self.domain, &descriptors).await {
+            Ok(text) => {
+                print!("{text}");
+                if settings.redis.is_none() {
+                    println!(
+                        "\n(state: read offline, so every bucket is full; GET /explain on a \
+                         running server, or pass --redis-url, shows the real state)"
+                    );
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e),
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! The `meshlimit` command line: `serve`, `validate` and `explain`, their flags and what
+//! each command does. `main` only parses, starts logging and dispatches.
+//!
+//! Without a command it serves, configured by envoyproxy/ratelimit's environment variables
+//! if those are set (see [`crate::gocompat`]), so that it can replace that server as it is
+//! deployed. Every default comes from [`crate::defaults`].
+
+mod explain;
+mod serve;
+mod settings;
+mod validate;
+mod values;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+
+pub use explain::ExplainArgs;
+pub use serve::Serve;
+pub use validate::validate;
+
+/// `meshlimit`: one of its commands.
+#[derive(Debug, Parser)]
+#[command(
+    version,
+    about = "Global rate-limit service for Envoy and Istio",
+    args_override_self = true
+)]
+pub struct Cli {
+    /// The command to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands; each variant's comment is its `--help` text.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve envoy.service.ratelimit.v3.RateLimitService.
+    Serve(Box<Serve>),
+    /// Check descriptor files offline; exits non-zero on any problem.
+    Validate {
+        /// Descriptor file, or directory of *.yaml / *.yml files.
+        #[arg(long, env = "MESHLIMIT_CONFIG")]
+        config: PathBuf,
+    },
+    /// Show how a request would be decided: which rule each descriptor matches and why
+    /// (or where the walk stops), its bucket and, with --redis-url, the bucket's state in
+    /// Redis. Consumes nothing.
+    Explain(ExplainArgs),
+}
+
+impl Cli {
+    /// Parses `args` (the program name first) with `go_args`, the Go server's settings as
+    /// flags: without a command, `serve` is meant; `go_args` go right after `serve`, so
+    /// that the command line's own flags override them. On an error or `--help`, prints
+    /// and exits as clap does.
+    pub fn parse_with(args: impl IntoIterator<Item = OsString>, go_args: &[String]) -> Self {
+        let matches = Self::command().get_matches_from(arguments(args, go_args));
+        match Self::from_arg_matches(&matches) {
+            Ok(cli) => cli,
+            Err(e) => e.exit(),
+        }
+    }
+}
+
+/// The command line with `serve` made explicit when no command is named, and the Go
+/// server's settings placed right after `serve`, so that the command line's own flags
+/// override them.
+fn arguments(args: impl IntoIterator<Item = OsString>, go: &[String]) -> Vec<OsString> {
+    let mut args: Vec<OsString> = args.into_iter().collect();
+    let named = args.get(1).and_then(|a| a.to_str()).is_some_and(|a| {
+        Cli::command()
+            .get_subcommands()
+            .any(|c| c.get_name() == a || a == "help")
+            || matches!(a, "-h" | "--help" | "-V" | "--version")
+    });
+    if !named {
+        args.insert(1.min(args.len()), "serve".into());
+    }
+    if args.get(1).and_then(|a| a.to_str()) == Some("serve") {
+        let rest = args.split_off(2);
+        args.extend(go.iter().map(Into::into));
+        args.extend(rest);
+    }
+    args
+}
+
+/// Prints `meshlimit: <e>` to stderr; the exit code of a command that failed.
+pub fn fail(e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("meshlimit: {e}");
+    ExitCode::FAILURE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(argv: &[&str], go: &[&str]) -> Vec<String> {
+        let go: Vec<String> = go.iter().map(|a| a.to_string()).collect();
+        arguments(argv.iter().map(OsString::from), &go)
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn no_command_means_serve_and_the_go_settings_come_first() {
+        let go = ["--shadow-mode", "--log", "warn"];
+        assert_eq!(
+            args(&["meshlimit", "--log", "debug"], &go),
+            [
+                "meshlimit",
+                "serve",
+                "--shadow-mode",
+                "--log",
+                "warn",
+                "--log",
+                "debug"
+            ]
+        );
+        assert_eq!(
+            args(&["meshlimit", "serve", "--log", "debug"], &go),
+            [
+                "meshlimit",
+                "serve",
+                "--shadow-mode",
+                "--log",
+                "warn",
+                "--log",
+                "debug"
+            ]
+        );
+        assert_eq!(
+            args(&["meshlimit"], &go),
+            ["meshlimit", "serve", "--shadow-mode", "--log", "warn"]
+        );
+    }
+
+    #[test]
+    fn other_commands_and_help_are_left_alone() {
+        let go = ["--shadow-mode"];
+        for argv in [
+            &["meshlimit", "validate", "--config", "c.yaml"][..],
+            &["meshlimit", "--help"],
+            &["meshlimit", "-V"],
+            &["meshlimit", "help", "serve"],
+        ] {
+            assert_eq!(args(argv, &go), argv);
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! The `serve` flags as [`Settings`]: milliseconds as durations, 0 as "never", the store
+//! and TLS flags as their option structs.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::serve::Serve;
+use super::values::StoreKind;
+use crate::app::Settings;
+use crate::grpc::HeaderNames;
+use crate::net::TlsFiles;
+use crate::request_limits::RequestLimits;
+use crate::store::redis::RedisOptions;
+
+impl Serve {
+    /// The settings these flags ask for, serving `config`.
+    pub(super) fn into_settings(self, config: PathBuf) -> Settings {
+        Settings {
+            algorithm: self.algorithm.into(),
+            max_buckets: self.max_buckets,
+            reload_debounce: Duration::from_millis(self.reload_debounce_ms),
+            redis: self.redis_options(),
+            global_shadow: self.shadow_mode,
+            response_headers: self.response_headers.then_some(HeaderNames {
+                limit: self.limit_header,
+                remaining: self.remaining_header,
+                reset: self.reset_header,
+            }),
+            drain_delay: Duration::from_millis(self.drain_delay_ms),
+            drain_timeout: Duration::from_millis(self.drain_timeout_ms),
+            metrics_path: self.metrics_path,
+            near_limit_ratio: self.near_limit_ratio,
+            max_store_bytes: self.max_store_bytes,
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+            max_connections: self
+                .max_connections
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            grpc_max_connection_age: (self.grpc_max_connection_age_ms > 0)
+                .then(|| Duration::from_millis(self.grpc_max_connection_age_ms)),
+            grpc_max_connection_age_grace: Duration::from_millis(
+                self.grpc_max_connection_age_grace_ms,
+            ),
+            grpc_tls: self
+                .grpc_tls_cert
+                .zip(self.grpc_tls_key)
+                .map(|(cert, key)| TlsFiles {
+                    client_ca: self.grpc_client_ca,
+                    client_sans: self.grpc_client_san,
+                    ..TlsFiles::server(cert, key)
+                }),
+            http_tls: self
+                .http_tls_cert
+                .zip(self.http_tls_key)
+                .map(|(cert, key)| TlsFiles::server(cert, key)),
+            request_limits: RequestLimits {
+                max_descriptors: self.max_descriptors,
+                max_entries: self.max_entries,
+                max_value_bytes: self.max_value_bytes,
+            },
+            admin_token_file: self.admin_token_file,
+            max_metric_values: self.max_metric_values,
+            ..Settings::new(config)
+        }
+    }
+
+    /// The Redis store's options with `--store redis`; `None` for the embedded store. The
+    /// local fallback gets the embedded store's bounds.
+    fn redis_options(&self) -> Option<RedisOptions> {
+        match self.store {
+            StoreKind::Memory => None,
+            StoreKind::Redis => Some(RedisOptions {
+                timeout: Duration::from_millis(self.redis_timeout_ms.max(1)),
+                failure: self.redis_failure.into(),
+                lease: self.redis_lease,
+                lease_ttl: Duration::from_millis(self.redis_lease_ttl_ms.max(1)),
+                cache_size: self.redis_cache_size,
+                cache_ttl: Duration::from_millis(self.redis_cache_ttl_ms),
+                fallback_buckets: self.max_buckets,
+                fallback_bytes: self.max_store_bytes,
+                ..RedisOptions::new(self.redis_url.clone().unwrap_or_default())
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn serve(args: &[&str]) -> Serve {
+        let argv = ["meshlimit", "serve"].iter().chain(args);
+        match Cli::try_parse_from(argv).expect("valid flags").command {
+            Command::Serve(serve) => *serve,
+            _ => unreachable!("parsed serve"),
+        }
+    }
+
+    // Settings has no PartialEq (TLS sources, Redis options); Debug shows every field.
+    #[test]
+    fn the_flags_defaults_are_the_settings_defaults() {
+        let from_flags = serve(&[]).into_settings("c.yaml".into());
+        assert_eq!(
+            format!("{from_flags:?}"),
+            format!("{:?}", Settings::new("c.yaml"))
+        );
+    }
+
+    #[test]
+    fn the_redis_flags_defaults_are_the_redis_options_defaults() {
+        let url = "redis://127.0.0.1:6379";
+        let from_flags = serve(&["--store", "redis", "--redis-url", url]).redis_options();
+        assert_eq!(
+            format!("{from_flags:?}"),
+            format!("{:?}", Some(RedisOptions::new(url)))
+        );
+    }
+}

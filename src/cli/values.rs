@@ -1,0 +1,102 @@
+//! The value types of the command line's flags, and the parsers of its checked values.
+//!
+//! The enums are `pub(crate)` with undocumented variants on purpose: clap would show a
+//! variant's doc comment in `--help`, which lists only the names.
+
+use std::time::Duration;
+
+use clap::ValueEnum;
+
+use crate::rules::Algorithm;
+use crate::store::redis::FailurePolicy;
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum LogFormat {
+    Text,
+    Json,
+}
+
+/// `--store`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum StoreKind {
+    Memory,
+    Redis,
+}
+
+/// `--redis-failure`, the flag's spelling of [`FailurePolicy`].
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum FailureArg {
+    Error,
+    Allow,
+    Local,
+}
+
+impl From<FailureArg> for FailurePolicy {
+    fn from(arg: FailureArg) -> Self {
+        match arg {
+            FailureArg::Error => FailurePolicy::Error,
+            FailureArg::Allow => FailurePolicy::Allow,
+            FailureArg::Local => FailurePolicy::Local,
+        }
+    }
+}
+
+/// `--algorithm`, the flag's spelling of [`Algorithm`].
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum AlgorithmArg {
+    TokenBucket,
+    FixedWindow,
+}
+
+impl From<AlgorithmArg> for Algorithm {
+    fn from(arg: AlgorithmArg) -> Self {
+        match arg {
+            AlgorithmArg::TokenBucket => Algorithm::TokenBucket,
+            AlgorithmArg::FixedWindow => Algorithm::FixedWindow,
+        }
+    }
+}
+
+impl From<Algorithm> for AlgorithmArg {
+    fn from(algorithm: Algorithm) -> Self {
+        match algorithm {
+            Algorithm::TokenBucket => AlgorithmArg::TokenBucket,
+            Algorithm::FixedWindow => AlgorithmArg::FixedWindow,
+        }
+    }
+}
+
+/// A default duration as the flags write it, in whole milliseconds.
+pub(super) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A plain URL path: `/` and then letters, digits, `/`, `-`, `_`, `.`.
+pub(super) fn metrics_path(text: &str) -> Result<String, String> {
+    let plain = text.starts_with('/')
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/-_.".contains(&b));
+    if plain {
+        Ok(text.to_string())
+    } else {
+        Err(format!("{text:?} is not a plain path such as /metrics"))
+    }
+}
+
+/// A whole number of at least 1.
+pub(super) fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{text:?} is not a whole number of at least 1")),
+    }
+}
+
+/// A share between 0 and 1.
+pub(super) fn ratio(text: &str) -> Result<f32, String> {
+    match text.parse::<f32>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(format!("{text:?} is not a number from 0 to 1")),
+    }
+}

@@ -1,0 +1,187 @@
+//! The translation of the Go server's variables, end to end through [`super::translate`].
+
+use std::collections::HashMap;
+
+use super::*;
+
+fn run(vars: &[(&str, &str)]) -> Result<Translated, String> {
+    let map: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let names: Vec<String> = map.keys().cloned().collect();
+    translate(|name| map.get(name).cloned(), &names)
+}
+
+fn args(vars: &[(&str, &str)]) -> String {
+    run(vars).unwrap().args.join(" ")
+}
+
+#[test]
+fn nothing_set_means_nothing_added() {
+    assert_eq!(run(&[]).unwrap(), Translated::default());
+}
+
+#[test]
+fn runtime_directories_and_ports() {
+    assert_eq!(
+        args(&[
+            ("RUNTIME_ROOT", "/data/current"),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+            ("GRPC_PORT", "9000"),
+            ("PORT", "9001"),
+            ("DEBUG_PORT", "9002"),
+        ]),
+        "--config /data/current/ratelimit/config --grpc-addr 0.0.0.0:9000 \
+         --http-addr 0.0.0.0:9001 --debug-addr 0.0.0.0:9002"
+    );
+    assert_eq!(
+        args(&[
+            ("RUNTIME_APPDIRECTORY", "limits"),
+            ("HOST", "::1"),
+            ("LOG_LEVEL", "Debug")
+        ]),
+        "--config /srv/runtime_data/current/limits --http-addr [::1]:8080 \
+         --log meshlimit=debug,warn"
+    );
+}
+
+#[test]
+fn our_own_variables_win() {
+    assert_eq!(
+        args(&[
+            ("RUNTIME_ROOT", "/a"),
+            ("MESHLIMIT_CONFIG", "/b"),
+            ("PORT", "1"),
+            ("MESHLIMIT_HTTP_ADDR", "127.0.0.1:2"),
+        ]),
+        ""
+    );
+}
+
+#[test]
+fn redis_urls_for_each_type() {
+    let url = |vars: &[(&str, &str)]| {
+        let a = args(vars);
+        a.strip_prefix("--store redis --redis-url ")
+            .unwrap_or(&a)
+            .to_string()
+    };
+    assert_eq!(
+        url(&[("REDIS_URL", "/run/redis.sock")]),
+        "unix:///run/redis.sock"
+    );
+    assert_eq!(
+        url(&[("REDIS_URL", "/run/redis.sock"), ("REDIS_AUTH", "u:p w")]),
+        "unix:///run/redis.sock?user=u&pass=p%20w"
+    );
+    assert_eq!(
+        url(&[
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "redis:6379"),
+            ("REDIS_AUTH", "user:p@ss")
+        ]),
+        "redis://user:p%40ss@redis:6379"
+    );
+    assert_eq!(
+        url(&[
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "redis:6379"),
+            ("REDIS_AUTH", "secret"),
+            ("REDIS_TLS", "true"),
+            ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true"),
+        ]),
+        "rediss://:secret@redis:6379#insecure"
+    );
+    assert_eq!(
+        url(&[("REDIS_TYPE", "CLUSTER"), ("REDIS_URL", "a:1,b:2")]),
+        "redis+cluster://a:1,b:2"
+    );
+    assert_eq!(
+        url(&[
+            ("REDIS_TYPE", "sentinel"),
+            ("REDIS_URL", "mymaster,s1:26379,s2:26379"),
+            ("REDIS_SENTINEL_AUTH", "sp"),
+        ]),
+        "redis+sentinel://s1:26379,s2:26379/mymaster?sentinel_password=sp"
+    );
+    assert!(run(&[("REDIS_TYPE", "ring"), ("REDIS_URL", "a:1")]).is_err());
+    assert!(run(&[("REDIS_TYPE", "sentinel"), ("REDIS_URL", "a:1")]).is_err());
+}
+
+#[test]
+fn behaviour_switches() {
+    assert_eq!(
+        args(&[
+            ("LOG_LEVEL", "WARNING"),
+            ("LOG_FORMAT", "JSON"),
+            ("SHADOW_MODE", "true"),
+            ("LIMIT_RESPONSE_HEADERS_ENABLED", "1"),
+            ("LIMIT_RESET_HEADER", "X-Reset"),
+            ("USE_PROMETHEUS", "true"),
+            ("PROMETHEUS_ADDR", ":9191"),
+        ]),
+        "--metrics-addr 0.0.0.0:9191 --log warn --log-format json --shadow-mode \
+         --response-headers --reset-header X-Reset"
+    );
+    assert_eq!(
+        args(&[("SHADOW_MODE", "false"), ("USE_PROMETHEUS", "no")]),
+        ""
+    );
+}
+
+#[test]
+fn unsupported_variables_are_named() {
+    let t = run(&[
+        ("USE_STATSD", "true"),
+        ("USE_DOG_STATSD", "false"),
+        ("REDIS_POOL_SIZE", "20"),
+        ("CONFIG_GRPC_XDS_SERVER_URL", "x:1"),
+        ("BACKEND_TYPE", "redis"),
+    ])
+    .unwrap();
+    let names: Vec<&str> = t
+        .unsupported
+        .iter()
+        .map(|u| u.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(names.len(), 3, "{:?}", t.unsupported);
+    for name in [
+        "USE_STATSD",
+        "REDIS_POOL_SIZE",
+        "CONFIG_GRPC_XDS_SERVER_URL",
+    ] {
+        assert!(names.contains(&name), "{name} in {names:?}");
+    }
+    assert!(run(&[("CONFIG_TYPE", "GRPC_XDS_SOTW")]).is_err());
+    assert!(run(&[("BACKEND_TYPE", "memcache")]).is_err());
+}
+
+#[test]
+fn grpc_tls_and_connection_ages() {
+    assert_eq!(
+        args(&[
+            ("GRPC_SERVER_USE_TLS", "true"),
+            ("GRPC_SERVER_TLS_CERT", "/tls/cert.pem"),
+            ("GRPC_SERVER_TLS_KEY", "/tls/key.pem"),
+            ("GRPC_CLIENT_TLS_CACERT", "/tls/ca.pem"),
+            ("GRPC_CLIENT_TLS_SAN", "envoy.mesh"),
+            ("GRPC_MAX_CONNECTION_AGE", "1h"),
+            ("GRPC_MAX_CONNECTION_AGE_GRACE", "30s"),
+        ]),
+        "--grpc-max-connection-age-ms 3600000 --grpc-max-connection-age-grace-ms 30000 \
+         --grpc-tls-cert /tls/cert.pem --grpc-tls-key /tls/key.pem \
+         --grpc-client-ca /tls/ca.pem --grpc-client-san envoy.mesh"
+    );
+    // An age alone gets the Go server's default grace (1 h).
+    assert_eq!(
+        args(&[("GRPC_MAX_CONNECTION_AGE", "10m")]),
+        "--grpc-max-connection-age-ms 600000 --grpc-max-connection-age-grace-ms 3600000"
+    );
+    // Without GRPC_SERVER_USE_TLS the files are ignored, as by the Go server.
+    let ignored = run(&[("GRPC_SERVER_TLS_CERT", "/tls/cert.pem")]).unwrap();
+    assert!(ignored.args.is_empty());
+    assert_eq!(ignored.unsupported.len(), 1);
+    assert!(run(&[("GRPC_SERVER_USE_TLS", "true")]).is_err());
+    assert!(run(&[("GRPC_MAX_CONNECTION_AGE", "1 day")]).is_err());
+}

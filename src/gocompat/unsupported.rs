@@ -1,0 +1,179 @@
+//! The Go server's variables that meshlimit does not act on, each with why, for the one
+//! warning `serve` logs at startup.
+
+use super::parse_bool;
+
+/// Go variables meshlimit does not act on, with why. Booleans are named with the value
+/// that matters: `USE_STATSD=true` warns, `USE_STATSD=false` does not.
+const UNSUPPORTED: &[(&str, Option<bool>, &str)] = &[
+    (
+        "USE_STATSD",
+        Some(true),
+        "statsd is not supported; scrape /metrics",
+    ),
+    (
+        "USE_DOG_STATSD",
+        Some(true),
+        "statsd is not supported; scrape /metrics",
+    ),
+    (
+        "STATSD_HOST",
+        None,
+        "statsd is not supported; scrape /metrics",
+    ),
+    (
+        "STATSD_PORT",
+        None,
+        "statsd is not supported; scrape /metrics",
+    ),
+    (
+        "DISABLE_STATS",
+        Some(true),
+        "metrics are always on at /metrics",
+    ),
+    (
+        "STATS_FLUSH_INTERVAL",
+        None,
+        "Prometheus metrics are read when scraped",
+    ),
+    (
+        "EXTRA_TAGS",
+        None,
+        "add labels in the Prometheus scrape config",
+    ),
+    ("GRPC_UDS", None, "gRPC listens on TCP only"),
+    (
+        "MERGE_DOMAIN_CONFIG",
+        Some(true),
+        "a domain in two files is an error",
+    ),
+    (
+        "FORCE_START_WITHOUT_INITIAL_CONFIG",
+        Some(true),
+        "meshlimit starts only with a valid config",
+    ),
+    ("QUOTA_MODE", Some(true), "set quota_mode per descriptor"),
+    (
+        "RESPONSE_DYNAMIC_METADATA",
+        Some(true),
+        "no dynamic metadata is returned",
+    ),
+    (
+        "EXPIRATION_JITTER_MAX_SECONDS",
+        None,
+        "Redis keys expire exactly when their bucket is full again",
+    ),
+    (
+        "CACHE_KEY_PREFIX",
+        None,
+        "meshlimit's Redis keys are `ml1:{<domain>}<bucket>`",
+    ),
+    (
+        "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+        Some(true),
+        "token buckets never consume on a denied request; fixed windows count every hit",
+    ),
+    ("REDIS_PERSECOND", Some(true), "one Redis holds every unit"),
+    (
+        "REDIS_POOL_SIZE",
+        None,
+        "one multiplexed connection per Redis node",
+    ),
+    (
+        "REDIS_POOL_ON_EMPTY_BEHAVIOR",
+        None,
+        "one multiplexed connection per Redis node",
+    ),
+    (
+        "REDIS_PIPELINE_WINDOW",
+        None,
+        "requests are pipelined on the connection as they come",
+    ),
+    (
+        "REDIS_PIPELINE_LIMIT",
+        None,
+        "requests are pipelined on the connection as they come",
+    ),
+    (
+        "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+        None,
+        "one script call per request",
+    ),
+    (
+        "REDIS_TIMEOUT",
+        None,
+        "use MESHLIMIT_REDIS_TIMEOUT_MS, a per-request bound",
+    ),
+    (
+        "REDIS_TLS_CLIENT_CERT",
+        None,
+        "client certificates are not supported",
+    ),
+    (
+        "REDIS_TLS_CLIENT_KEY",
+        None,
+        "client certificates are not supported",
+    ),
+    (
+        "REDIS_TLS_CACERT",
+        None,
+        "the system's root certificates are used",
+    ),
+    (
+        "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
+        Some(true),
+        "health follows Redis answering",
+    ),
+    (
+        "REDIS_STARTUP_INITIAL_INTERVAL",
+        None,
+        "meshlimit starts at once and reconnects in the background",
+    ),
+    (
+        "REDIS_STARTUP_MAX_INTERVAL",
+        None,
+        "meshlimit starts at once and reconnects in the background",
+    ),
+    (
+        "REDIS_STARTUP_MAX_ELAPSED_TIME",
+        None,
+        "meshlimit starts at once and reconnects in the background",
+    ),
+    (
+        "TRACING_ENABLED",
+        Some(true),
+        "OpenTelemetry tracing is not supported",
+    ),
+];
+
+/// Prefixes of whole families of unsupported variables.
+const UNSUPPORTED_PREFIXES: &[(&str, &str)] = &[
+    ("CONFIG_GRPC_XDS_", "config comes from files only"),
+    ("XDS_CLIENT_", "config comes from files only"),
+    ("MEMCACHE_", "memcache is not supported"),
+    ("REDIS_PERSECOND_", "one Redis holds every unit"),
+];
+
+/// Every set variable of `names` (or of the table) that meshlimit ignores, as
+/// `NAME (why)`; `set` reads a variable's non-empty value.
+pub(super) fn named(set: &impl Fn(&str) -> Option<String>, names: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for &(name, when, why) in UNSUPPORTED {
+        let Some(value) = set(name) else { continue };
+        if when.is_none_or(|w| parse_bool(&value) == Some(w)) {
+            out.push(format!("{name} ({why})"));
+        }
+    }
+    for name in names {
+        if UNSUPPORTED.iter().any(|(n, ..)| n == name) || set(name).is_none() {
+            continue;
+        }
+        if let Some((_, why)) = UNSUPPORTED_PREFIXES
+            .iter()
+            .find(|(p, _)| name.starts_with(p))
+        {
+            out.push(format!("{name} ({why})"));
+        }
+    }
+    out
+}
