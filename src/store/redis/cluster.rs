@@ -16,7 +16,8 @@ use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use redis::{Client, Value};
 
-use super::node::{Node, Source};
+use super::node::{Node, Source, kind_of};
+use crate::error::{StoreError, StoreErrorKind};
 
 /// Slots in a Redis Cluster.
 const SLOTS: u16 = 16384;
@@ -75,7 +76,10 @@ pub(crate) struct Cluster {
     url_prefix: String,
     /// What goes after it (`/#insecure` for unchecked TLS).
     url_suffix: String,
+    /// Longest a node's connection or reply is waited for, and a slot map read per node.
     timeout: Duration,
+    /// Which master serves each slot, as last read; swapped whole by a refresh, so that
+    /// requests read it without a lock.
     map: ArcSwap<SlotMap>,
     /// Every node met so far (seeds, masters), by `host:port`; pruned to the seeds and
     /// the current masters at each refresh.
@@ -85,7 +89,7 @@ pub(crate) struct Cluster {
     /// When the last background refresh started.
     last_refresh: Mutex<Option<tokio::time::Instant>>,
     /// Why the last refresh failed (no node answered `CLUSTER SLOTS`); cleared by a success.
-    refresh_error: Mutex<Option<String>>,
+    refresh_error: Mutex<Option<StoreError>>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -108,7 +112,7 @@ impl Cluster {
         url_prefix: String,
         url_suffix: String,
         timeout: Duration,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, StoreError> {
         let cluster = Self {
             seeds,
             url_prefix,
@@ -129,14 +133,19 @@ impl Cluster {
     /// The node at `addr` (`host:port`), made on first use.
     ///
     /// # Errors
-    /// A URL that redis-rs rejects.
-    pub(crate) fn node_at(&self, addr: &str) -> Result<Arc<Node>, String> {
+    /// A URL that redis-rs rejects: a node that cannot be reached.
+    pub(crate) fn node_at(&self, addr: &str) -> Result<Arc<Node>, StoreError> {
         let mut nodes = self.nodes.lock();
         if let Some(node) = nodes.get(addr) {
             return Ok(node.clone());
         }
         let url = format!("{}{addr}{}", self.url_prefix, self.url_suffix);
-        let client = Client::open(url).map_err(|e| format!("Redis Cluster node {addr}: {e}"))?;
+        let client = Client::open(url).map_err(|e| {
+            StoreError::new(
+                StoreErrorKind::Unreachable,
+                format!("Redis Cluster node {addr}: {e}"),
+            )
+        })?;
         let node = Arc::new(Node::new(
             addr.to_string(),
             Source::Client(client),
@@ -150,7 +159,7 @@ impl Cluster {
     ///
     /// # Errors
     /// No node answers `CLUSTER SLOTS`, or no master serves the slot.
-    pub(crate) async fn owner(self: &Arc<Self>, key: &str) -> Result<Arc<Node>, String> {
+    pub(crate) async fn owner(self: &Arc<Self>, key: &str) -> Result<Arc<Node>, StoreError> {
         let slot = slot(key.as_bytes());
         let map = self.map.load();
         if let Some(node) = map.owner(slot) {
@@ -160,14 +169,18 @@ impl Cluster {
             // A map without this slot (being moved, or not assigned): read it again in the
             // background rather than on every request's time.
             self.refresh_soon();
-            return Err(format!(
-                "Redis Cluster: no master serves slot {slot} (cluster down?)"
+            return Err(StoreError::new(
+                StoreErrorKind::Unreachable,
+                format!("Redis Cluster: no master serves slot {slot} (cluster down?)"),
             ));
         }
         // No map yet: read it now. Boxed: rare, and large (it may try every node).
         Box::pin(self.refresh()).await?;
         self.map.load().owner(slot).cloned().ok_or_else(|| {
-            format!("Redis Cluster unreachable: no master serves slot {slot} (cluster down?)")
+            StoreError::new(
+                StoreErrorKind::Unreachable,
+                format!("Redis Cluster unreachable: no master serves slot {slot} (cluster down?)"),
+            )
         })
     }
 
@@ -187,7 +200,7 @@ impl Cluster {
 
     /// Why the cluster as a whole cannot be used: no slot map, and the last attempt to
     /// read one failed.
-    pub(crate) fn unreachable(&self) -> Option<String> {
+    pub(crate) fn unreachable(&self) -> Option<StoreError> {
         if self.map.load().ranges.is_empty() {
             self.refresh_error.lock().clone()
         } else {
@@ -226,8 +239,8 @@ impl Cluster {
     /// then the seeds, then the rest, each within the timeout.
     ///
     /// # Errors
-    /// No node answered.
-    pub(crate) async fn refresh(&self) -> Result<(), String> {
+    /// No node answered; the error has the kind of the last node's failure.
+    pub(crate) async fn refresh(&self) -> Result<(), StoreError> {
         let Ok(_one) = self.refreshing.try_lock() else {
             // Another refresh is running: its outcome is this one's.
             let _done = self.refreshing.lock().await;
@@ -251,21 +264,32 @@ impl Cluster {
         }
         let known: Vec<Arc<Node>> = self.nodes.lock().values().cloned().collect();
         known.into_iter().for_each(&mut add);
-        let mut last_error = String::from("no cluster node to ask");
+        let mut last_error = StoreError::new(StoreErrorKind::Unreachable, "no cluster node to ask");
         for node in candidates {
             let asked = tokio::time::timeout(self.timeout, self.read_slots(&node)).await;
-            match asked.unwrap_or_else(|_| Err("Redis timed out reading the slot map".into())) {
+            let read = asked.unwrap_or_else(|_| {
+                Err(StoreError::new(
+                    StoreErrorKind::TimedOut,
+                    "Redis timed out reading the slot map",
+                ))
+            });
+            match read {
                 Ok(ranges) => {
                     self.install(ranges);
                     *self.refresh_error.lock() = None;
                     return Ok(());
                 }
-                Err(e) => last_error = format!("{}: {e}", node.name),
+                Err(e) => {
+                    last_error = StoreError::new(e.kind, format!("{}: {}", node.name, e.message));
+                }
             }
         }
-        let message = format!("Redis Cluster unreachable: {last_error}");
-        *self.refresh_error.lock() = Some(message.clone());
-        Err(message)
+        let error = StoreError::new(
+            last_error.kind,
+            format!("Redis Cluster unreachable: {}", last_error.message),
+        );
+        *self.refresh_error.lock() = Some(error.clone());
+        Err(error)
     }
 
     /// Replaces the slot map and forgets nodes that are neither seeds nor masters.
@@ -280,24 +304,28 @@ impl Cluster {
     }
 
     /// `CLUSTER SLOTS` from `node`, as ranges and their masters.
-    async fn read_slots(&self, node: &Node) -> Result<Vec<(u16, u16, Arc<Node>)>, String> {
-        let mut conn = node.conn().await.map_err(|e| {
+    /// Errors are in redis-rs' words, without the node's name (the caller adds it).
+    async fn read_slots(&self, node: &Node) -> Result<Vec<(u16, u16, Arc<Node>)>, StoreError> {
+        let failed = |e: redis::RedisError| {
             node.reset();
-            e.to_string()
-        })?;
+            StoreError::new(kind_of(&e), e.to_string())
+        };
+        let mut conn = node.conn().await.map_err(failed)?;
         let reply: Value = redis::cmd("CLUSTER")
             .arg("SLOTS")
             .query_async(&mut conn)
             .await
-            .map_err(|e| {
-                node.reset();
-                e.to_string()
-            })?;
+            .map_err(failed)?;
         // A node that does not know its own address answers an empty host.
         let asked_host = node.name.rsplit_once(':').map_or("", |(h, _)| h);
-        let ranges = parse_slots(&reply, asked_host)?;
+        let ranges = parse_slots(&reply, asked_host)
+            .map_err(|why| StoreError::new(StoreErrorKind::MalformedReply, why))?;
         if ranges.is_empty() {
-            return Err("CLUSTER SLOTS lists no slots".into());
+            // A cluster whose slots are not assigned yet: nothing to route to.
+            return Err(StoreError::new(
+                StoreErrorKind::Unreachable,
+                "CLUSTER SLOTS lists no slots",
+            ));
         }
         ranges
             .into_iter()

@@ -18,16 +18,22 @@ use redis::{Client, ConnectionAddr, TlsMode};
 
 use super::cluster::Cluster;
 use super::node::{Node, Source};
+use crate::error::StoreError;
 
 /// A Redis deployment, parsed from a URL.
 pub(crate) enum Target {
+    /// One server.
     Single(Client),
     /// Seed nodes (`host:port`) and how to make each node's URL around its address.
     Cluster {
+        /// The seed nodes' `host:port`.
         seeds: Vec<String>,
+        /// Scheme and credentials, before a node's `host:port`.
         url_prefix: String,
+        /// What follows a node's `host:port` (`/#insecure` for unchecked TLS).
         url_suffix: String,
     },
+    /// The master the sentinels name.
     Sentinel(SentinelClient),
 }
 
@@ -44,7 +50,10 @@ impl std::fmt::Debug for Target {
 /// A URL that does not name a Redis deployment meshlimit can use.
 #[derive(Debug, thiserror::Error)]
 #[error("invalid Redis URL: {0}")]
-pub struct UrlError(String);
+pub struct UrlError(
+    /// The URL (its password hidden) and what is wrong with it.
+    String,
+);
 
 impl Target {
     /// Parses `url` (see the module docs); connects to nothing yet.
@@ -223,7 +232,7 @@ impl Backend {
                 url_suffix,
             } => Cluster::new(seeds, url_prefix, url_suffix, timeout)
                 .map(|c| Backend::Cluster(Arc::new(c)))
-                .map_err(|e| UrlError(format!("{}: {e}", redact(url)))),
+                .map_err(|e| UrlError(format!("{}: {}", redact(url), e.message))),
         }
     }
 
@@ -231,7 +240,7 @@ impl Backend {
     ///
     /// # Errors
     /// A Cluster whose slot map cannot be read, or that has no master for the slot.
-    pub(crate) async fn node_for(&self, key: &str) -> Result<Arc<Node>, String> {
+    pub(crate) async fn node_for(&self, key: &str) -> Result<Arc<Node>, StoreError> {
         match self {
             Backend::One(node) => Ok(node.clone()),
             Backend::Cluster(cluster) => cluster.owner(key).await,
