@@ -10,16 +10,17 @@
 //! failure (unreachable, a timeout, any error reply but `NOSCRIPT`) opens it, its requests
 //! then follow the failure policy at once ([`fallback`]), and a probe write closes it again
 //! ([`health`]). A Cluster is routed here, by slot, so that a dead master fails only its own
-//! slots ([`cluster`]).
+//! slots ([`cluster`], [`slots`]). The URL ([`conn`]) names the nodes ([`backend`]).
 //!
-//! Keys are [`crate::bucket_key::BucketKey::redis_key`]s: a versioned prefix, then the domain as the Cluster
-//! hash tag, so every key of one request (they share the domain) lives in one slot while
-//! different domains spread over the nodes. Every key carries a TTL: the time until its
-//! bucket would be full again, or its window's end.
+//! Keys are [`crate::bucket_key::BucketKey::redis_key`]s: a versioned prefix, then the
+//! domain as the Cluster hash tag, so every key of one request (they share the domain)
+//! lives in one slot while different domains spread over the nodes. Every key carries a
+//! TTL: the time until its bucket would be full again, or its window's end.
 //!
 //! Two caches in front answer what they safely can without Redis: over-limit snapshots
 //! (always on, [`over_limit_cache`]) and leased tokens (opt-in, [`leases`]).
 
+mod backend;
 mod circuit;
 mod cluster;
 mod conn;
@@ -32,12 +33,14 @@ mod over_limit_cache;
 pub mod reply;
 mod script;
 mod script_args;
+mod slots;
 mod stats;
 
 use std::sync::Arc;
 
+use backend::Backend;
+use conn::Target;
 pub use conn::UrlError;
-use conn::{Backend, Target};
 use fallback::Fallback;
 use leases::{Leases, Refill, Want};
 pub use options::{FailurePolicy, RedisOptions, TimeSource};

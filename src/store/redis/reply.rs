@@ -64,8 +64,8 @@ impl Outcome {
 pub enum After {
     /// A token bucket.
     TokenBucket {
-        /// Debt after the decision, in the limit's scaled units (see
-        /// [`super::script_args::Scale`]).
+        /// Debt after the decision, in the limit's scaled units (`Scale` in
+        /// script_args.rs).
         debt: u64,
         /// Tokens leased to this replica beyond the request's own.
         leased: u64,
