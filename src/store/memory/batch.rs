@@ -141,7 +141,10 @@ fn first_of_each_key(checks: &[Check<'_>], hashes: &[u64]) -> SmallVec<[usize; 4
 
 /// A set of shard indices, iterated in ascending order: the lock order.
 #[derive(Debug, Default)]
-struct ShardSet([u64; SHARDS / 64]);
+struct ShardSet(
+    /// One bit per shard, shard `i` at bit `i % 64` of word `i / 64`.
+    [u64; SHARDS / 64],
+);
 
 impl ShardSet {
     fn insert(&mut self, shard: usize) {

@@ -53,15 +53,20 @@ const SHARDS: usize = 256;
 /// The embedded store. Cheap to clone; clones share the buckets.
 #[derive(Clone)]
 pub struct MemoryStore {
+    /// What every clone shares.
     inner: Arc<Inner>,
 }
 
+/// The state behind a [`MemoryStore`].
 struct Inner {
+    /// The buckets, [`SHARDS`] locks' worth, a key's shard chosen by its hash.
     shards: Box<[Shard]>,
     /// Each shard's oldest stamp ([`EMPTY`] when it holds nothing), written under the
     /// shard's lock when it changes. Packed in one array, apart from the shards, so that
     /// finding the oldest bucket of the store reads 32 cache lines and takes no lock.
     oldest: Box<[AtomicU64]>,
+    /// Hashes keys, once per decision, for both the shard and the lookup inside it.
+    /// Randomly seeded, so that callers cannot choose keys that collide.
     hasher: RandomState,
     /// Bounds, counts and the creation counter.
     usage: Usage,
@@ -73,7 +78,10 @@ struct Inner {
 /// slow each other down. A `parking_lot` mutex, not a read-write lock: every decision
 /// writes, and the critical section is a lookup and a few arithmetic operations.
 #[repr(align(128))]
-struct Shard(Mutex<Buckets>);
+struct Shard(
+    /// The shard's buckets, in recency order.
+    Mutex<Buckets>,
+);
 
 impl MemoryStore {
     /// A store holding at most `max_buckets` buckets and [`crate::defaults::MAX_STORE_BYTES`],

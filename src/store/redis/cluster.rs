@@ -16,56 +16,12 @@ use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use redis::{Client, Value};
 
-use super::node::{Node, Source};
-
-/// Slots in a Redis Cluster.
-const SLOTS: u16 = 16384;
+use super::node::{Node, Source, kind_of};
+use super::slots::{SlotMap, parse_slots, slot};
+use crate::error::{StoreError, StoreErrorKind};
 
 /// Least time between two background refreshes of the slot map.
 const REFRESH_EVERY: Duration = Duration::from_millis(200);
-
-/// The cluster slot of `key`: CRC16 (XMODEM) of its hash tag (the part between the first
-/// `{` and the next `}`, when not empty), else of the whole key, modulo 16384.
-pub(crate) fn slot(key: &[u8]) -> u16 {
-    let tag = key
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            rest.iter()
-                .position(|&b| b == b'}')
-                .map(|close| &rest[..close])
-        })
-        .filter(|tag| !tag.is_empty())
-        .unwrap_or(key);
-    crc16::State::<crc16::XMODEM>::calculate(tag) % SLOTS
-}
-
-/// Which master serves each slot.
-#[derive(Default)]
-struct SlotMap {
-    /// `(first, last, master)`, sorted by `first`, not overlapping.
-    ranges: Vec<(u16, u16, Arc<Node>)>,
-}
-
-impl SlotMap {
-    fn owner(&self, slot: u16) -> Option<&Arc<Node>> {
-        let after = self.ranges.partition_point(|r| r.0 <= slot);
-        let (_, last, node) = self.ranges.get(after.checked_sub(1)?)?;
-        (slot <= *last).then_some(node)
-    }
-
-    /// Every master serving at least one slot, once each.
-    fn masters(&self) -> Vec<Arc<Node>> {
-        let mut out: Vec<Arc<Node>> = Vec::new();
-        for (_, _, node) in &self.ranges {
-            if !out.iter().any(|n| Arc::ptr_eq(n, node)) {
-                out.push(node.clone());
-            }
-        }
-        out
-    }
-}
 
 /// A Redis Cluster; see the module docs.
 pub(crate) struct Cluster {
@@ -75,7 +31,10 @@ pub(crate) struct Cluster {
     url_prefix: String,
     /// What goes after it (`/#insecure` for unchecked TLS).
     url_suffix: String,
+    /// Longest a node's connection or reply is waited for, and a slot map read per node.
     timeout: Duration,
+    /// Which master serves each slot, as last read; swapped whole by a refresh, so that
+    /// requests read it without a lock.
     map: ArcSwap<SlotMap>,
     /// Every node met so far (seeds, masters), by `host:port`; pruned to the seeds and
     /// the current masters at each refresh.
@@ -85,7 +44,7 @@ pub(crate) struct Cluster {
     /// When the last background refresh started.
     last_refresh: Mutex<Option<tokio::time::Instant>>,
     /// Why the last refresh failed (no node answered `CLUSTER SLOTS`); cleared by a success.
-    refresh_error: Mutex<Option<String>>,
+    refresh_error: Mutex<Option<StoreError>>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -108,7 +67,7 @@ impl Cluster {
         url_prefix: String,
         url_suffix: String,
         timeout: Duration,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, StoreError> {
         let cluster = Self {
             seeds,
             url_prefix,
@@ -129,14 +88,19 @@ impl Cluster {
     /// The node at `addr` (`host:port`), made on first use.
     ///
     /// # Errors
-    /// A URL that redis-rs rejects.
-    pub(crate) fn node_at(&self, addr: &str) -> Result<Arc<Node>, String> {
+    /// A URL that redis-rs rejects: a node that cannot be reached.
+    pub(crate) fn node_at(&self, addr: &str) -> Result<Arc<Node>, StoreError> {
         let mut nodes = self.nodes.lock();
         if let Some(node) = nodes.get(addr) {
             return Ok(node.clone());
         }
         let url = format!("{}{addr}{}", self.url_prefix, self.url_suffix);
-        let client = Client::open(url).map_err(|e| format!("Redis Cluster node {addr}: {e}"))?;
+        let client = Client::open(url).map_err(|e| {
+            StoreError::new(
+                StoreErrorKind::Unreachable,
+                format!("Redis Cluster node {addr}: {e}"),
+            )
+        })?;
         let node = Arc::new(Node::new(
             addr.to_string(),
             Source::Client(client),
@@ -150,7 +114,7 @@ impl Cluster {
     ///
     /// # Errors
     /// No node answers `CLUSTER SLOTS`, or no master serves the slot.
-    pub(crate) async fn owner(self: &Arc<Self>, key: &str) -> Result<Arc<Node>, String> {
+    pub(crate) async fn owner(self: &Arc<Self>, key: &str) -> Result<Arc<Node>, StoreError> {
         let slot = slot(key.as_bytes());
         let map = self.map.load();
         if let Some(node) = map.owner(slot) {
@@ -160,14 +124,18 @@ impl Cluster {
             // A map without this slot (being moved, or not assigned): read it again in the
             // background rather than on every request's time.
             self.refresh_soon();
-            return Err(format!(
-                "Redis Cluster: no master serves slot {slot} (cluster down?)"
+            return Err(StoreError::new(
+                StoreErrorKind::Unreachable,
+                format!("Redis Cluster: no master serves slot {slot} (cluster down?)"),
             ));
         }
         // No map yet: read it now. Boxed: rare, and large (it may try every node).
         Box::pin(self.refresh()).await?;
         self.map.load().owner(slot).cloned().ok_or_else(|| {
-            format!("Redis Cluster unreachable: no master serves slot {slot} (cluster down?)")
+            StoreError::new(
+                StoreErrorKind::Unreachable,
+                format!("Redis Cluster unreachable: no master serves slot {slot} (cluster down?)"),
+            )
         })
     }
 
@@ -187,7 +155,7 @@ impl Cluster {
 
     /// Why the cluster as a whole cannot be used: no slot map, and the last attempt to
     /// read one failed.
-    pub(crate) fn unreachable(&self) -> Option<String> {
+    pub(crate) fn unreachable(&self) -> Option<StoreError> {
         if self.map.load().ranges.is_empty() {
             self.refresh_error.lock().clone()
         } else {
@@ -226,8 +194,8 @@ impl Cluster {
     /// then the seeds, then the rest, each within the timeout.
     ///
     /// # Errors
-    /// No node answered.
-    pub(crate) async fn refresh(&self) -> Result<(), String> {
+    /// No node answered; the error has the kind of the last node's failure.
+    pub(crate) async fn refresh(&self) -> Result<(), StoreError> {
         let Ok(_one) = self.refreshing.try_lock() else {
             // Another refresh is running: its outcome is this one's.
             let _done = self.refreshing.lock().await;
@@ -251,21 +219,32 @@ impl Cluster {
         }
         let known: Vec<Arc<Node>> = self.nodes.lock().values().cloned().collect();
         known.into_iter().for_each(&mut add);
-        let mut last_error = String::from("no cluster node to ask");
+        let mut last_error = StoreError::new(StoreErrorKind::Unreachable, "no cluster node to ask");
         for node in candidates {
             let asked = tokio::time::timeout(self.timeout, self.read_slots(&node)).await;
-            match asked.unwrap_or_else(|_| Err("Redis timed out reading the slot map".into())) {
+            let read = asked.unwrap_or_else(|_| {
+                Err(StoreError::new(
+                    StoreErrorKind::TimedOut,
+                    "Redis timed out reading the slot map",
+                ))
+            });
+            match read {
                 Ok(ranges) => {
                     self.install(ranges);
                     *self.refresh_error.lock() = None;
                     return Ok(());
                 }
-                Err(e) => last_error = format!("{}: {e}", node.name),
+                Err(e) => {
+                    last_error = StoreError::new(e.kind, format!("{}: {}", node.name, e.message));
+                }
             }
         }
-        let message = format!("Redis Cluster unreachable: {last_error}");
-        *self.refresh_error.lock() = Some(message.clone());
-        Err(message)
+        let error = StoreError::new(
+            last_error.kind,
+            format!("Redis Cluster unreachable: {}", last_error.message),
+        );
+        *self.refresh_error.lock() = Some(error.clone());
+        Err(error)
     }
 
     /// Replaces the slot map and forgets nodes that are neither seeds nor masters.
@@ -280,135 +259,32 @@ impl Cluster {
     }
 
     /// `CLUSTER SLOTS` from `node`, as ranges and their masters.
-    async fn read_slots(&self, node: &Node) -> Result<Vec<(u16, u16, Arc<Node>)>, String> {
-        let mut conn = node.conn().await.map_err(|e| {
+    /// Errors are in redis-rs' words, without the node's name (the caller adds it).
+    async fn read_slots(&self, node: &Node) -> Result<Vec<(u16, u16, Arc<Node>)>, StoreError> {
+        let failed = |e: redis::RedisError| {
             node.reset();
-            e.to_string()
-        })?;
+            StoreError::new(kind_of(&e), e.to_string())
+        };
+        let mut conn = node.conn().await.map_err(failed)?;
         let reply: Value = redis::cmd("CLUSTER")
             .arg("SLOTS")
             .query_async(&mut conn)
             .await
-            .map_err(|e| {
-                node.reset();
-                e.to_string()
-            })?;
+            .map_err(failed)?;
         // A node that does not know its own address answers an empty host.
         let asked_host = node.name.rsplit_once(':').map_or("", |(h, _)| h);
-        let ranges = parse_slots(&reply, asked_host)?;
+        let ranges = parse_slots(&reply, asked_host)
+            .map_err(|why| StoreError::new(StoreErrorKind::MalformedReply, why))?;
         if ranges.is_empty() {
-            return Err("CLUSTER SLOTS lists no slots".into());
+            // A cluster whose slots are not assigned yet: nothing to route to.
+            return Err(StoreError::new(
+                StoreErrorKind::Unreachable,
+                "CLUSTER SLOTS lists no slots",
+            ));
         }
         ranges
             .into_iter()
             .map(|(first, last, addr)| Ok((first, last, self.node_at(&addr)?)))
             .collect()
-    }
-}
-
-/// `CLUSTER SLOTS` as `(first, last, "host:port" of the master)`; an empty host is
-/// `asked_host`, ranges whose master's address is unknown (`?`) are left out.
-///
-/// # Errors
-/// A reply of another shape.
-fn parse_slots(reply: &Value, asked_host: &str) -> Result<Vec<(u16, u16, String)>, String> {
-    let bad = || format!("unexpected CLUSTER SLOTS reply: {reply:?}");
-    let Value::Array(entries) = reply else {
-        return Err(bad());
-    };
-    let mut out = Vec::with_capacity(entries.len());
-    for entry in entries {
-        let Value::Array(fields) = entry else {
-            return Err(bad());
-        };
-        let (Some(Value::Int(first)), Some(Value::Int(last)), Some(Value::Array(master))) =
-            (fields.first(), fields.get(1), fields.get(2))
-        else {
-            return Err(bad());
-        };
-        let (Ok(first), Ok(last)) = (u16::try_from(*first), u16::try_from(*last)) else {
-            return Err(bad());
-        };
-        let host = match master.first() {
-            Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
-            Some(Value::SimpleString(host)) => host.clone(),
-            _ => return Err(bad()),
-        };
-        let Some(Value::Int(port)) = master.get(1) else {
-            return Err(bad());
-        };
-        if host == "?" || first > last || last >= SLOTS {
-            continue;
-        }
-        let host = if host.is_empty() { asked_host } else { &host };
-        let host = if host.contains(':') && !host.starts_with('[') {
-            format!("[{host}]")
-        } else {
-            host.to_string()
-        };
-        out.push((first, last, format!("{host}:{port}")));
-    }
-    Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slots_follow_the_hash_tag() {
-        // Values from the Redis Cluster specification's CRC16 test vector and
-        // `CLUSTER KEYSLOT`.
-        assert_eq!(
-            crc16::State::<crc16::XMODEM>::calculate(b"123456789"),
-            0x31C3
-        );
-        assert_eq!(slot(b"foo"), 12182);
-        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
-        assert_eq!(slot(b"foo{}{bar}"), slot(b"foo{}{bar}"));
-        assert_ne!(
-            slot(b"foo{}{bar}"),
-            slot(b"bar"),
-            "an empty tag hashes the key"
-        );
-        assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
-    }
-
-    #[test]
-    fn slot_replies_parse_or_say_why() {
-        let int = Value::Int;
-        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
-        let reply = Value::Array(vec![
-            Value::Array(vec![
-                int(0),
-                int(5460),
-                Value::Array(vec![bulk("127.0.0.1"), int(7000), bulk("id")]),
-                Value::Array(vec![bulk("127.0.0.1"), int(7003), bulk("id")]),
-            ]),
-            Value::Array(vec![
-                int(5461),
-                int(10922),
-                Value::Array(vec![bulk(""), int(7001)]),
-            ]),
-            Value::Array(vec![
-                int(10923),
-                int(16383),
-                Value::Array(vec![bulk("?"), int(7002)]),
-            ]),
-        ]);
-        assert_eq!(
-            parse_slots(&reply, "10.0.0.9").expect("valid"),
-            [
-                (0, 5460, "127.0.0.1:7000".to_string()),
-                (5461, 10922, "10.0.0.9:7001".to_string())
-            ]
-        );
-        for bad in [
-            Value::Nil,
-            Value::Array(vec![Value::Int(1)]),
-            Value::Array(vec![Value::Array(vec![int(-1), int(3), Value::Nil])]),
-        ] {
-            assert!(parse_slots(&bad, "h").is_err(), "{bad:?}");
-        }
     }
 }

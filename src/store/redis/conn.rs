@@ -1,4 +1,4 @@
-//! Redis URLs, and the nodes they name ([`Backend`]).
+//! Redis URLs, parsed into the deployment they name ([`Target`]).
 //!
 //! URLs:
 //! - `redis://[[user]:password@]host[:port][/db]`, `rediss://…` (TLS),
@@ -10,24 +10,23 @@
 //!   credentials are the master's; sentinels that need their own take
 //!   `?sentinel_username=U&sentinel_password=P`.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{Client, ConnectionAddr, TlsMode};
 
-use super::cluster::Cluster;
-use super::node::{Node, Source};
-
 /// A Redis deployment, parsed from a URL.
 pub(crate) enum Target {
+    /// One server.
     Single(Client),
     /// Seed nodes (`host:port`) and how to make each node's URL around its address.
     Cluster {
+        /// The seed nodes' `host:port`.
         seeds: Vec<String>,
+        /// Scheme and credentials, before a node's `host:port`.
         url_prefix: String,
+        /// What follows a node's `host:port` (`/#insecure` for unchecked TLS).
         url_suffix: String,
     },
+    /// The master the sentinels name.
     Sentinel(SentinelClient),
 }
 
@@ -44,7 +43,10 @@ impl std::fmt::Debug for Target {
 /// A URL that does not name a Redis deployment meshlimit can use.
 #[derive(Debug, thiserror::Error)]
 #[error("invalid Redis URL: {0}")]
-pub struct UrlError(String);
+pub struct UrlError(
+    /// The URL (its password hidden) and what is wrong with it.
+    pub(super) String,
+);
 
 impl Target {
     /// Parses `url` (see the module docs); connects to nothing yet.
@@ -197,70 +199,6 @@ fn percent_decode(s: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-/// The Redis nodes requests go to: one, or a Cluster's masters.
-#[derive(Debug)]
-pub(crate) enum Backend {
-    /// One server, or the master the sentinels name.
-    One(Arc<Node>),
-    /// A Redis Cluster, routed by slot.
-    Cluster(Arc<Cluster>),
-}
-
-impl Backend {
-    /// The nodes of `target`, `url` naming a single one in messages; connects to nothing.
-    pub(crate) fn new(target: Target, url: &str, timeout: Duration) -> Result<Self, UrlError> {
-        let one = |source| Backend::One(Arc::new(Node::new(redact(url), source, timeout)));
-        match target {
-            Target::Single(client) => Ok(one(Source::Client(client))),
-            Target::Sentinel(sentinel) => {
-                Ok(one(Source::Sentinel(tokio::sync::Mutex::new(sentinel))))
-            }
-            Target::Cluster {
-                seeds,
-                url_prefix,
-                url_suffix,
-            } => Cluster::new(seeds, url_prefix, url_suffix, timeout)
-                .map(|c| Backend::Cluster(Arc::new(c)))
-                .map_err(|e| UrlError(format!("{}: {e}", redact(url)))),
-        }
-    }
-
-    /// The node that holds `key` (a Redis key).
-    ///
-    /// # Errors
-    /// A Cluster whose slot map cannot be read, or that has no master for the slot.
-    pub(crate) async fn node_for(&self, key: &str) -> Result<Arc<Node>, String> {
-        match self {
-            Backend::One(node) => Ok(node.clone()),
-            Backend::Cluster(cluster) => cluster.owner(key).await,
-        }
-    }
-
-    /// The nodes requests go to now.
-    pub(crate) fn nodes(&self) -> Vec<Arc<Node>> {
-        match self {
-            Backend::One(node) => vec![node.clone()],
-            Backend::Cluster(cluster) => cluster.masters(),
-        }
-    }
-
-    /// A key that `node` holds, for probe writes (`None`: it holds no slot any more).
-    pub(crate) fn probe_key(&self, node: &Node) -> Option<String> {
-        match self {
-            Backend::One(_) => Some(format!("{}probe{{0}}", crate::bucket_key::REDIS_PREFIX)),
-            Backend::Cluster(cluster) => cluster.probe_key(node),
-        }
-    }
-
-    /// The Cluster, if this is one.
-    pub(crate) fn cluster(&self) -> Option<&Arc<Cluster>> {
-        match self {
-            Backend::One(_) => None,
-            Backend::Cluster(cluster) => Some(cluster),
-        }
-    }
 }
 
 #[cfg(test)]

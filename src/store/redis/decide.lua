@@ -11,7 +11,7 @@
 --   kind   't' token bucket | 'w' fixed window
 --   hits   hits to take (0 checks without consuming)
 --   mode   'e' enforce | 's' shadow | 'q' quota | 'x' shadow quota
---   t: token, rate, cap, q   -- scaled integers (see src/store/redis/mod.rs, Scale)
+--   t: token, rate, cap, q   -- scaled integers (see src/store/redis/script_args.rs, Scale)
 --   w: limit, window seconds, 0, 0
 --   lease  extra whole tokens to lease when the request passes (token buckets)
 -- Numbers stay below 2^53, where Lua's doubles are exact integers.

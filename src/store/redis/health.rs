@@ -8,8 +8,8 @@ use std::time::Duration;
 use redis::Value;
 
 use super::node::{Node, timed_out};
-use super::script::describe;
 use super::{FailurePolicy, Inner, RedisStore};
+use crate::error::StoreError;
 use crate::store::StoreHealth;
 
 /// How often, at most, a node whose circuit is open is probed.
@@ -18,23 +18,12 @@ const PROBE_EVERY: Duration = Duration::from_millis(250);
 /// Lifetime of a probe key: long enough to be written, short enough to leave nothing.
 const PROBE_TTL_MS: u64 = 2000;
 
-impl FailurePolicy {
-    /// The policy as `--redis-failure` names it.
-    pub fn name(self) -> &'static str {
-        match self {
-            FailurePolicy::Error => "error",
-            FailurePolicy::Allow => "allow",
-            FailurePolicy::Local => "local",
-        }
-    }
-}
-
 impl RedisStore {
-    /// `node` cannot decide because of `reason`: its requests go to the failure policy
+    /// `node` cannot decide because of `why`: its requests go to the failure policy
     /// until a probe write succeeds.
-    pub(super) fn trip(&self, node: &Arc<Node>, reason: &str) {
+    pub(super) fn trip(&self, node: &Arc<Node>, why: &StoreError) {
         node.circuit
-            .open(&node.name, reason, self.inner.options.failure);
+            .open(&node.name, &why.message, self.inner.options.failure);
         if let Some(cluster) = self.inner.backend.cluster() {
             // A dead master's slots move to a replica: find out as soon as they do.
             cluster.refresh_soon();
@@ -55,7 +44,7 @@ impl RedisStore {
             )),
         };
         if let Some(why) = inner.backend.cluster().and_then(|c| c.unreachable()) {
-            return whole(why);
+            return whole(why.message);
         }
         let nodes = inner.backend.nodes();
         let down: Vec<String> = nodes
@@ -96,9 +85,7 @@ impl RedisStore {
         }
         inner.blocked.run_pending_tasks();
         inner.leases.run_pending_tasks();
-        if let Some(fallback) = &inner.fallback {
-            fallback.maintain();
-        }
+        inner.fallback.maintain();
     }
 
     /// Until `node` takes a write again: one probe at a time, backing off to
@@ -128,7 +115,7 @@ impl RedisStore {
                         node.circuit.close(&node.name);
                         return;
                     }
-                    Err(reason) => node.circuit.set_reason(&reason),
+                    Err(why) => node.circuit.set_reason(&why.message),
                 }
                 delay = (delay * 2).min(PROBE_EVERY);
             }
@@ -145,8 +132,8 @@ impl RedisStore {
         tokio::spawn(async move {
             let result = store.inner.probe_write(&node).await;
             node.circuit.end_probe();
-            if let Err(reason) = result {
-                store.trip(&node, &reason);
+            if let Err(why) = result {
+                store.trip(&node, &why);
             }
         });
     }
@@ -155,7 +142,7 @@ impl RedisStore {
 impl Inner {
     /// Writes a short-lived key on `node`, within the timeout: a node that answers but
     /// refuses writes (out of memory, read-only, ...) cannot decide either.
-    async fn probe_write(&self, node: &Node) -> Result<(), String> {
+    async fn probe_write(&self, node: &Node) -> Result<(), StoreError> {
         let Some(key) = self.backend.probe_key(node) else {
             return Ok(());
         };
@@ -175,7 +162,7 @@ impl Inner {
         result.map(drop).map_err(|e| {
             // Connect anew for the next probe (see `Inner::run`).
             node.reset();
-            describe(node, &e)
+            node.error(&e)
         })
     }
 }

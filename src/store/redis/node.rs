@@ -11,6 +11,7 @@ use redis::sentinel::SentinelClient;
 use redis::{AsyncConnectionConfig, Client, RedisError};
 
 use super::circuit::Circuit;
+use crate::error::{StoreError, StoreErrorKind};
 
 /// How a node's connections are made.
 pub(crate) enum Source {
@@ -24,10 +25,14 @@ pub(crate) enum Source {
 pub(crate) struct Node {
     /// The node in messages: `host:port`, or the URL without its password.
     pub(crate) name: String,
+    /// How connections to it are made.
     source: Source,
+    /// The connection every request shares; `None` until the first use, and after a
+    /// failure (the next use connects anew).
     current: ArcSwapOption<MultiplexedConnection>,
     /// One connection attempt at a time.
     connecting: tokio::sync::Mutex<()>,
+    /// Longest a connection attempt, and then any reply, is waited for.
     timeout: Duration,
     /// Whether requests may ask this node.
     pub(crate) circuit: Circuit,
@@ -98,10 +103,67 @@ impl Node {
     }
 }
 
+impl Node {
+    /// This node's failure `e` as a store error, in words that name the node.
+    pub(crate) fn error(&self, e: &RedisError) -> StoreError {
+        let message = if e.code().is_some() {
+            format!("Redis {} answered an error: {e}", self.name)
+        } else {
+            format!("Redis unreachable ({}): {e}", self.name)
+        };
+        StoreError::new(kind_of(e), message)
+    }
+}
+
+/// The kind of a redis-rs error: an error reply, a timeout, or a node out of reach.
+pub(crate) fn kind_of(e: &RedisError) -> StoreErrorKind {
+    if e.code().is_some() {
+        StoreErrorKind::Refused
+    } else if e.is_timeout() {
+        StoreErrorKind::TimedOut
+    } else {
+        StoreErrorKind::Unreachable
+    }
+}
+
 /// An I/O timeout error saying what timed out.
 pub(crate) fn timed_out(what: &str) -> RedisError {
     RedisError::from(std::io::Error::new(
         std::io::ErrorKind::TimedOut,
         format!("Redis timed out {what}"),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_are_told_apart_by_kind() {
+        let node = Node::new(
+            "127.0.0.1:1".into(),
+            Source::Client(Client::open("redis://127.0.0.1:1").expect("a valid URL")),
+            Duration::from_millis(100),
+        );
+        let refused = redis::parse_redis_value(b"-OOM command not allowed\r\n")
+            .and_then(redis::Value::extract_error)
+            .expect_err("an error reply");
+        let error = node.error(&refused);
+        assert_eq!(error.kind, StoreErrorKind::Refused);
+        assert!(
+            error
+                .message
+                .starts_with("Redis 127.0.0.1:1 answered an error: "),
+            "{}",
+            error.message
+        );
+        let error = node.error(&timed_out("deciding"));
+        assert_eq!(error.kind, StoreErrorKind::TimedOut);
+        assert_eq!(
+            error.message,
+            "Redis unreachable (127.0.0.1:1): Redis timed out deciding"
+        );
+        let gone = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert_eq!(node.error(&gone).kind, StoreErrorKind::Unreachable);
+    }
 }

@@ -1,11 +1,19 @@
-//! The decision script's reply ([`decide.lua`](./decide.lua)) as plain numbers.
+//! The decision script's reply ([`decide.lua`](./decide.lua)): parsed as plain numbers,
+//! then read for each check's algorithm ([`CheckReply::outcome`]), so that nothing else
+//! needs to know what the script's numbers mean.
 //!
-//! A pure function of the raw reply, so that it can be fuzzed: anything that is not the
-//! script's exact shape is an error, never a panic.
+//! Parsing is a pure function of the raw reply, so that it can be fuzzed: anything that is
+//! not the script's exact shape is an error, never a panic.
 
 use redis::Value;
 
-/// What the script decided for one check (see the script's header).
+use crate::clock::Nanos;
+use crate::limiter::Report;
+use crate::rules::{Algorithm, Limit};
+
+/// One check's numbers as the script sends them: three that mean the same for every
+/// algorithm, then two whose meaning depends on the check's algorithm, read by
+/// [`CheckReply::outcome`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckReply {
     /// The check is over its limit.
@@ -14,10 +22,84 @@ pub struct CheckReply {
     pub remaining: i64,
     /// Microseconds until the bucket can pass again (token buckets) or the window resets.
     pub reset_us: i64,
-    /// Token bucket: debt after the decision (scaled); fixed window: count after it.
-    pub a: i64,
-    /// Token bucket: tokens leased; fixed window: microseconds until the window ends.
-    pub b: i64,
+    /// The script's last two numbers, unnamed until the algorithm is known.
+    specific: [i64; 2],
+}
+
+/// One check's reply, read for its algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// The check is over its limit.
+    pub over: bool,
+    /// Whole tokens (or window hits) left, negatives as 0.
+    pub remaining: u32,
+    /// Until the bucket can pass again (token buckets) or the window resets.
+    pub reset: Nanos,
+    /// What the script left of the bucket.
+    pub after: After,
+}
+
+impl Outcome {
+    /// The report of a check under `limit` (the limit the script was asked about).
+    pub fn report(&self, limit: &Limit) -> Report {
+        let (reset, count) = match self.after {
+            // A bucket that never refills does not say when: a unit, as the embedded
+            // store reports it.
+            After::TokenBucket { .. } if limit.requests_per_unit == 0 => (limit.unit.nanos(), 0),
+            After::TokenBucket { .. } => (self.reset, 0),
+            After::FixedWindow { count, .. } => (self.reset, count),
+        };
+        Report {
+            over: self.over,
+            remaining: self.remaining,
+            reset,
+            count,
+            cached: false,
+        }
+    }
+}
+
+/// What the script left of a bucket after deciding, per algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum After {
+    /// A token bucket.
+    TokenBucket {
+        /// Debt after the decision, in the limit's scaled units (`Scale` in
+        /// script_args.rs).
+        debt: u64,
+        /// Tokens leased to this replica beyond the request's own.
+        leased: u64,
+    },
+    /// A fixed window.
+    FixedWindow {
+        /// Hits counted in the window after the decision.
+        count: u64,
+        /// Microseconds until the window ends.
+        ends_in_us: u64,
+    },
+}
+
+impl CheckReply {
+    /// The reply read for a check of `algorithm`; negative numbers (never sent by the
+    /// script) read as 0.
+    pub fn outcome(&self, algorithm: Algorithm) -> Outcome {
+        let [first, second] = self.specific.map(|n| n.max(0) as u64);
+        Outcome {
+            over: self.over,
+            remaining: u32::try_from(self.remaining.max(0)).unwrap_or(u32::MAX),
+            reset: (self.reset_us.max(0) as u64).saturating_mul(1000),
+            after: match algorithm {
+                Algorithm::TokenBucket => After::TokenBucket {
+                    debt: first,
+                    leased: second,
+                },
+                Algorithm::FixedWindow => After::FixedWindow {
+                    count: first,
+                    ends_in_us: second,
+                },
+            },
+        }
+    }
 }
 
 /// The script's whole reply.
@@ -32,7 +114,10 @@ pub struct Reply {
 /// A reply that is not the script's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("Redis sent a malformed reply: {0}")]
-pub struct ReplyError(String);
+pub struct ReplyError(
+    /// What is wrong with the reply.
+    String,
+);
 
 /// Fields per check in the reply.
 const FIELDS: usize = 5;
@@ -79,8 +164,7 @@ pub fn parse(value: &Value) -> Result<Reply, ReplyError> {
                 over: flag(c[0], "over")?,
                 remaining: c[1],
                 reset_us: c[2],
-                a: c[3],
-                b: c[4],
+                specific: [c[3], c[4]],
             })
         })
         .collect::<Result<Vec<_>, ReplyError>>()?;
@@ -134,19 +218,39 @@ mod tests {
                     over: true,
                     remaining: 0,
                     reset_us: 500,
-                    a: 7,
-                    b: 0
+                    specific: [7, 0]
                 },
                 CheckReply {
                     over: false,
                     remaining: 3,
                     reset_us: 0,
-                    a: 2,
-                    b: 1
+                    specific: [2, 1]
                 },
             ]
         );
         assert_eq!(parse(&ints(&[0])).expect("no checks").checks, []);
+    }
+
+    #[test]
+    fn the_last_two_numbers_are_named_by_the_algorithm() {
+        let reply = parse(&ints(&[0, 1, -4, 2500, 7, 3])).expect("valid");
+        let check = reply.checks[0];
+        assert_eq!(
+            check.outcome(Algorithm::TokenBucket),
+            Outcome {
+                over: true,
+                remaining: 0,
+                reset: 2_500_000,
+                after: After::TokenBucket { debt: 7, leased: 3 },
+            }
+        );
+        assert_eq!(
+            check.outcome(Algorithm::FixedWindow).after,
+            After::FixedWindow {
+                count: 7,
+                ends_in_us: 3
+            }
+        );
     }
 
     proptest::proptest! {

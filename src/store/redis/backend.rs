@@ -1,0 +1,74 @@
+//! The Redis nodes requests go to ([`Backend`]): one server (or the master Sentinel
+//! names), or a Cluster's masters.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::cluster::Cluster;
+use super::conn::{Target, UrlError, redact};
+use super::node::{Node, Source};
+use crate::error::StoreError;
+
+/// The Redis nodes requests go to: one, or a Cluster's masters.
+#[derive(Debug)]
+pub(crate) enum Backend {
+    /// One server, or the master the sentinels name.
+    One(Arc<Node>),
+    /// A Redis Cluster, routed by slot.
+    Cluster(Arc<Cluster>),
+}
+
+impl Backend {
+    /// The nodes of `target`, `url` naming a single one in messages; connects to nothing.
+    pub(crate) fn new(target: Target, url: &str, timeout: Duration) -> Result<Self, UrlError> {
+        let one = |source| Backend::One(Arc::new(Node::new(redact(url), source, timeout)));
+        match target {
+            Target::Single(client) => Ok(one(Source::Client(client))),
+            Target::Sentinel(sentinel) => {
+                Ok(one(Source::Sentinel(tokio::sync::Mutex::new(sentinel))))
+            }
+            Target::Cluster {
+                seeds,
+                url_prefix,
+                url_suffix,
+            } => Cluster::new(seeds, url_prefix, url_suffix, timeout)
+                .map(|c| Backend::Cluster(Arc::new(c)))
+                .map_err(|e| UrlError(format!("{}: {}", redact(url), e.message))),
+        }
+    }
+
+    /// The node that holds `key` (a Redis key).
+    ///
+    /// # Errors
+    /// A Cluster whose slot map cannot be read, or that has no master for the slot.
+    pub(crate) async fn node_for(&self, key: &str) -> Result<Arc<Node>, StoreError> {
+        match self {
+            Backend::One(node) => Ok(node.clone()),
+            Backend::Cluster(cluster) => cluster.owner(key).await,
+        }
+    }
+
+    /// The nodes requests go to now.
+    pub(crate) fn nodes(&self) -> Vec<Arc<Node>> {
+        match self {
+            Backend::One(node) => vec![node.clone()],
+            Backend::Cluster(cluster) => cluster.masters(),
+        }
+    }
+
+    /// A key that `node` holds, for probe writes (`None`: it holds no slot any more).
+    pub(crate) fn probe_key(&self, node: &Node) -> Option<String> {
+        match self {
+            Backend::One(_) => Some(format!("{}probe{{0}}", crate::bucket_key::REDIS_PREFIX)),
+            Backend::Cluster(cluster) => cluster.probe_key(node),
+        }
+    }
+
+    /// The Cluster, if this is one.
+    pub(crate) fn cluster(&self) -> Option<&Arc<Cluster>> {
+        match self {
+            Backend::One(_) => None,
+            Backend::Cluster(cluster) => Some(cluster),
+        }
+    }
+}

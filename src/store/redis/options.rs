@@ -1,0 +1,113 @@
+//! How to reach Redis and how to use it: [`RedisOptions`], with what to answer when Redis
+//! cannot decide ([`FailurePolicy`]) and where the scripts read the time ([`TimeSource`]).
+
+use std::time::Duration;
+
+use super::conn;
+use crate::store::{DEFAULT_MAX_BUCKETS, DEFAULT_MAX_STORE_BYTES};
+
+/// What to answer when Redis cannot decide (down, or slower than the timeout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// gRPC `UNAVAILABLE`, so that Envoy's `failure_mode_deny` decides.
+    Error,
+    /// OK for every descriptor.
+    Allow,
+    /// Each replica decides alone with an embedded store until Redis is back.
+    Local,
+}
+
+impl FailurePolicy {
+    /// The policy as `--redis-failure` names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            FailurePolicy::Error => "error",
+            FailurePolicy::Allow => "allow",
+            FailurePolicy::Local => "local",
+        }
+    }
+}
+
+/// Where the scripts read the time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeSource {
+    /// Redis' own clock (`TIME` in the script): the only choice for a real deployment.
+    Redis,
+    /// The `now` the caller passes: for tests that drive a manual clock against a real
+    /// Redis.
+    Caller,
+}
+
+/// How to reach Redis and how to use it. `Debug` shows the URL without its password.
+#[derive(Clone)]
+pub struct RedisOptions {
+    /// `redis://`, `rediss://`, `unix://`, `redis+cluster://` or `redis+sentinel://` URL.
+    pub url: String,
+    /// Longest any request waits on Redis, connecting included.
+    pub timeout: Duration,
+    /// What to answer when Redis cannot decide.
+    pub failure: FailurePolicy,
+    /// Tokens a replica leases beyond a request's own (0: every decision in Redis).
+    pub lease: u32,
+    /// How long unused leased tokens stay usable.
+    pub lease_ttl: Duration,
+    /// Entries in each local cache (over-limit snapshots, leases).
+    pub cache_size: u64,
+    /// Longest an over-limit snapshot answers for its bucket.
+    pub cache_ttl: Duration,
+    /// Where the time comes from.
+    pub time: TimeSource,
+    /// Buckets the embedded fallback store holds ([`FailurePolicy::Local`]).
+    pub fallback_buckets: u64,
+    /// Bytes the embedded fallback store holds ([`FailurePolicy::Local`]).
+    pub fallback_bytes: u64,
+}
+
+impl std::fmt::Debug for RedisOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisOptions")
+            .field("url", &conn::redact(&self.url))
+            .field("timeout", &self.timeout)
+            .field("failure", &self.failure)
+            .field("lease", &self.lease)
+            .field("lease_ttl", &self.lease_ttl)
+            .field("cache_size", &self.cache_size)
+            .field("cache_ttl", &self.cache_ttl)
+            .field("time", &self.time)
+            .field("fallback_buckets", &self.fallback_buckets)
+            .field("fallback_bytes", &self.fallback_bytes)
+            .finish()
+    }
+}
+
+impl RedisOptions {
+    /// Defaults for `url`: 100 ms timeout, `error` policy, no leases, 100k cached entries.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            timeout: Duration::from_millis(100),
+            failure: FailurePolicy::Error,
+            lease: 0,
+            lease_ttl: Duration::from_secs(1),
+            cache_size: 100_000,
+            cache_ttl: Duration::from_secs(60),
+            time: TimeSource::Redis,
+            fallback_buckets: DEFAULT_MAX_BUCKETS,
+            fallback_bytes: DEFAULT_MAX_STORE_BYTES,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_never_show_the_password() {
+        let shown = format!("{:?}", RedisOptions::new("redis://u:secret@h:1"));
+        assert!(
+            !shown.contains("secret") && shown.contains("u:***@h:1"),
+            "{shown}"
+        );
+    }
+}

@@ -1,0 +1,184 @@
+//! The over-limit cache: when Redis says a bucket cannot pass, its state is kept as a
+//! snapshot taken at the moment the request was *sent*, and later requests run
+//! [`limiter::step`] on it. Redis' state can only have less refill than the snapshot assumes
+//! and more consumption (other replicas), so a request the snapshot refuses Redis would
+//! refuse too; one it would admit goes to Redis.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use foldhash::fast::RandomState;
+
+use super::reply::{After, Outcome};
+use super::script_args::Scale;
+use crate::clock::{NANOS_PER_SEC, Nanos};
+use crate::limiter::{self, Report, State};
+use crate::rules::Limit;
+use crate::store::{Check, Reports};
+
+/// Over-limit snapshots by bucket key (the bucket's text, as the embedded store keys it).
+pub(super) struct OverLimitCache {
+    /// The snapshots, each expiring when its bucket may pass again (or at `max_ttl`).
+    entries: moka::sync::Cache<Arc<str>, Blocked, RandomState>,
+    /// Longest a snapshot answers for its bucket (`RedisOptions::cache_ttl`): a bound on
+    /// how long a replica trusts a state other replicas may have changed.
+    max_ttl: Duration,
+}
+
+/// An over-limit answer kept locally.
+#[derive(Debug, Clone)]
+enum Blocked {
+    /// A token bucket's state as of the moment the deciding request was sent.
+    Bucket {
+        /// The limit the state was decided under: another limit (a reload) ignores it.
+        limit: Limit,
+        /// The bucket's debt at the moment the request was sent.
+        state: State,
+        /// How long the snapshot is kept: until one hit may pass, at most `max_ttl`.
+        ttl: Duration,
+    },
+    /// A full fixed window: `count` hits until `until` (local clock).
+    Window {
+        /// The limit the window was counted under: another limit (a reload) ignores it.
+        limit: Limit,
+        /// Hits counted in the window when Redis answered.
+        count: u64,
+        /// When the window ends, on the local clock.
+        until: Nanos,
+        /// How long the snapshot is kept: until the window ends, at most `max_ttl`.
+        ttl: Duration,
+    },
+}
+
+impl OverLimitCache {
+    /// An empty cache of at most `capacity` snapshots, each kept at most `max_ttl`.
+    pub(super) fn new(capacity: u64, max_ttl: Duration) -> Self {
+        Self {
+            entries: moka::sync::Cache::builder()
+                .max_capacity(capacity)
+                .expire_after(BlockedExpiry)
+                .build_with_hasher(RandomState::default()),
+            max_ttl,
+        }
+    }
+
+    /// The reports for `checks` at `now` when a snapshot is sure that every one of them
+    /// is over its limit; `None` as soon as one may pass.
+    pub(super) fn refuse(&self, checks: &[Check<'_>], now: Nanos) -> Option<Reports> {
+        checks
+            .iter()
+            .map(|check| {
+                self.entries
+                    .get(check.key.as_str())
+                    .and_then(|b| b.refuses(check, now))
+            })
+            .collect()
+    }
+
+    /// Keeps what Redis' `outcome` for `check` (sent at `now`) says of the future: an
+    /// over-limit bucket stays over until it refills, a full window until it ends.
+    pub(super) fn learn(&self, check: &Check<'_>, outcome: &Outcome, now: Nanos) {
+        if !outcome.over {
+            return;
+        }
+        let limit = check.limit;
+        let blocked = match outcome.after {
+            After::TokenBucket { debt, .. } => {
+                let state = State::TokenBucket {
+                    debt: u128::from(debt) * Scale::of(&limit).debt_nanos,
+                    at: now,
+                    unit: limit.unit,
+                };
+                let one = limiter::step(Some(&state), &limit, 1, now);
+                let ttl = if limit.requests_per_unit == 0 {
+                    self.max_ttl
+                } else {
+                    Duration::from_nanos(one.unconsumed().1.reset).min(self.max_ttl)
+                };
+                if !one.over() || ttl.is_zero() {
+                    return;
+                }
+                Blocked::Bucket { limit, state, ttl }
+            }
+            // Only once over: from then on every hit, and every check, is over until the
+            // window ends (at the limit exactly, a check still passes).
+            After::FixedWindow { count, ends_in_us } if ends_in_us > 0 => Blocked::Window {
+                limit,
+                count,
+                until: now.saturating_add(ends_in_us.saturating_mul(1000)),
+                ttl: Duration::from_micros(ends_in_us).min(self.max_ttl),
+            },
+            After::FixedWindow { .. } => return,
+        };
+        self.entries.insert(check.key.as_str().into(), blocked);
+    }
+
+    /// Expiry and eviction upkeep; see [`super::RedisStore::maintain`].
+    pub(super) fn run_pending_tasks(&self) {
+        self.entries.run_pending_tasks();
+    }
+}
+
+impl Blocked {
+    /// The over-limit report for `check` at `now`, if this snapshot is sure of it.
+    fn refuses(&self, check: &Check<'_>, now: Nanos) -> Option<Report> {
+        match self {
+            Blocked::Bucket { limit, state, .. } if *limit == check.limit => {
+                let step = limiter::step(Some(state), limit, check.hits, now);
+                step.over().then(|| Report {
+                    cached: true,
+                    ..step.unconsumed().1
+                })
+            }
+            Blocked::Window {
+                limit,
+                count,
+                until,
+                ..
+            } if *limit == check.limit
+                && now < *until
+                && count.saturating_add(check.hits) > u64::from(limit.requests_per_unit) =>
+            {
+                Some(Report {
+                    over: true,
+                    remaining: 0,
+                    reset: (until - now).div_ceil(NANOS_PER_SEC) * NANOS_PER_SEC,
+                    count: *count,
+                    cached: true,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// How long the snapshot is kept.
+    fn ttl(&self) -> Duration {
+        match self {
+            Blocked::Bucket { ttl, .. } | Blocked::Window { ttl, .. } => *ttl,
+        }
+    }
+}
+
+/// Expires each snapshot after its own [`Blocked::ttl`].
+struct BlockedExpiry;
+
+impl moka::Expiry<Arc<str>, Blocked> for BlockedExpiry {
+    fn expire_after_create(
+        &self,
+        _: &Arc<str>,
+        value: &Blocked,
+        _: std::time::Instant,
+    ) -> Option<Duration> {
+        Some(value.ttl())
+    }
+
+    fn expire_after_update(
+        &self,
+        _: &Arc<str>,
+        value: &Blocked,
+        _: std::time::Instant,
+        _: Option<Duration>,
+    ) -> Option<Duration> {
+        Some(value.ttl())
+    }
+}

@@ -1,0 +1,167 @@
+//! The decision script's arguments ([`decide.lua`](./decide.lua)'s header): the keys, the
+//! time, then eight fields per check, token-bucket limits as exact integers ([`Scale`]).
+//!
+//! Token-bucket arithmetic in Lua runs on doubles, exact below 2^53: [`Scale`] expresses a
+//! limit in integers (microsecond quanta, a token reduced by the gcd of unit and rate) that
+//! stay below that for any practical limit.
+
+use redis::Cmd;
+
+use super::leases::Want;
+use super::options::TimeSource;
+use crate::clock::Nanos;
+use crate::rules::{Algorithm, Limit, Mode};
+use crate::store::Check;
+
+/// A token-bucket limit as the script's exact integers: time in quanta of `q`
+/// microseconds, one token worth `token`, refill `rate` per quantum, capacity `cap`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Scale {
+    /// Microseconds per quantum of time.
+    q: u64,
+    /// Scaled units one token is worth.
+    token: u64,
+    /// Scaled units refilled per quantum.
+    rate: u64,
+    /// The bucket's capacity (its burst) in scaled units.
+    cap: u64,
+    /// Nanoseconds per scaled unit of debt, to turn the script's debt into
+    /// [`crate::limiter::State`]'s (a token worth the unit in nanoseconds).
+    pub(super) debt_nanos: u128,
+}
+
+/// Below this, Lua's doubles hold integers exactly.
+const EXACT: u64 = 1 << 53;
+
+impl Scale {
+    /// The exact integers of `limit`.
+    pub(super) fn of(limit: &Limit) -> Scale {
+        let unit_us = limit.unit.nanos() / 1000;
+        let rpu = u64::from(limit.requests_per_unit);
+        let mut q = 1;
+        loop {
+            let unit_q = unit_us / q;
+            let g = gcd(unit_q, rpu);
+            let token = unit_q / g;
+            let cap = u64::from(limit.burst).saturating_mul(token);
+            // Coarser quanta only while they divide the unit and the capacity is inexact.
+            if cap < EXACT || unit_us % (q * 10) != 0 {
+                return Scale {
+                    q,
+                    token,
+                    rate: rpu / g,
+                    cap,
+                    debt_nanos: u128::from(g) * u128::from(q) * 1000,
+                };
+            }
+            q *= 10;
+        }
+    }
+}
+
+/// The greatest common divisor of `a` and `b`, at least 1.
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a.max(1)
+}
+
+/// The `EVALSHA` of the script `sha` deciding `checks` at `now` on `keys` (their Redis
+/// keys), each leasing its [`Want`]'s extra tokens, the time read from `time`.
+pub(super) fn evalsha(
+    sha: &str,
+    time: TimeSource,
+    keys: &[String],
+    checks: &[Check<'_>],
+    wants: &[Want],
+    now: Nanos,
+) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(sha).arg(checks.len());
+    for key in keys {
+        cmd.arg(key);
+    }
+    match time {
+        TimeSource::Redis => cmd.arg(""),
+        TimeSource::Caller => cmd.arg(now / 1000),
+    };
+    for (check, want) in checks.iter().zip(wants) {
+        let mode = match check.mode {
+            Mode::Enforce => "e",
+            Mode::Shadow => "s",
+            Mode::Quota => "q",
+            Mode::ShadowQuota => "x",
+        };
+        match check.limit.algorithm {
+            Algorithm::TokenBucket => {
+                let s = Scale::of(&check.limit);
+                cmd.arg("t")
+                    .arg(check.hits)
+                    .arg(mode)
+                    .arg(s.token)
+                    .arg(s.rate)
+                    .arg(s.cap)
+                    .arg(s.q)
+                    .arg(want.extra);
+            }
+            Algorithm::FixedWindow => {
+                cmd.arg("w")
+                    .arg(check.hits)
+                    .arg(mode)
+                    .arg(check.limit.requests_per_unit)
+                    .arg(check.limit.unit.seconds())
+                    .arg(0)
+                    .arg(0)
+                    .arg(0);
+            }
+        }
+    }
+    cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::Unit;
+
+    fn limit(rpu: u32, unit: Unit, burst: u32) -> Limit {
+        Limit {
+            requests_per_unit: rpu,
+            unit,
+            burst,
+            algorithm: Algorithm::TokenBucket,
+        }
+    }
+
+    #[test]
+    fn scales_are_exact_integers_below_two_to_the_53() {
+        let s = Scale::of(&limit(100, Unit::Second, 10));
+        assert_eq!((s.q, s.token, s.rate, s.cap), (1, 10_000, 1, 100_000));
+        let s = Scale::of(&limit(5, Unit::Minute, 1));
+        assert_eq!(
+            (s.q, s.token, s.rate, s.cap),
+            (1, 12_000_000, 1, 12_000_000)
+        );
+        // A token is worth the unit in nanoseconds in the embedded store's debt.
+        assert_eq!(
+            u128::from(s.token) * s.debt_nanos,
+            u128::from(Unit::Minute.nanos())
+        );
+        // Large bursts on long units take coarser quanta instead of losing exactness.
+        for l in [
+            limit(u32::MAX, Unit::Year, u32::MAX),
+            limit(999_999, Unit::Year, 999_999),
+            limit(7, Unit::Day, u32::MAX),
+            limit(0, Unit::Week, 3),
+        ] {
+            let s = Scale::of(&l);
+            assert!(s.cap < EXACT, "{l:?} → {s:?}");
+            assert_eq!(
+                u128::from(s.token) * s.debt_nanos,
+                u128::from(l.unit.nanos()),
+                "{l:?}"
+            );
+        }
+    }
+}
