@@ -6,10 +6,6 @@ pub mod redis;
 
 pub use memory::{Bounds, MemoryStats, MemoryStore};
 pub use redis::RedisStore;
-// Only for `RedisOptions::new`'s fallback bounds, until it reads `crate::defaults` itself.
-pub(crate) use crate::defaults::{
-    MAX_BUCKETS as DEFAULT_MAX_BUCKETS, MAX_STORE_BYTES as DEFAULT_MAX_STORE_BYTES,
-};
 use smallvec::SmallVec;
 
 use crate::bucket_key::BucketKey;

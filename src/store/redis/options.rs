@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::conn;
-use crate::store::{DEFAULT_MAX_BUCKETS, DEFAULT_MAX_STORE_BYTES};
+use crate::defaults;
 
 /// What to answer when Redis cannot decide (down, or slower than the timeout).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,15 +85,15 @@ impl RedisOptions {
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
-            timeout: Duration::from_millis(100),
+            timeout: defaults::REDIS_TIMEOUT,
             failure: FailurePolicy::Error,
-            lease: 0,
-            lease_ttl: Duration::from_secs(1),
-            cache_size: 100_000,
-            cache_ttl: Duration::from_secs(60),
+            lease: defaults::REDIS_LEASE,
+            lease_ttl: defaults::REDIS_LEASE_TTL,
+            cache_size: defaults::REDIS_CACHE_SIZE,
+            cache_ttl: defaults::REDIS_CACHE_TTL,
             time: TimeSource::Redis,
-            fallback_buckets: DEFAULT_MAX_BUCKETS,
-            fallback_bytes: DEFAULT_MAX_STORE_BYTES,
+            fallback_buckets: defaults::MAX_BUCKETS,
+            fallback_bytes: defaults::MAX_STORE_BYTES,
         }
     }
 }
