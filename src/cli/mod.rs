@@ -108,30 +108,21 @@ mod tests {
     #[test]
     fn no_command_means_serve_and_the_go_settings_come_first() {
         let go = ["--shadow-mode", "--log", "warn"];
-        assert_eq!(
-            args(&["meshlimit", "--log", "debug"], &go),
-            [
-                "meshlimit",
-                "serve",
-                "--shadow-mode",
-                "--log",
-                "warn",
-                "--log",
-                "debug"
-            ]
-        );
-        assert_eq!(
-            args(&["meshlimit", "serve", "--log", "debug"], &go),
-            [
-                "meshlimit",
-                "serve",
-                "--shadow-mode",
-                "--log",
-                "warn",
-                "--log",
-                "debug"
-            ]
-        );
+        let expected = [
+            "meshlimit",
+            "serve",
+            "--shadow-mode",
+            "--log",
+            "warn",
+            "--log",
+            "debug",
+        ];
+        for argv in [
+            &["meshlimit", "--log", "debug"][..],
+            &["meshlimit", "serve", "--log", "debug"],
+        ] {
+            assert_eq!(args(argv, &go), expected, "{argv:?}");
+        }
         assert_eq!(
             args(&["meshlimit"], &go),
             ["meshlimit", "serve", "--shadow-mode", "--log", "warn"]
