@@ -478,7 +478,7 @@ async fn in_flight_calls_finish_before_the_process_ends() {
             "--redis-url",
             &redis.url(),
             "--redis-timeout-ms",
-            "5000",
+            "30000",
             "--drain-delay-ms",
             "0",
         ],
@@ -486,19 +486,32 @@ async fn in_flight_calls_finish_before_the_process_ends() {
     .await;
     call(&ml, &[&[("three", "warm")]]).await;
     let mut client = ml.client().await;
-    // Redis holds every command for 2 s: the next call waits inside meshlimit.
-    redis.cli(&["CLIENT", "PAUSE", "2000", "ALL"]);
+    // Redis holds the next call until it is unpaused: the call waits inside meshlimit.
+    // WRITE mode holds every script call (EVALSHA too), yet lets `CLIENT UNPAUSE` through.
+    redis.cli(&["CLIENT", "PAUSE", "30000", "WRITE"]);
     let in_flight = tokio::spawn(async move {
         client
             .should_rate_limit(request(&[&[("three", "f")]]))
             .await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Sent to Redis: the warm-up call was the first store call, this one the second.
+    eventually_async(20, "the call waiting on the paused Redis", || async {
+        let (_, text) = http_get(ml.http, "/metrics").await;
+        text.lines()
+            .any(|l| l == "meshlimit_redis_cache_misses_total 2")
+    })
+    .await;
+    ml.sigterm();
+    // Draining (the operator endpoints stop last), with the call still waiting.
+    eventually_async(20, "/healthcheck answers draining", || async {
+        http_get(ml.http, "/healthcheck").await == (500, "draining".to_string())
+    })
+    .await;
     assert!(
         !in_flight.is_finished(),
-        "the call should be waiting on the paused Redis"
+        "the call should still be waiting on the paused Redis"
     );
-    ml.sigterm();
+    redis.cli(&["CLIENT", "UNPAUSE"]);
     let answer = tokio::time::timeout(Duration::from_secs(15), in_flight)
         .await
         .expect("the in-flight call hung")
