@@ -82,6 +82,7 @@ use std::time::Duration;
 use arc_swap::{ArcSwap, Guard};
 use parking_lot::Mutex;
 
+use crate::clock::Stopwatch;
 use crate::config::Config;
 use crate::config::SharedConfig;
 use crate::defaults;
@@ -208,8 +209,7 @@ impl Metrics {
         &self,
         call: impl Future<Output = Result<T, E>>,
     ) -> Result<T, E> {
-        // A duration, not a decision's time: the runtime's monotonic clock.
-        let started = tokio::time::Instant::now();
+        let started = Stopwatch::start();
         let result = call.await;
         self.store_latency.observe(started.elapsed());
         if result.is_err() {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 pub use answer::{CurrentLimit, Response, Status};
 
-use crate::clock::Clock;
+use crate::clock::{Clock, Stopwatch};
 use crate::config::SharedConfig;
 use crate::error::RequestError;
 use crate::metrics::Metrics;
@@ -135,8 +135,7 @@ impl Service {
         let Some(metrics) = &self.metrics else {
             return self.decide(domain, descriptors, hits_addend).await;
         };
-        // A duration, not a decision's time: the monotonic clock, not `self.clock`.
-        let started = tokio::time::Instant::now();
+        let started = Stopwatch::start();
         let answer = self.decide(domain, descriptors, hits_addend).await;
         metrics.answered(started.elapsed(), answer.as_ref().err());
         answer
