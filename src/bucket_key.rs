@@ -15,7 +15,11 @@ pub const REDIS_PREFIX: &str = "ml1:";
 
 /// A bucket's identity, borrowed from the buffer it was built in.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct BucketKey<'a>(&'a str);
+pub struct BucketKey<'a>(
+    /// The text: the domain, then each level's key and counted value, each as
+    /// `<byte length>:<part>`.
+    &'a str,
+);
 
 impl<'a> BucketKey<'a> {
     /// The key as text: what the embedded store keys its buckets by.

@@ -57,7 +57,10 @@ impl Stopwatch {
 
 /// A clock that moves only when told to. Cheap to clone; clones share one time.
 #[derive(Debug, Clone, Default)]
-pub struct ManualClock(Arc<AtomicU64>);
+pub struct ManualClock(
+    /// The time it stands at (`Nanos`), shared by all clones.
+    Arc<AtomicU64>,
+);
 
 impl ManualClock {
     /// A clock standing at `start`.

@@ -27,7 +27,9 @@ pub use route::RateLimitServer;
 /// The gRPC face of a [`Service`].
 #[derive(Debug, Clone)]
 pub struct Rls {
+    /// What decides; `Rls` only converts between protobuf and its types.
     service: Service,
+    /// Names of the `RateLimit-*` headers to ask Envoy to add (`None`: no headers).
     headers: Option<HeaderNames>,
 }
 

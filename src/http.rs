@@ -37,7 +37,11 @@ use crate::store::StoreHealth;
 
 /// Whether the server answers as healthy; cleared while draining.
 #[derive(Debug, Clone, Default)]
-pub struct Health(Arc<AtomicBool>);
+pub struct Health(
+    /// `true` while healthy; shared by all clones, so that the drain's clearing reaches
+    /// every endpoint.
+    Arc<AtomicBool>,
+);
 
 impl Health {
     /// A health flag, initially healthy.

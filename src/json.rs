@@ -38,10 +38,13 @@ pub enum ParseError {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRequest {
+    /// `domain`: the config domain the descriptors are looked up in.
     #[serde(default)]
     domain: String,
+    /// `descriptors`, in request order.
     #[serde(default)]
     descriptors: Vec<RawDescriptor>,
+    /// `hits_addend` / `hitsAddend`: hits of every descriptor without its own (0: one).
     #[serde(default, alias = "hitsAddend", deserialize_with = "integer")]
     hits_addend: u64,
 }
@@ -49,12 +52,18 @@ struct RawRequest {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawDescriptor {
+    /// `entries`: the (key, value) pairs the domain's tree is walked with.
     #[serde(default)]
     entries: Vec<RawEntry>,
+    /// `limit`: a limit sent in the request, used instead of the config's.
     #[serde(default)]
     limit: Option<RawLimit>,
+    /// `hits_addend` / `hitsAddend`, a `UInt64Value`: `None` when absent, so that an
+    /// explicit 0 (check without consuming) stays distinct.
     #[serde(default, alias = "hitsAddend", deserialize_with = "optional_integer")]
     hits_addend: Option<u64>,
+    /// `is_negative_hits` / `isNegativeHits`: read only so that a refund is refused with
+    /// its own error, not as an unknown field.
     #[serde(default, alias = "isNegativeHits")]
     is_negative_hits: bool,
 }
@@ -62,8 +71,10 @@ struct RawDescriptor {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawEntry {
+    /// `key` of a descriptor entry (absent: empty, as in proto3).
     #[serde(default)]
     key: String,
+    /// `value` of a descriptor entry (absent: empty, as in proto3).
     #[serde(default)]
     value: String,
 }
@@ -71,8 +82,12 @@ struct RawEntry {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawLimit {
+    /// `requests_per_unit` / `requestsPerUnit`; wider than the proto's `uint32` so that
+    /// larger values saturate instead of failing the parse.
     #[serde(default, alias = "requestsPerUnit", deserialize_with = "integer")]
     requests_per_unit: u64,
+    /// `unit`, by name or number, kept raw: an unknown unit must reach the service, which
+    /// rejects the override, rather than fail the parse.
     #[serde(default)]
     unit: Option<serde_json::Value>,
 }
@@ -146,7 +161,9 @@ pub fn parse_request(body: &[u8]) -> Result<Request, ParseError> {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct JsonResponse {
+    /// `overallCode`: `OK` or `OVER_LIMIT`.
     overall_code: &'static str,
+    /// `statuses`, one per descriptor in request order; protojson leaves it out when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     statuses: Vec<JsonStatus>,
 }
@@ -154,11 +171,16 @@ struct JsonResponse {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct JsonStatus {
+    /// `code` of the descriptor: `OK` or `OVER_LIMIT`.
     code: &'static str,
+    /// `currentLimit`: the limit that applied; left out when none did.
     #[serde(skip_serializing_if = "Option::is_none")]
     current_limit: Option<JsonLimit>,
+    /// `limitRemaining`; left out at 0, as protojson leaves out default values.
     #[serde(skip_serializing_if = "is_zero")]
     limit_remaining: u32,
+    /// `durationUntilReset` as a proto3 JSON duration (`"59s"`); left out when the status
+    /// has none.
     #[serde(skip_serializing_if = "Option::is_none")]
     duration_until_reset: Option<String>,
 }
@@ -166,10 +188,13 @@ struct JsonStatus {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct JsonLimit {
+    /// `name`: the rule's `name` in the config; left out when empty.
     #[serde(skip_serializing_if = "String::is_empty")]
     name: String,
+    /// `requestsPerUnit`; left out at 0, as protojson does.
     #[serde(skip_serializing_if = "is_zero")]
     requests_per_unit: u32,
+    /// `unit`, by enum name (`SECOND`, `MINUTE`, ...).
     unit: &'static str,
 }
 

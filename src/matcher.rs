@@ -107,6 +107,7 @@ impl Level {
 /// The descriptor tree of one domain.
 #[derive(Debug, Default)]
 pub struct DomainTree {
+    /// The entries a descriptor's first entry is looked up in.
     pub(crate) root: Level,
 }
 
@@ -235,6 +236,8 @@ impl DomainTree {
 /// segments must appear in order, and the first and last are anchored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Pattern {
+    /// The text around the `*`s, in order; empty at an end where the pattern starts or ends
+    /// with `*`.
     segments: Vec<Box<str>>,
 }
 

@@ -100,7 +100,11 @@ pub fn reload_once(path: &Path, config: &SharedConfig) -> Outcome {
 /// A running watcher; dropping it stops watching.
 #[derive(Debug)]
 pub struct Reloader {
+    /// The task that applies reloads and owns the file watcher; aborted on drop, which
+    /// stops both.
     task: tokio::task::JoinHandle<()>,
+    /// What the reloads did, recorded by the task; read by the HTTP endpoints and the
+    /// metrics.
     status: Arc<ReloadHistory>,
 }
 

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 /// Shared by reference: callers on any thread ask the same throttle.
 #[derive(Debug)]
 pub(crate) struct Throttle {
+    /// Shortest time between two allowed lines.
     every: Duration,
     /// When the last line was allowed (`None`: never), and the events left out since.
     state: Mutex<(Option<Instant>, u64)>,

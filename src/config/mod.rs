@@ -27,6 +27,7 @@ pub type SharedConfig = std::sync::Arc<ArcSwap<Config>>;
 /// A loaded, valid set of domains.
 #[derive(Debug, Default)]
 pub struct Config {
+    /// Domain name → its compiled descriptor tree, looked up by every request.
     domains: HashMap<String, DomainTree, foldhash::fast::RandomState>,
     /// Hash of every file's name and bytes: a reload that finds the same files changes nothing.
     fingerprint: u64,

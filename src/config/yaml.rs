@@ -16,7 +16,13 @@ pub(crate) enum Yaml {
     /// `~`, `null` or nothing.
     Null,
     /// A scalar and whether YAML typed it as a string.
-    Scalar { text: String, string: bool },
+    Scalar {
+        /// The scalar's text; numbers and booleans too (`200`, `true`), as yaml.v2 reads
+        /// them into string fields.
+        text: String,
+        /// Whether YAML read it as a string rather than a number or boolean.
+        string: bool,
+    },
     /// A sequence.
     Seq(Vec<Node>),
     /// A mapping, in file order.

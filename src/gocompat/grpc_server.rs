@@ -14,7 +14,10 @@ use super::go_duration;
 /// What the variables say: flags, and set variables that are ignored, with why.
 #[derive(Debug, Default)]
 pub(crate) struct GrpcServerArgs {
+    /// Flags for `serve` with their values, appended after those of the other variables.
     pub(crate) args: Vec<String>,
+    /// Variables that are set but have no effect, each with why; reported with the
+    /// unsupported ones.
     pub(crate) ignored: Vec<String>,
 }
 

@@ -17,7 +17,10 @@ use tonic_prost::{ProstDecoder, ProstEncoder};
 /// tonic's prost codec, except that a request that is not valid protobuf is answered
 /// `INVALID_ARGUMENT` instead of `INTERNAL`.
 #[derive(Debug)]
-pub(crate) struct StrictCodec<T, U>(PhantomData<(T, U)>);
+pub(crate) struct StrictCodec<T, U>(
+    /// The types only: `T` is encoded (responses), `U` decoded (requests).
+    PhantomData<(T, U)>,
+);
 
 impl<T, U> Default for StrictCodec<T, U> {
     fn default() -> Self {
@@ -46,7 +49,10 @@ where
 
 /// The prost decoder with its parse errors turned into `INVALID_ARGUMENT`.
 #[derive(Debug)]
-pub(crate) struct StrictDecoder<U>(ProstDecoder<U>);
+pub(crate) struct StrictDecoder<U>(
+    /// tonic's prost decoder, which does the parsing.
+    ProstDecoder<U>,
+);
 
 impl<U: Message + Default> Decoder for StrictDecoder<U> {
     type Item = U;

@@ -24,6 +24,7 @@ const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/Sh
 /// `envoy.service.ratelimit.v3.RateLimitService` for tonic's router.
 #[derive(Debug, Clone)]
 pub struct RateLimitServer {
+    /// Shared with each call's `ShouldRateLimit`: a call clones a pointer, not the `Rls`.
     rls: Arc<Rls>,
 }
 
@@ -65,7 +66,10 @@ where
 }
 
 /// The unary method, as tonic's `Grpc` calls it.
-struct ShouldRateLimit(Arc<Rls>);
+struct ShouldRateLimit(
+    /// The server's `Rls`, cloned into the call's future.
+    Arc<Rls>,
+);
 
 impl UnaryService<RateLimitRequest> for ShouldRateLimit {
     type Response = RateLimitResponse;

@@ -59,7 +59,10 @@ pub struct Report {
 /// One descriptor evaluated, both fates of its request still open. Reports are computed
 /// only for the fate that is asked for: the divisions they need are most of the cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Step(Fates);
+pub struct Step(
+    /// The algorithm's numbers, from which either fate's state and report are computed.
+    Fates,
+);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fates {
@@ -71,7 +74,10 @@ enum Fates {
 /// A token bucket's numbers at `now` (see the module docs for the scaling).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Bucket {
+    /// The rule's unit, recorded in the new state so that a reload changing it can rescale
+    /// the debt.
     unit: Unit,
+    /// The time of this evaluation: the new state's `at`.
     now: Nanos,
     /// One token, scaled: the unit in nanoseconds.
     token: u128,

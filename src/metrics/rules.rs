@@ -20,19 +20,33 @@ use crate::rules::{Algorithm, Limit, Rule};
 #[derive(Debug, Default)]
 #[repr(align(64))]
 pub(super) struct RuleStats {
+    /// `ratelimit_service_rate_limit_total_hits`: every hit.
     total_hits: AtomicU64,
+    /// `ratelimit_service_rate_limit_within_limit`: hits allowed.
     within_limit: AtomicU64,
+    /// `ratelimit_service_rate_limit_near_limit`: hits past the near-limit share of the
+    /// limit (see `split`).
     near_limit: AtomicU64,
+    /// `ratelimit_service_rate_limit_over_limit`: hits past the limit, shadow rules'
+    /// included.
     over_limit: AtomicU64,
+    /// `ratelimit_service_rate_limit_shadow_mode`: over-limit hits of shadow-mode rules,
+    /// answered OK.
     shadow_mode: AtomicU64,
+    /// `ratelimit_service_rate_limit_over_limit_with_local_cache`: over-limit hits answered
+    /// from the local cache without Redis (also in `over_limit`).
     over_limit_with_local_cache: AtomicU64,
 }
 
 /// The labels of a per-rule series; `key1` is `None` only for limits sent in requests.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(super) struct Labels {
+    /// The `domain` label: the config domain, sanitised.
     domain: String,
+    /// The `key1` label: the first level, sanitised.
     key1: Option<String>,
+    /// The `key2` label: the second level, sanitised; `None` for a one-level rule and for
+    /// limits sent in requests.
     key2: Option<String>,
 }
 
@@ -76,8 +90,11 @@ enum Counted {
 /// How one descriptor's hits count towards `within_limit`, `near_limit` and `over_limit`.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Split {
+    /// Hits counted in `within_limit`.
     within: u64,
+    /// Hits counted in `near_limit`.
     near: u64,
+    /// Hits counted in `over_limit`.
     over: u64,
 }
 
@@ -358,7 +375,9 @@ pub(super) const RULE_FAMILIES: [RuleFamily; 6] = [
 
 /// The per-rule series of one request, resolved on the table of its config.
 pub(crate) struct Rules<'m> {
+    /// The service's metrics: the near-limit ratio, and the series created on first use.
     pub(super) metrics: &'m Metrics,
+    /// The rule table of the config the request was decided on.
     pub(super) table: TableRef,
 }
 

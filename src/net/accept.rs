@@ -29,10 +29,15 @@ pub(crate) const LOG_EVERY: Duration = Duration::from_secs(10);
 /// A listener whose [`accept`](Acceptor::accept) only returns connections.
 #[derive(Debug)]
 pub(crate) struct Acceptor {
+    /// The listening socket of one port.
     listener: TcpListener,
     /// The local address, for log lines.
     local: Option<SocketAddr>,
+    /// Pause after the next failed accept: doubles from `BACKOFF_MIN` to `BACKOFF_MAX`,
+    /// reset by a success.
     backoff: Duration,
+    /// Keeps failure warnings to one per `LOG_EVERY`, so that a descriptor shortage cannot
+    /// flood the log.
     log: Throttle,
 }
 

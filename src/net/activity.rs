@@ -84,7 +84,10 @@ impl Activity {
 
 /// A request in flight; ends (and counts as activity) when dropped.
 #[derive(Debug)]
-pub(crate) struct InFlight(Arc<Activity>);
+pub(crate) struct InFlight(
+    /// The connection's activity, whose in-flight count includes this request.
+    Arc<Activity>,
+);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
@@ -96,7 +99,9 @@ impl Drop for InFlight {
 /// A socket that notes every read that brings bytes as activity.
 #[derive(Debug)]
 pub(crate) struct Heard<IO> {
+    /// The socket; writes pass straight through.
     io: IO,
+    /// The connection's activity, touched by every read that brings bytes.
     activity: Arc<Activity>,
 }
 

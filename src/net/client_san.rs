@@ -36,7 +36,9 @@ pub(crate) fn allow_only(
 /// A verifier that also requires one of `names` among the certificate's SANs.
 #[derive(Debug)]
 struct AllowedSans {
+    /// The usual chain verification, run first; everything else is delegated to it.
     inner: Arc<dyn ClientCertVerifier>,
+    /// The allowed SANs (`--grpc-client-san`), parsed once: DNS names and IP addresses.
     names: Vec<ServerName<'static>>,
 }
 

@@ -17,7 +17,9 @@ use super::service::BoxError;
 /// `inner`, with each request counted in `activity`.
 #[derive(Debug, Clone)]
 pub(crate) struct Counted<S> {
+    /// The wrapped service, cloned for each request.
     inner: S,
+    /// The connection's activity, where each request is counted in flight.
     activity: Arc<Activity>,
 }
 
@@ -55,7 +57,9 @@ where
 /// A response body that ends its request's [`InFlight`] when it is dropped.
 #[derive(Debug)]
 pub(crate) struct CountedBody<B> {
+    /// The response body; its frames pass through unchanged.
     body: B,
+    /// Keeps the request in flight until the body is finished or dropped.
     _guard: InFlight,
 }
 

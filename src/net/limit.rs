@@ -107,7 +107,10 @@ impl Connections {
 
 /// One open connection's place under the cap; given back when dropped.
 #[derive(Debug)]
-pub(crate) struct Permit(Arc<Connections>);
+pub(crate) struct Permit(
+    /// The counters whose `open` count includes this connection.
+    Arc<Connections>,
+);
 
 impl Permit {
     /// The counters this permit belongs to.

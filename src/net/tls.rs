@@ -68,7 +68,10 @@ impl Protocols {
 /// Files that do not make a TLS config, with the file and the reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct TlsError(pub(crate) String);
+pub struct TlsError(
+    /// The message: the file and what is wrong with it.
+    pub(crate) String,
+);
 
 /// The config `files` describe, as of now.
 pub(crate) fn build(files: &TlsFiles, protocols: Protocols) -> Result<ServerConfig, TlsError> {

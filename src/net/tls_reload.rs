@@ -27,6 +27,8 @@ const DEBOUNCE: Duration = Duration::from_millis(200);
 
 /// The current TLS config of a port, kept up to date with its files.
 pub struct TlsSource {
+    /// The config in force, shared with the watcher's `Reloader`, which swaps in each valid
+    /// new one.
     current: Arc<ArcSwap<ServerConfig>>,
     /// Keeps the watch alive.
     _watcher: Debouncer<notify::RecommendedWatcher>,
@@ -78,8 +80,11 @@ impl TlsSource {
 
 /// What the watcher's callback needs.
 struct Reloader {
+    /// The files to read again after each event.
     files: TlsFiles,
+    /// What the port speaks, so that a rebuilt config offers the same ALPN protocols.
     protocols: Protocols,
+    /// Where a valid new config goes; the `TlsSource` hands it to new handshakes.
     current: Arc<ArcSwap<ServerConfig>>,
     /// The files' bytes last read, and the error they gave (so an unchanged error is
     /// logged once).
