@@ -5,9 +5,14 @@
 //! - [`matcher`]: the compiled descriptor tree and the Go server's matching walk.
 //! - [`rules`]: units, limits and rules, free of YAML and protobuf.
 //! - [`limiter`]: token-bucket and fixed-window arithmetic as pure functions of `now`.
-//! - [`store`]: where bucket state lives; the embedded in-memory store.
-//! - [`service`]: the request semantics (matching, `replaces`, hits, shadow, quota, overall code).
-//! - [`request_limits`]: caps on descriptors, entries and bytes per request.
+//! - [`bucket_key`]: a bucket's identity and its one text format, for both stores.
+//! - [`store`]: where bucket state lives: the embedded store and Redis.
+//! - [`request`]: a descriptor as the service reads it; [`request_limits`]: caps on
+//!   descriptors, entries and bytes per request.
+//! - [`plan`]: a request's plan (validation, matching, `replaces`, hits, store checks), the
+//!   one path `ShouldRateLimit`, `/json` and `/explain` share.
+//! - [`service`]: plan → store → statistics → answer (shadow, quota, overall code).
+//! - [`error`]: the errors below the edges, each with a kind.
 //! - [`grpc`]: `envoy.service.ratelimit.v3.RateLimitService` and gRPC health over tonic.
 //! - [`http`]: the operator's HTTP endpoints; [`json`]: their JSON form of requests;
 //!   [`admin_token`]: the token guarding them.
