@@ -139,6 +139,19 @@ impl Step {
         }
     }
 
+    /// The state [`Step::consumed`] would keep, without its report's divisions: what a
+    /// later check on the same bucket in the same request starts from.
+    pub fn consumed_state(&self) -> State {
+        match &self.0 {
+            Fates::TokenBucket(b) => State::TokenBucket {
+                debt: b.debt + b.take.unwrap_or(0),
+                at: b.now,
+                unit: b.unit,
+            },
+            Fates::FixedWindow(state, _) => *state,
+        }
+    }
+
     /// State and report if the request is denied (by this or another descriptor).
     pub fn unconsumed(&self) -> (State, Report) {
         match &self.0 {

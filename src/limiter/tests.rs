@@ -1094,3 +1094,24 @@ fn idle_in_fixed_window() {
         counted(1, ok(9, 60 * S))
     );
 }
+
+#[test]
+fn consumed_state_is_the_state_consumed_keeps() {
+    let mut state = None;
+    for (limit, hits) in [
+        (tb(3, Unit::Second, 3), 1),
+        (tb(3, Unit::Second, 3), 5), // over: nothing taken
+        (tb(5, Unit::Minute, 1), 1),
+        (fw(2, Unit::Second), 3),
+    ] {
+        for at in [T0, T0 + 1, T0 + NANOS_PER_SEC / 3] {
+            let s = step(state.as_ref(), &limit, hits, at);
+            assert_eq!(
+                s.consumed_state(),
+                s.consumed().0,
+                "{limit:?} x{hits} at {at}"
+            );
+            state = Some(s.consumed().0);
+        }
+    }
+}

@@ -76,7 +76,7 @@ impl Inner {
         let mut steps: SmallVec<[Step; 4]> = SmallVec::with_capacity(checks.len());
         for (i, check) in checks.iter().enumerate() {
             let step = limiter::step(states[first[i]].as_ref(), &check.limit, check.hits, now);
-            states[first[i]] = Some(step.consumed().0);
+            states[first[i]] = Some(step.consumed_state());
             steps.push(step);
         }
         let denied =
