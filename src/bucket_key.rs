@@ -93,7 +93,8 @@ impl<'b> KeyWriter<'b> {
 
     /// Appends one part (a level's key or its counted value).
     pub fn push(&mut self, part: &str) {
-        push_len(self.buffer, part.len());
+        // `itoa`, not `write!`: this runs for every key and value of every request.
+        self.buffer.push_str(itoa::Buffer::new().format(part.len()));
         self.buffer.push(':');
         self.buffer.push_str(part);
     }
@@ -125,23 +126,6 @@ pub fn key_of<'p>(domain: &str, parts: impl IntoIterator<Item = &'p str>) -> Str
     }
     writer.finish();
     buffer
-}
-
-/// Decimal digits of `n`, without the formatting machinery (this runs per key part).
-fn push_len(out: &mut String, mut n: usize) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for &d in &digits[at..] {
-        out.push(char::from(d));
-    }
 }
 
 #[cfg(test)]

@@ -17,10 +17,14 @@ use crate::rules::Rule;
 /// One level of a domain's tree.
 #[derive(Debug, Default)]
 pub(crate) struct Level {
-    /// Composite key → node, for exact and value-less entries (and wildcard ones, literally).
-    exact: HashMap<Box<str>, Entry, RandomState>,
-    /// Wildcard entries in file order: pattern and the composite key of their node.
-    wildcards: Vec<(Pattern, Box<str>)>,
+    /// The level's entries in file order, each with its composite key.
+    entries: Vec<(Box<str>, Entry)>,
+    /// Composite key → index in `entries`, for exact and value-less entries (and wildcard
+    /// ones, literally).
+    exact: HashMap<Box<str>, usize, RandomState>,
+    /// Wildcard entries in file order: pattern and index in `entries`, so that a match
+    /// costs no second lookup.
+    wildcards: Vec<(Pattern, usize)>,
 }
 
 /// One descriptor entry of the config.
@@ -41,12 +45,18 @@ impl Level {
         if self.exact.contains_key(composite) {
             return false;
         }
+        let index = self.entries.len();
         if wildcard {
-            self.wildcards
-                .push((Pattern::new(composite), composite.into()));
+            self.wildcards.push((Pattern::new(composite), index));
         }
-        self.exact.insert(composite.into(), node);
+        self.exact.insert(composite.into(), index);
+        self.entries.push((composite.into(), node));
         true
+    }
+
+    /// The entry with this composite key, if any.
+    fn get(&self, composite: &str) -> Option<&Entry> {
+        self.exact.get(composite).map(|&i| &self.entries[i].1)
     }
 
     fn lookup(&self, key: &str, value: &str, scratch: &mut String) -> Option<&Entry> {
@@ -64,16 +74,16 @@ impl Level {
         scratch.push_str(key);
         scratch.push('_');
         scratch.push_str(value);
-        if let Some(node) = self.exact.get(scratch.as_str()) {
+        if let Some(node) = self.get(scratch) {
             return Some((node, Matched::Exact));
         }
-        for (pattern, composite) in &self.wildcards {
+        for &(ref pattern, index) in &self.wildcards {
             if pattern.matches(scratch) {
-                let node = self.exact.get(composite)?;
+                let (composite, node) = &self.entries[index];
                 return Some((node, Matched::Wildcard(composite)));
             }
         }
-        self.exact.get(key).map(|node| (node, Matched::ValueLess))
+        self.get(key).map(|node| (node, Matched::ValueLess))
     }
 
     /// Calls `visit` with every node below this level and the composite keys of the
@@ -83,7 +93,7 @@ impl Level {
         path: &mut Vec<&'a str>,
         visit: &mut impl FnMut(&[&'a str], &'a Entry),
     ) {
-        for (composite, node) in &self.exact {
+        for (composite, node) in &self.entries {
             path.push(composite);
             visit(path, node);
             node.children.visit(path, visit);
@@ -93,10 +103,9 @@ impl Level {
 
     /// Every node with its composite path below `prefix`, depth first, for config dumps.
     pub(crate) fn walk<'a>(&'a self, prefix: &str, out: &mut Vec<(String, &'a Entry)>) {
-        let mut keys: Vec<&Box<str>> = self.exact.keys().collect();
-        keys.sort();
-        for composite in keys {
-            let node = &self.exact[composite];
+        let mut entries: Vec<&(Box<str>, Entry)> = self.entries.iter().collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        for (composite, node) in entries {
             let path = format!("{prefix}.{composite}");
             node.children.walk(&path, out);
             out.push((path, node));
@@ -181,7 +190,7 @@ pub struct Listing<'a> {
 impl<'a> Listing<'a> {
     /// The `shown` smallest keys of `level`, in linear time (a selection, not a full sort).
     fn of(level: &'a Level, shown: usize) -> Self {
-        let mut keys: Vec<&'a str> = level.exact.keys().map(|k| &**k).collect();
+        let mut keys: Vec<&'a str> = level.entries.iter().map(|(k, _)| &**k).collect();
         let total = keys.len();
         if shown < total {
             keys.select_nth_unstable(shown);
@@ -252,6 +261,14 @@ impl Pattern {
         let Some((first, rest)) = self.segments.split_first() else {
             return false;
         };
+        // Most patterns fail on their first byte: checked before the call to compare.
+        if first
+            .as_bytes()
+            .first()
+            .is_some_and(|b| text.as_bytes().first() != Some(b))
+        {
+            return false;
+        }
         let Some(mut tail) = text.strip_prefix(&**first) else {
             return false;
         };
