@@ -4,19 +4,19 @@
 
 use std::path::Path;
 
-use super::yaml::{Node, Yaml, line};
+use super::yaml::{Yaml, YamlNode, line};
 use crate::error::{ConfigError, ConfigErrorKind};
 
 /// The known keys of one mapping, each with its value node; `null` values are left out.
 #[derive(Default)]
 pub(super) struct Fields<'n>(
     /// `(key, value)` in file order, the key as the format spells it.
-    Vec<(&'static str, &'n Node)>,
+    Vec<(&'static str, &'n YamlNode)>,
 );
 
 impl<'n> Fields<'n> {
     /// The value of `name`, unless it is missing or `null`.
-    pub(super) fn get(&self, name: &str) -> Option<&'n Node> {
+    pub(super) fn get(&self, name: &str) -> Option<&'n YamlNode> {
         self.0
             .iter()
             .find(|(k, v)| *k == name && v.value != Yaml::Null)
@@ -26,7 +26,7 @@ impl<'n> Fields<'n> {
     /// The keys of `node` (a mapping) named in `names`, reporting nothing: for the fields
     /// needed before the mapping is read in full, such as a descriptor's key and value,
     /// which name the descriptor in every other message.
-    pub(super) fn peek(node: &'n Node, names: &[&'static str]) -> Self {
+    pub(super) fn peek(node: &'n YamlNode, names: &[&'static str]) -> Self {
         let Yaml::Map(entries) = &node.value else {
             return Fields::default();
         };
@@ -91,7 +91,7 @@ impl<'a> Reader<'a> {
     /// Reads a mapping, reporting keys that are not strings or not in `allowed`.
     pub(super) fn mapping<'n>(
         &mut self,
-        node: &'n Node,
+        node: &'n YamlNode,
         path: Option<&str>,
         allowed: &[&'static str],
     ) -> Fields<'n> {
@@ -144,7 +144,12 @@ impl<'a> Reader<'a> {
     }
 
     /// The text of a scalar `what`, as written.
-    pub(super) fn text(&mut self, node: &Node, path: Option<&str>, what: &str) -> Option<String> {
+    pub(super) fn text(
+        &mut self,
+        node: &YamlNode,
+        path: Option<&str>,
+        what: &str,
+    ) -> Option<String> {
         match &node.value {
             Yaml::Scalar { text, .. } => Some(text.clone()),
             other => {
@@ -163,10 +168,10 @@ impl<'a> Reader<'a> {
     /// The items of a list `what`; `null` is an empty list.
     pub(super) fn list<'n>(
         &mut self,
-        node: &'n Node,
+        node: &'n YamlNode,
         path: Option<&str>,
         what: &str,
-    ) -> &'n [Node] {
+    ) -> &'n [YamlNode] {
         match &node.value {
             Yaml::Seq(items) => items,
             Yaml::Null => &[],

@@ -2,7 +2,7 @@
 //! `name` and `replaces`, each rule of §1.9 of the reference one check.
 
 use super::fields::{Fields, Reader};
-use super::yaml::{Node, line};
+use super::yaml::{YamlNode, line};
 use crate::error::ConfigErrorKind;
 use crate::rules::{Algorithm, ConfigLimit, Mode, Rule, Unit};
 
@@ -19,7 +19,7 @@ const REPLACES_KEYS: &[&str] = &["name"];
 
 /// The rule of the descriptor at `path`, if its `rate_limit` block is valid. The
 /// descriptor's own flags (mode, detailed metric) are left to the caller.
-pub(super) fn rule(reader: &mut Reader<'_>, node: &Node, path: &str) -> Option<Rule> {
+pub(super) fn rule(reader: &mut Reader<'_>, node: &YamlNode, path: &str) -> Option<Rule> {
     let before = reader.problems();
     let fields = reader.mapping(node, Some(path), RATE_LIMIT_KEYS);
     let name = fields
@@ -88,7 +88,7 @@ fn replaces(reader: &mut Reader<'_>, fields: &Fields<'_>, own: &str, path: &str)
 fn limit(
     reader: &mut Reader<'_>,
     fields: &Fields<'_>,
-    node: &Node,
+    node: &YamlNode,
     path: &str,
 ) -> Option<ConfigLimit> {
     let unit_node = fields.get("unit");

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use super::fields::{Fields, Reader};
-use super::yaml::{self, Node, Yaml, line};
+use super::yaml::{self, Yaml, YamlNode, line};
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::matcher::{DomainTree, Entry, Level};
 use crate::rules::Mode;
@@ -93,7 +93,7 @@ fn parser_problem(e: &serde_saphyr::Error) -> (ConfigErrorKind, String) {
 
 /// Reads the descriptors `items` of the descriptor at `parent` (or of the domain) into
 /// `level`, and their children below them.
-fn descriptors(reader: &mut Reader<'_>, level: &mut Level, items: &[Node], parent: &str) {
+fn descriptors(reader: &mut Reader<'_>, level: &mut Level, items: &[YamlNode], parent: &str) {
     for item in items {
         if !matches!(item.value, Yaml::Map(_)) {
             reader.error(

@@ -24,16 +24,16 @@ pub(crate) enum Yaml {
         string: bool,
     },
     /// A sequence.
-    Seq(Vec<Node>),
+    Seq(Vec<YamlNode>),
     /// A mapping, in file order.
-    Map(Vec<(Node, Node)>),
+    Map(Vec<(YamlNode, YamlNode)>),
 }
 
 /// A node with its place in the file.
-pub(crate) type Node = Spanned<Yaml>;
+pub(crate) type YamlNode = Spanned<Yaml>;
 
 /// The 1-based line a node starts on.
-pub(crate) fn line(node: &Node) -> u32 {
+pub(crate) fn line(node: &YamlNode) -> u32 {
     node.referenced.line() as u32
 }
 
@@ -50,7 +50,7 @@ impl Yaml {
 }
 
 /// Parses one document, within the limits of [`super::budget`].
-pub(crate) fn parse(text: &str) -> Result<Node, serde_saphyr::Error> {
+pub(crate) fn parse(text: &str) -> Result<YamlNode, serde_saphyr::Error> {
     let mut root = serde_saphyr::from_str_with_options(text, super::budget::options())?;
     restore_written_text(&mut root, text);
     Ok(root)
@@ -58,7 +58,7 @@ pub(crate) fn parse(text: &str) -> Result<Node, serde_saphyr::Error> {
 
 /// The parser hands numbers and booleans over typed (`007` as 7); put back the text as
 /// written, taken from the source at the scalar's span.
-fn restore_written_text(node: &mut Node, source: &str) {
+fn restore_written_text(node: &mut YamlNode, source: &str) {
     let span = node.defined.span();
     match &mut node.value {
         Yaml::Scalar {
@@ -146,14 +146,14 @@ impl<'de> Visitor<'de> for YamlVisitor {
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Yaml, A::Error> {
         let mut items = Vec::new();
-        while let Some(item) = seq.next_element::<Node>()? {
+        while let Some(item) = seq.next_element::<YamlNode>()? {
             items.push(item);
         }
         Ok(Yaml::Seq(items))
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Yaml, A::Error> {
         let mut entries = Vec::new();
-        while let Some(entry) = map.next_entry::<Node, Node>()? {
+        while let Some(entry) = map.next_entry::<YamlNode, YamlNode>()? {
             entries.push(entry);
         }
         Ok(Yaml::Map(entries))
