@@ -116,21 +116,20 @@ pub fn key_at(buffer: &str, range: std::ops::Range<usize>) -> BucketKey<'_> {
     BucketKey(&buffer[range])
 }
 
-/// The key of `domain` and `parts` (keys and counted values, alternating), for tests and
-/// tools that name a bucket without a request.
-pub fn key_of<'p>(domain: &str, parts: impl IntoIterator<Item = &'p str>) -> String {
-    let mut buffer = String::new();
-    let mut writer = KeyWriter::new(&mut buffer, domain);
-    for part in parts {
-        writer.push(part);
-    }
-    writer.finish();
-    buffer
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The key of `domain` and `parts` (keys and counted values, alternating).
+    fn key_of<'p>(domain: &str, parts: impl IntoIterator<Item = &'p str>) -> String {
+        let mut buffer = String::new();
+        let mut writer = KeyWriter::new(&mut buffer, domain);
+        for part in parts {
+            writer.push(part);
+        }
+        writer.finish();
+        buffer
+    }
 
     #[test]
     fn parts_are_length_prefixed() {

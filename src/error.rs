@@ -192,3 +192,24 @@ impl std::fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+#[cfg(test)]
+mod tests {
+    use super::{StoreError, StoreErrorKind};
+
+    #[test]
+    fn only_a_reply_that_cannot_be_read_is_not_transient() {
+        for (kind, transient) in [
+            (StoreErrorKind::Unreachable, true),
+            (StoreErrorKind::TimedOut, true),
+            (StoreErrorKind::Refused, true),
+            (StoreErrorKind::MalformedReply, false),
+        ] {
+            assert_eq!(
+                StoreError::new(kind, "x").is_transient(),
+                transient,
+                "{kind:?}"
+            );
+        }
+    }
+}

@@ -81,11 +81,6 @@ impl Service {
         self
     }
 
-    /// The caps on what one request may ask for.
-    pub fn request_limits(&self) -> RequestLimits {
-        self.defaults.limits
-    }
-
     /// Whether global shadow mode is on.
     pub fn global_shadow(&self) -> bool {
         self.global_shadow
