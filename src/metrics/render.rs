@@ -1,0 +1,183 @@
+//! The text a scrape gets: every family, in the Prometheus text format 0.0.4.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::connections;
+use super::rules::{Labels, RULE_FAMILIES, RuleStats};
+use super::text::{family, sample};
+use super::{METHOD, Metrics};
+use crate::store::Store;
+
+impl Metrics {
+    /// Everything, in the Prometheus text format 0.0.4 ([`CONTENT_TYPE`]).
+    pub fn render(&self) -> String {
+        drop(self.refresh()); // every configured rule has its series
+        let mut series: Vec<(Labels, Arc<RuleStats>)> = self
+            .series
+            .lock()
+            .by_labels
+            .iter()
+            .map(|(labels, stats)| (labels.clone(), stats.clone()))
+            .collect();
+        series.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+
+        let mut out = String::with_capacity(2048 + 6 * 96 * series.len());
+        for (name, help, counter) in RULE_FAMILIES {
+            family(&mut out, name, "counter", help);
+            for (labels, stats) in &series {
+                sample(&mut out, name, labels.pairs(), counter(stats).load(Relaxed));
+            }
+        }
+        self.render_overflow(&mut out);
+        self.render_service(&mut out);
+        self.render_store(&mut out);
+        if let Some(connections) = self.connections.lock().as_ref() {
+            connections::render(&mut out, connections);
+        }
+        out
+    }
+
+    fn render_service(&self, out: &mut String) {
+        let name = "ratelimit_service_total_requests";
+        family(out, name, "counter", "ShouldRateLimit calls.");
+        let requests = self.response_time.count();
+        sample(out, name, [("grpc_method", METHOD)], requests);
+        let name = "ratelimit_service_response_time_seconds";
+        family(out, name, "histogram", "ShouldRateLimit latency.");
+        self.response_time
+            .render(out, name, ("grpc_method", METHOD));
+
+        let name = "ratelimit_service_should_rate_limit_error";
+        family(
+            out,
+            name,
+            "counter",
+            "ShouldRateLimit calls answered with an error: an invalid request (service_error) or a store that could not decide (redis_error).",
+        );
+        let invalid = self.invalid_requests.load(Relaxed);
+        sample(out, name, [("err_type", "service_error")], invalid);
+        let store = self.store_errors.load(Relaxed);
+        sample(out, name, [("err_type", "redis_error")], store);
+
+        let name = "ratelimit_service_global_shadow_mode";
+        family(
+            out,
+            name,
+            "counter",
+            "Requests over their limits answered OK because of global shadow mode.",
+        );
+        sample(out, name, [], self.global_shadow.load(Relaxed));
+
+        let (applied, rejected) = self.reloads.lock().as_ref().map_or((0, 0), |s| {
+            (s.applied.load(Relaxed), s.rejected.load(Relaxed))
+        });
+        let name = "ratelimit_service_config_load_success";
+        family(
+            out,
+            name,
+            "counter",
+            "Configs loaded: the initial one and every reload swapped in.",
+        );
+        sample(out, name, [], 1 + applied);
+        let name = "ratelimit_service_config_load_error";
+        family(
+            out,
+            name,
+            "counter",
+            "Reloads rejected for problems in the config files.",
+        );
+        sample(out, name, [], rejected);
+        let name = "meshlimit_config_rules";
+        family(
+            out,
+            name,
+            "gauge",
+            "Rules (limited or unlimited) in the running config.",
+        );
+        sample(out, name, [], self.config.load().rules().len());
+    }
+
+    fn render_store(&self, out: &mut String) {
+        let kind = match self.store {
+            Store::Memory(_) => "memory",
+            Store::Redis(_) => "redis",
+        };
+        let name = "meshlimit_store_latency_seconds";
+        family(
+            out,
+            name,
+            "histogram",
+            "Latency of store decisions (one per request with a limit).",
+        );
+        self.store_latency.render(out, name, ("store", kind));
+        let name = "meshlimit_store_errors_total";
+        family(
+            out,
+            name,
+            "counter",
+            "Store decisions that failed (the request got an error).",
+        );
+        sample(
+            out,
+            name,
+            [("store", kind)],
+            self.store_errors.load(Relaxed),
+        );
+        if let Store::Memory(memory) = &self.store {
+            let stats = memory.stats();
+            let counters = [
+                (
+                    "meshlimit_store_evictions_total",
+                    "Buckets the embedded store evicted to respect --max-buckets or --max-store-bytes (least recently used first).",
+                    stats.evictions,
+                ),
+                (
+                    "meshlimit_store_evictions_weakened_total",
+                    "Of those, buckets not yet full again: each restarted a caller's limit from full.",
+                    stats.evictions_weakened,
+                ),
+            ];
+            unlabelled_counters(out, &counters);
+        }
+        let Store::Redis(redis) = &self.store else {
+            return;
+        };
+        let stats = redis.stats();
+        let name = "meshlimit_redis_cache_hits_total";
+        family(
+            out,
+            name,
+            "counter",
+            "Requests answered by a local cache without Redis: over_limit snapshots, lease (leased tokens).",
+        );
+        sample(out, name, [("cache", "over_limit")], stats.over_limit_hits);
+        sample(out, name, [("cache", "lease")], stats.lease_hits);
+        let counters = [
+            (
+                "meshlimit_redis_cache_misses_total",
+                "Requests sent to Redis.",
+                stats.misses,
+            ),
+            (
+                "meshlimit_redis_errors_total",
+                "Requests Redis failed to decide (whatever the failure policy then answered).",
+                stats.errors,
+            ),
+            (
+                "meshlimit_redis_fallbacks_total",
+                "Requests answered by the failure policy (allow or local) instead of Redis.",
+                stats.fallbacks,
+            ),
+        ];
+        unlabelled_counters(out, &counters);
+    }
+}
+
+/// Counters without labels, each as (name, help, value).
+fn unlabelled_counters(out: &mut String, counters: &[(&str, &str, u64)]) {
+    for &(name, help, value) in counters {
+        family(out, name, "counter", help);
+        sample(out, name, [], value);
+    }
+}
