@@ -49,8 +49,7 @@ impl Response {
     /// request order), and whether the request was over its limits before global shadow
     /// mode (`global_shadow`) turned it OK.
     pub(crate) fn new(plan: &Plan<'_>, reports: &[Report], global_shadow: bool) -> (Self, bool) {
-        let all_reports = reports;
-        let mut reports = reports.iter();
+        let mut next_report = reports.iter();
         let statuses: Vec<Status> = plan
             .resolved()
             .iter()
@@ -61,7 +60,7 @@ impl Response {
                     ..Status::default()
                 },
                 Resolved::Limited { limit, rule, .. } => {
-                    let report = reports.next().copied().unwrap_or_default();
+                    let report = next_report.next().copied().unwrap_or_default();
                     Status {
                         over_limit: report.over && !resolved.mode().is_shadow(),
                         current_limit: Some(CurrentLimit {
@@ -81,7 +80,7 @@ impl Response {
             .resolved()
             .iter()
             .filter(|r| matches!(r, Resolved::Limited { .. }))
-            .zip(all_reports)
+            .zip(reports)
             .map(|(resolved, report)| (resolved.mode(), report.over));
         let denied = limiter::request_denied(verdicts);
         let headline = headline(plan, &statuses);
