@@ -8,8 +8,10 @@
 //! to a parent's limit, and a limit applies only at the request's last entry.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 
 use foldhash::fast::RandomState;
+use hashbrown::HashTable;
 
 use crate::bucket_key::KeyWriter;
 use crate::rules::Rule;
@@ -19,12 +21,26 @@ use crate::rules::Rule;
 pub(crate) struct Level {
     /// The level's entries in file order, each with its composite key.
     entries: Vec<(Box<str>, Entry)>,
-    /// Composite key → index in `entries`, for exact and value-less entries (and wildcard
-    /// ones, literally).
+    /// Composite key → index in `entries`, for value-less lookups (a request's bare key).
     exact: HashMap<Box<str>, usize, RandomState>,
+    /// Every way of reading a composite key as `key` + `_` + `value`: one per `_` in it,
+    /// hashed as the pair. A request entry finds its exact match here without writing
+    /// `key_value` out, which costs a copy and a stalled read of what was just written.
+    /// Composite keys are unique, so a pair has at most one entry.
+    pairs: HashTable<Split>,
+    /// Hashes `pairs`.
+    hasher: RandomState,
     /// Wildcard entries in file order: pattern and index in `entries`, so that a match
     /// costs no second lookup.
     wildcards: Vec<(Pattern, usize)>,
+}
+
+/// A composite key of a level read as a pair: `entries[index]`'s key, split at byte `at`
+/// (an `_`).
+#[derive(Debug, Clone, Copy)]
+struct Split {
+    index: u32,
+    at: u32,
 }
 
 /// One descriptor entry of the config.
@@ -50,6 +66,25 @@ impl Level {
             self.wildcards.push((Pattern::new(composite), index));
         }
         self.exact.insert(composite.into(), index);
+        for (at, _) in composite.match_indices('_') {
+            let hash = self
+                .hasher
+                .hash_one((&composite[..at], &composite[at + 1..]));
+            let split = Split {
+                index: index as u32,
+                at: at as u32,
+            };
+            let (entries, hasher) = (&self.entries, &self.hasher);
+            self.pairs.insert_unique(hash, split, |s| {
+                let composite = if s.index as usize == index {
+                    composite
+                } else {
+                    &entries[s.index as usize].0
+                };
+                let at = s.at as usize;
+                hasher.hash_one((&composite[..at], &composite[at + 1..]))
+            });
+        }
         self.entries.push((composite.into(), node));
         true
     }
@@ -57,6 +92,20 @@ impl Level {
     /// The entry with this composite key, if any.
     fn get(&self, composite: &str) -> Option<&Entry> {
         self.exact.get(composite).map(|&i| &self.entries[i].1)
+    }
+
+    /// The entry whose composite key is `key_value`, if any.
+    fn get_pair(&self, key: &str, value: &str) -> Option<&Entry> {
+        let hash = self.hasher.hash_one((key, value));
+        let split = self.pairs.find(hash, |s| {
+            let composite = &*self.entries[s.index as usize].0;
+            let at = s.at as usize;
+            composite.len() == key.len() + 1 + value.len()
+                && at == key.len()
+                && composite[..at] == *key
+                && composite[at + 1..] == *value
+        })?;
+        Some(&self.entries[split.index as usize].1)
     }
 
     fn lookup(&self, key: &str, value: &str, scratch: &mut String) -> Option<&Entry> {
@@ -70,15 +119,12 @@ impl Level {
         value: &str,
         scratch: &mut String,
     ) -> Option<(&'a Entry, Matched<'a>)> {
-        scratch.clear();
-        scratch.push_str(key);
-        scratch.push('_');
-        scratch.push_str(value);
-        if let Some(node) = self.get(scratch) {
+        if let Some(node) = self.get_pair(key, value) {
             return Some((node, Matched::Exact));
         }
+        let mut written = false;
         for &(ref pattern, index) in &self.wildcards {
-            if pattern.matches(scratch) {
+            if pattern.matches_pair(key, value, scratch, &mut written) {
                 let (composite, node) = &self.entries[index];
                 return Some((node, Matched::Wildcard(composite)));
             }
@@ -257,6 +303,31 @@ impl Pattern {
         }
     }
 
+    /// Whether the pattern matches `key_value`. A prefix pattern (`…*`, the usual kind) is
+    /// matched on the parts; any other writes `key_value` into `scratch` once (`written`
+    /// remembers that across a level's patterns).
+    fn matches_pair(
+        &self,
+        key: &str,
+        value: &str,
+        scratch: &mut String,
+        written: &mut bool,
+    ) -> bool {
+        if let [prefix, last] = &self.segments[..]
+            && last.is_empty()
+        {
+            return pair_starts_with(key, value, prefix);
+        }
+        if !*written {
+            scratch.clear();
+            scratch.push_str(key);
+            scratch.push('_');
+            scratch.push_str(value);
+            *written = true;
+        }
+        self.matches(scratch)
+    }
+
     pub(crate) fn matches(&self, text: &str) -> bool {
         let Some((first, rest)) = self.segments.split_first() else {
             return false;
@@ -285,9 +356,70 @@ impl Pattern {
     }
 }
 
+/// Whether `key_value` starts with `prefix`, without writing it out.
+fn pair_starts_with(key: &str, value: &str, prefix: &str) -> bool {
+    let prefix = prefix.as_bytes();
+    let key = key.as_bytes();
+    // Most patterns fail on their first byte: checked before any call to compare.
+    if let Some(&first) = prefix.first()
+        && first != key.first().copied().unwrap_or(b'_')
+    {
+        return false;
+    }
+    if prefix.len() <= key.len() {
+        return key.starts_with(prefix);
+    }
+    prefix.starts_with(key)
+        && prefix[key.len()] == b'_'
+        && value.as_bytes().starts_with(&prefix[key.len() + 1..])
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Pattern;
+    use super::{Entry, Level, Pattern, pair_starts_with};
+
+    fn entry() -> Entry {
+        Entry {
+            rule: None,
+            shared_value: None,
+            children: Level::default(),
+        }
+    }
+
+    /// Request parts whose `key_value` may or may not be a composite, including the Go
+    /// server's collisions (`a_b` read as `a` + `b`, or `a_b` + nothing).
+    const PARTS: [&str; 9] = ["", "a", "b", "a_b", "b_", "_", "a_", "ab", "é_b"];
+
+    #[test]
+    fn pairs_find_exactly_what_the_joined_composite_finds() {
+        let mut level = Level::default();
+        for composite in ["a_b", "a", "_b", "a__", "ab_a_b", "é_b_", "x*", "a_b*"] {
+            assert!(level.insert(composite, composite.ends_with('*'), entry()));
+        }
+        for key in PARTS {
+            for value in PARTS {
+                let joined = level.get(&format!("{key}_{value}")).map(std::ptr::from_ref);
+                let paired = level.get_pair(key, value).map(std::ptr::from_ref);
+                assert_eq!(paired, joined, "{key:?} + {value:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn prefix_patterns_match_the_parts_as_the_joined_text() {
+        for prefix in ["", "a", "a_", "a_b", "_", "__", "a_b_", "b", "é"] {
+            let pattern = Pattern::new(&format!("{prefix}*"));
+            for key in PARTS {
+                for value in PARTS {
+                    assert_eq!(
+                        pair_starts_with(key, value, prefix),
+                        pattern.matches(&format!("{key}_{value}")),
+                        "{prefix:?}* ~ {key:?} + {value:?}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn wildcards_match_like_the_go_server() {
