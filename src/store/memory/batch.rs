@@ -38,59 +38,70 @@ impl Inner {
     /// one-descriptor decision too.
     #[inline(never)]
     pub(super) fn check_many(&self, checks: &[Check<'_>], now: Nanos) -> Reports {
-        let hashes: SmallVec<[u64; 4]> = checks
+        let mut pending: SmallVec<[Pending; 4]> = checks
             .iter()
-            .map(|c| self.hasher.hash_one(c.key.as_str()))
+            .map(|c| Pending {
+                hash: self.hasher.hash_one(c.key.as_str()),
+                first: 0,
+                slot: 0,
+                state: None,
+            })
             .collect();
-        // The same key twice in one request is one bucket: `first[i]` is the first check
-        // with check i's key, and holds the bucket's evolving state.
-        let first = first_of_each_key(checks, &hashes);
+        // The same key twice in one request is one bucket: `first` of check i is the first
+        // check with its key, whose `state` is the bucket's evolving state.
+        first_of_each_key(checks, &mut pending);
         let mut shards = ShardSet::default();
-        for &hash in &hashes {
-            shards.insert(shard_index(hash));
+        for p in &pending {
+            shards.insert(shard_index(p.hash));
         }
         let mut guards: SmallVec<[MutexGuard<'_, Buckets>; 4]> =
             shards.iter().map(|s| self.shards[s].0.lock()).collect();
 
         let mut created = false;
-        let mut slots: SmallVec<[u32; 4]> = SmallVec::with_capacity(checks.len());
-        let mut states: SmallVec<[Option<State>; 4]> = SmallVec::with_capacity(checks.len());
-        for (i, (check, &hash)) in checks.iter().zip(&hashes).enumerate() {
-            if first[i] != i {
-                slots.push(slots[first[i]]);
-                states.push(None);
+        for (i, check) in checks.iter().enumerate() {
+            let p = &mut pending[i];
+            if p.first != i {
                 continue;
             }
-            let buckets = &mut guards[shards.rank(shard_index(hash))];
-            let touched = buckets.touch(check.key.as_str(), hash, self.usage.current(), |bytes| {
-                self.usage.created(bytes)
-            });
+            let buckets = &mut guards[shards.rank(shard_index(p.hash))];
+            let touched =
+                buckets.touch(check.key.as_str(), p.hash, self.usage.current(), |bytes| {
+                    self.usage.created(bytes)
+                });
             created |= touched.created;
-            slots.push(touched.slot);
-            states.push(buckets.slot(touched.slot).state);
+            p.slot = touched.slot;
+            p.state = buckets.slot(touched.slot).state;
         }
-        let stored = states.clone();
 
         // Pass 1: as if the request passes, each check seeing the hits of earlier checks on
         // the same bucket.
         let mut steps: SmallVec<[Step; 4]> = SmallVec::with_capacity(checks.len());
         for (i, check) in checks.iter().enumerate() {
-            let step = limiter::step(states[first[i]].as_ref(), &check.limit, check.hits, now);
-            states[first[i]] = Some(step.consumed_state());
+            let first = pending[i].first;
+            let bucket = &mut pending[first].state;
+            let step = limiter::step(bucket.as_ref(), &check.limit, check.hits, now);
+            *bucket = Some(step.consumed_state());
             steps.push(step);
         }
         let denied =
             limiter::request_denied(checks.iter().zip(&steps).map(|(c, s)| (c.mode, s.over())));
 
-        // Pass 2: settle. A denied request replays without consumption (needed only when
-        // a bucket repeats); each check keeps its pass-1 verdict, which decided the request.
+        // Pass 2: settle. A denied request replays from the stored states (still in the
+        // buckets) without consumption, which matters only when a bucket repeats; each check
+        // keeps its pass-1 verdict, which decided the request.
         let mut reports = Reports::with_capacity(checks.len());
         if denied {
-            states = stored;
+            for (i, p) in pending.iter_mut().enumerate() {
+                if p.first == i {
+                    p.state = guards[shards.rank(shard_index(p.hash))].slot(p.slot).state;
+                }
+            }
             for (i, check) in checks.iter().enumerate() {
-                let step = limiter::step(states[first[i]].as_ref(), &check.limit, check.hits, now);
+                let first = pending[i].first;
+                let bucket = &mut pending[first].state;
+                let step = limiter::step(bucket.as_ref(), &check.limit, check.hits, now);
                 let (state, report) = step.unconsumed();
-                states[first[i]] = Some(state);
+                *bucket = Some(state);
                 reports.push(Report {
                     over: steps[i].over(),
                     ..report
@@ -99,10 +110,10 @@ impl Inner {
         } else {
             reports.extend(steps.iter().map(|s| s.consumed().1));
         }
-        for (i, (check, &hash)) in checks.iter().zip(&hashes).enumerate() {
-            if first[i] == i {
-                let bucket = guards[shards.rank(shard_index(hash))].slot_mut(slots[i]);
-                bucket.state = states[i];
+        for (i, (check, p)) in checks.iter().zip(&pending).enumerate() {
+            if p.first == i {
+                let bucket = guards[shards.rank(shard_index(p.hash))].slot_mut(p.slot);
+                bucket.state = p.state;
                 bucket.requests_per_unit = check.limit.requests_per_unit;
             }
         }
@@ -117,26 +128,45 @@ impl Inner {
     }
 }
 
-/// For each check, the index of the first check with the same key.
-fn first_of_each_key(checks: &[Check<'_>], hashes: &[u64]) -> SmallVec<[usize; 4]> {
-    let same = |i: usize, j: usize| hashes[i] == hashes[j] && checks[i].key == checks[j].key;
+/// What a request keeps of each of its checks while deciding.
+#[derive(Debug)]
+struct Pending {
+    /// The store's hash of the check's key.
+    hash: u64,
+    /// The index of the first check with the same key (its own, for most).
+    first: usize,
+    /// For a first check: its bucket's slot.
+    slot: u32,
+    /// For a first check: its bucket's state as the request's checks use it.
+    state: Option<State>,
+}
+
+/// Sets each check's `first`: the index of the first check with the same key.
+fn first_of_each_key(checks: &[Check<'_>], pending: &mut [Pending]) {
+    let same = |p: &[Pending], i: usize, j: usize| {
+        p[i].hash == p[j].hash && checks[i].key == checks[j].key
+    };
     if checks.len() <= LINEAR_DEDUP {
-        return (0..checks.len())
-            .map(|i| (0..i).find(|&j| same(i, j)).unwrap_or(i))
-            .collect();
+        for i in 0..checks.len() {
+            pending[i].first = (0..i).find(|&j| same(pending, i, j)).unwrap_or(i);
+        }
+        return;
     }
     let mut seen: HashTable<usize> = HashTable::with_capacity(checks.len());
-    (0..checks.len())
-        .map(
-            |i| match seen.entry(hashes[i], |&j| same(i, j), |&j| hashes[j]) {
-                Entry::Occupied(found) => *found.get(),
-                Entry::Vacant(absent) => {
-                    absent.insert(i);
-                    i
-                }
-            },
-        )
-        .collect()
+    for i in 0..checks.len() {
+        let first = match seen.entry(
+            pending[i].hash,
+            |&j| same(pending, i, j),
+            |&j| pending[j].hash,
+        ) {
+            Entry::Occupied(found) => *found.get(),
+            Entry::Vacant(absent) => {
+                absent.insert(i);
+                i
+            }
+        };
+        pending[i].first = first;
+    }
 }
 
 /// A set of shard indices, iterated in ascending order: the lock order.
