@@ -26,7 +26,7 @@ impl Metrics {
         for (name, help, counter) in RULE_FAMILIES {
             family(&mut out, name, "counter", help);
             for (labels, stats) in &series {
-                sample(&mut out, name, labels.pairs(), counter(stats).load(Relaxed));
+                sample(&mut out, name, labels.pairs(), counter(stats));
             }
         }
         self.render_overflow(&mut out);

@@ -20,8 +20,11 @@ use crate::rules::{Algorithm, Limit, Rule};
 #[derive(Debug, Default)]
 #[repr(align(64))]
 pub(super) struct RuleStats {
-    /// `ratelimit_service_rate_limit_total_hits`: every hit.
-    total_hits: AtomicU64,
+    /// Hits counted neither within nor over the limit (Go's split leaves out an over-limit
+    /// request's hits below the limit). `ratelimit_service_rate_limit_total_hits` is read as
+    /// this plus `within_limit` and `over_limit`, so that a hit costs one atomic addition,
+    /// not two.
+    neither: AtomicU64,
     /// `ratelimit_service_rate_limit_within_limit`: hits allowed.
     within_limit: AtomicU64,
     /// `ratelimit_service_rate_limit_near_limit`: hits past the near-limit share of the
@@ -181,7 +184,6 @@ impl RuleStats {
     }
 
     fn count(&self, limit: &Limit, hits: u64, report: &Report, shadow: bool, ratio: f32) {
-        Self::add(&self.total_hits, hits);
         let split = if report.cached {
             Self::add(&self.over_limit_with_local_cache, hits);
             Split {
@@ -194,6 +196,10 @@ impl RuleStats {
         Self::add(&self.within_limit, split.within);
         Self::add(&self.near_limit, split.near);
         Self::add(&self.over_limit, split.over);
+        Self::add(
+            &self.neither,
+            hits.saturating_sub(split.within + split.over),
+        );
         if shadow {
             Self::add(&self.shadow_mode, split.over);
         }
@@ -338,40 +344,44 @@ pub(super) fn build_table(series: &Mutex<Series>, config: Arc<Config>) -> RuleTa
 }
 
 /// The per-rule families: name, help, and the counter each reads.
-pub(super) type RuleFamily = (&'static str, &'static str, fn(&RuleStats) -> &AtomicU64);
+pub(super) type RuleFamily = (&'static str, &'static str, fn(&RuleStats) -> u64);
 
 pub(super) const RULE_FAMILIES: [RuleFamily; 6] = [
     (
         "ratelimit_service_rate_limit_total_hits",
         "Hits (hits_addend) on each rule.",
-        |s| &s.total_hits,
+        |s| read(&s.within_limit) + read(&s.over_limit) + read(&s.neither),
     ),
     (
         "ratelimit_service_rate_limit_within_limit",
         "Hits on each rule that were within its limit.",
-        |s| &s.within_limit,
+        |s| read(&s.within_limit),
     ),
     (
         "ratelimit_service_rate_limit_near_limit",
         "Hits on each rule beyond the near-limit ratio of its limit.",
-        |s| &s.near_limit,
+        |s| read(&s.near_limit),
     ),
     (
         "ratelimit_service_rate_limit_over_limit",
         "Hits on each rule that were over its limit (shadow rules included).",
-        |s| &s.over_limit,
+        |s| read(&s.over_limit),
     ),
     (
         "ratelimit_service_rate_limit_shadow_mode",
         "Over-limit hits on each shadow-mode rule, answered OK.",
-        |s| &s.shadow_mode,
+        |s| read(&s.shadow_mode),
     ),
     (
         "ratelimit_service_rate_limit_over_limit_with_local_cache",
         "Over-limit hits on each rule answered from the local over-limit cache, without Redis.",
-        |s| &s.over_limit_with_local_cache,
+        |s| read(&s.over_limit_with_local_cache),
     ),
 ];
+
+fn read(counter: &AtomicU64) -> u64 {
+    counter.load(Relaxed)
+}
 
 /// The per-rule series of one request, resolved on the table of its config.
 pub(crate) struct Rules<'m> {
@@ -413,7 +423,6 @@ impl Rules<'_> {
         I: Iterator<Item = (&'e str, &'e str)>,
     {
         self.with_stats(domain, Some(rule), entries, |stats| {
-            RuleStats::add(&stats.total_hits, hits);
             RuleStats::add(&stats.within_limit, hits);
         });
     }
@@ -520,6 +529,30 @@ mod tests {
         }
         // A zero limit: every hit over.
         assert_eq!(split(&fw(0), 3, &window(3, true), 0.8), s(0, 0, 3));
+    }
+
+    #[test]
+    fn total_hits_counts_every_hit_whatever_the_split() {
+        // (count before, hits, cached): the second leaves 4 hits neither within nor over.
+        for (before, hits, cached) in [
+            (0, 10, false),
+            (10, 15, false),
+            (19, 4, false),
+            (25, 3, true),
+        ] {
+            let stats = RuleStats::default();
+            let after = before + hits;
+            let report = Report {
+                cached,
+                ..window(after, after > 20)
+            };
+            stats.count(&fw(20), hits, &report, false, 0.8);
+            assert_eq!(
+                RULE_FAMILIES[0].2(&stats),
+                hits,
+                "before {before} hits {hits}"
+            );
+        }
     }
 
     #[test]
