@@ -55,11 +55,6 @@ impl Stopwatch {
         Stopwatch::start();
     }
 
-    /// The time since [`Stopwatch::start`].
-    pub fn elapsed(&self) -> Duration {
-        self.until(Stopwatch::start())
-    }
-
     /// The time from this start to `later`'s: one clock reading can end one measurement
     /// and be the end of another.
     pub fn until(&self, later: Stopwatch) -> Duration {
