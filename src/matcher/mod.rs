@@ -7,6 +7,8 @@
 //! Nothing matched stops the walk with no limit: there is no backtracking and no fallback
 //! to a parent's limit, and a limit applies only at the request's last entry.
 
+mod pattern;
+
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 
@@ -15,6 +17,7 @@ use hashbrown::HashTable;
 
 use crate::bucket_key::KeyWriter;
 use crate::rules::Rule;
+use pattern::Pattern;
 
 /// One level of a domain's tree.
 #[derive(Debug, Default)]
@@ -43,6 +46,15 @@ struct Split {
     at: u32,
 }
 
+impl Split {
+    /// The (key, value) this split reads its composite key as.
+    fn pair(self, entries: &[(Box<str>, Entry)]) -> (&str, &str) {
+        let composite = &*entries[self.index as usize].0;
+        let at = self.at as usize;
+        (&composite[..at], &composite[at + 1..])
+    }
+}
+
 /// One descriptor entry of the config.
 #[derive(Debug)]
 pub(crate) struct Entry {
@@ -66,26 +78,17 @@ impl Level {
             self.wildcards.push((Pattern::new(composite), index));
         }
         self.exact.insert(composite.into(), index);
+        self.entries.push((composite.into(), node));
+        let (entries, hasher) = (&self.entries, &self.hasher);
         for (at, _) in composite.match_indices('_') {
-            let hash = self
-                .hasher
-                .hash_one((&composite[..at], &composite[at + 1..]));
             let split = Split {
                 index: index as u32,
                 at: at as u32,
             };
-            let (entries, hasher) = (&self.entries, &self.hasher);
-            self.pairs.insert_unique(hash, split, |s| {
-                let composite = if s.index as usize == index {
-                    composite
-                } else {
-                    &entries[s.index as usize].0
-                };
-                let at = s.at as usize;
-                hasher.hash_one((&composite[..at], &composite[at + 1..]))
-            });
+            let hash = hasher.hash_one(split.pair(entries));
+            self.pairs
+                .insert_unique(hash, split, |s| hasher.hash_one(s.pair(entries)));
         }
-        self.entries.push((composite.into(), node));
         true
     }
 
@@ -97,14 +100,9 @@ impl Level {
     /// The entry whose composite key is `key_value`, if any.
     fn get_pair(&self, key: &str, value: &str) -> Option<&Entry> {
         let hash = self.hasher.hash_one((key, value));
-        let split = self.pairs.find(hash, |s| {
-            let composite = &*self.entries[s.index as usize].0;
-            let at = s.at as usize;
-            composite.len() == key.len() + 1 + value.len()
-                && at == key.len()
-                && composite[..at] == *key
-                && composite[at + 1..] == *value
-        })?;
+        let split = self
+            .pairs
+            .find(hash, |s| s.pair(&self.entries) == (key, value))?;
         Some(&self.entries[split.index as usize].1)
     }
 
@@ -287,96 +285,10 @@ impl DomainTree {
     }
 }
 
-/// A composite key with `*` wildcards: each `*` matches any run of characters, the
-/// segments must appear in order, and the first and last are anchored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Pattern {
-    /// The text around the `*`s, in order; empty at an end where the pattern starts or ends
-    /// with `*`.
-    segments: Vec<Box<str>>,
-}
-
-impl Pattern {
-    pub(crate) fn new(pattern: &str) -> Self {
-        Self {
-            segments: pattern.split('*').map(Into::into).collect(),
-        }
-    }
-
-    /// Whether the pattern matches `key_value`. A prefix pattern (`…*`, the usual kind) is
-    /// matched on the parts; any other writes `key_value` into `scratch` once (`written`
-    /// remembers that across a level's patterns).
-    fn matches_pair(
-        &self,
-        key: &str,
-        value: &str,
-        scratch: &mut String,
-        written: &mut bool,
-    ) -> bool {
-        if let [prefix, last] = &self.segments[..]
-            && last.is_empty()
-        {
-            return pair_starts_with(key, value, prefix);
-        }
-        if !*written {
-            scratch.clear();
-            scratch.push_str(key);
-            scratch.push('_');
-            scratch.push_str(value);
-            *written = true;
-        }
-        self.matches(scratch)
-    }
-
-    pub(crate) fn matches(&self, text: &str) -> bool {
-        let Some((first, rest)) = self.segments.split_first() else {
-            return false;
-        };
-        // Most patterns fail on their first byte: checked before the call to compare.
-        if first
-            .as_bytes()
-            .first()
-            .is_some_and(|b| text.as_bytes().first() != Some(b))
-        {
-            return false;
-        }
-        let Some(mut tail) = text.strip_prefix(&**first) else {
-            return false;
-        };
-        let Some((last, middle)) = rest.split_last() else {
-            return tail.is_empty();
-        };
-        for segment in middle {
-            match tail.find(&**segment) {
-                Some(at) => tail = &tail[at + segment.len()..],
-                None => return false,
-            }
-        }
-        tail.ends_with(&**last)
-    }
-}
-
-/// Whether `key_value` starts with `prefix`, without writing it out.
-fn pair_starts_with(key: &str, value: &str, prefix: &str) -> bool {
-    let prefix = prefix.as_bytes();
-    let key = key.as_bytes();
-    // Most patterns fail on their first byte: checked before any call to compare.
-    if let Some(&first) = prefix.first()
-        && first != key.first().copied().unwrap_or(b'_')
-    {
-        return false;
-    }
-    if prefix.len() <= key.len() {
-        return key.starts_with(prefix);
-    }
-    prefix.starts_with(key)
-        && prefix[key.len()] == b'_'
-        && value.as_bytes().starts_with(&prefix[key.len() + 1..])
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{Entry, Level, Pattern, pair_starts_with};
+    use super::pattern::tests::PARTS;
+    use super::{Entry, Level};
 
     fn entry() -> Entry {
         Entry {
@@ -385,10 +297,6 @@ mod tests {
             children: Level::default(),
         }
     }
-
-    /// Request parts whose `key_value` may or may not be a composite, including the Go
-    /// server's collisions (`a_b` read as `a` + `b`, or `a_b` + nothing).
-    const PARTS: [&str; 9] = ["", "a", "b", "a_b", "b_", "_", "a_", "ab", "é_b"];
 
     #[test]
     fn pairs_find_exactly_what_the_joined_composite_finds() {
@@ -402,51 +310,6 @@ mod tests {
                 let paired = level.get_pair(key, value).map(std::ptr::from_ref);
                 assert_eq!(paired, joined, "{key:?} + {value:?}");
             }
-        }
-    }
-
-    #[test]
-    fn prefix_patterns_match_the_parts_as_the_joined_text() {
-        for prefix in ["", "a", "a_", "a_b", "_", "__", "a_b_", "b", "é"] {
-            let pattern = Pattern::new(&format!("{prefix}*"));
-            for key in PARTS {
-                for value in PARTS {
-                    assert_eq!(
-                        pair_starts_with(key, value, prefix),
-                        pattern.matches(&format!("{key}_{value}")),
-                        "{prefix:?}* ~ {key:?} + {value:?}"
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn wildcards_match_like_the_go_server() {
-        let cases = [
-            ("wild_foo*", "wild_foo1", true),
-            ("wild_foo*", "wild_foo", true),
-            ("wild_foo*", "wild_bar", false),
-            ("midWild_bar*b", "midWild_barab", true),
-            ("midWild_bar*b", "midWild_bar123b", true),
-            ("midWild_bar*b", "midWild_barb", true),
-            ("midWild_bar*b", "midWild_bara", false),
-            ("midWild_bar*b", "midWild_xbarb", false),
-            ("multiWild_foo*bar*baz", "multiWild_foo123bar456baz", true),
-            ("multiWild_foo*bar*baz", "multiWild_foobarbaz", true),
-            ("multiWild_foo*bar*baz", "multiWild_foo123baz", false),
-            ("multiWild_foo*bar*baz", "multiWild_bar456baz", false),
-            ("k_*", "k_", true),
-            ("k_a*a", "k_a", false),
-            ("k_a*a", "k_aa", true),
-            ("k_*x*", "k_yyxyy", true),
-        ];
-        for (pattern, text, expected) in cases {
-            assert_eq!(
-                Pattern::new(pattern).matches(text),
-                expected,
-                "{pattern} ~ {text}"
-            );
         }
     }
 }
