@@ -17,6 +17,7 @@ fn limit() -> Limit {
     Limit {
         requests_per_unit: u32::MAX,
         unit: Unit::Second,
+        multiplier: 1,
         burst: u32::MAX,
         algorithm: Algorithm::TokenBucket,
     }
@@ -42,6 +43,7 @@ fn store_with(keys: &[String]) -> MemoryStore {
                 limit: limit(),
                 hits: 1,
                 mode: Mode::Enforce,
+                descriptor: 0,
             }],
             NOW,
         );
@@ -78,6 +80,7 @@ pub fn decide_one(c: &mut Criterion) {
                     limit: limit(),
                     hits: 1,
                     mode: Mode::Enforce,
+                    descriptor: 0,
                 };
                 black_box(store.check(black_box(&[check]), NOW));
             })
@@ -111,6 +114,7 @@ pub fn flood(c: &mut Criterion) {
             limit: limit(),
             hits: 1,
             mode: Mode::Enforce,
+            descriptor: 0,
         };
         store.check(&[check], NOW);
     }
@@ -123,6 +127,7 @@ pub fn flood(c: &mut Criterion) {
                 limit: limit(),
                 hits: 1,
                 mode: Mode::Enforce,
+                descriptor: 0,
             };
             black_box(store.check(black_box(&[check]), NOW));
         })
@@ -147,6 +152,7 @@ pub fn check_many(c: &mut Criterion) {
                 limit: limit(),
                 hits: 1,
                 mode: Mode::Enforce,
+                descriptor: 0,
             })
             .collect();
         group.throughput(Throughput::Elements(n as u64));
@@ -194,6 +200,7 @@ pub fn threads(c: &mut Criterion) {
                             limit: limit(),
                             hits: 1,
                             mode: Mode::Enforce,
+                            descriptor: 0,
                         };
                         black_box(store.check(&[check], NOW));
                     })

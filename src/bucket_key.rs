@@ -93,18 +93,25 @@ impl<'b> KeyWriter<'b> {
 
     /// Appends one part (a level's key or its counted value).
     pub fn push(&mut self, part: &str) {
+        Self::part(self.buffer, part);
+    }
+
+    /// Appends `part` to `out` as one length-prefixed part: what [`KeyWriter::push`]
+    /// writes, for parts written ahead of time (a listed limit's, see
+    /// [`crate::rules::ConfigLimit::key_part`]).
+    pub fn part(out: &mut String, part: &str) {
         // This runs for every key and value of every request: digits pushed one by one up
         // to 99 (nearly every part), `itoa` beyond, never `write!`.
         match part.len() {
-            len @ 0..10 => self.buffer.push(digit(len)),
+            len @ 0..10 => out.push(digit(len)),
             len @ 10..100 => {
-                self.buffer.push(digit(len / 10));
-                self.buffer.push(digit(len % 10));
+                out.push(digit(len / 10));
+                out.push(digit(len % 10));
             }
-            len => self.buffer.push_str(itoa::Buffer::new().format(len)),
+            len => out.push_str(itoa::Buffer::new().format(len)),
         }
-        self.buffer.push(':');
-        self.buffer.push_str(part);
+        out.push(':');
+        out.push_str(part);
     }
 
     /// The key's place in the buffer, for reading it back with [`key_at`] once every key of

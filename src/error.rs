@@ -135,12 +135,23 @@ pub enum ConfigErrorKind {
     ReplacesSelf,
     /// A `unit` that is missing or not one of the units.
     BadUnit,
-    /// An `algorithm` other than `token_bucket` or `fixed_window`.
+    /// An `algorithm` other than `token_bucket`, `fixed_window` or `sliding_window`.
     BadAlgorithm,
     /// `burst: 0` on a rule that lets requests through.
     ZeroBurst,
-    /// `burst` on a fixed-window rule, which has no bucket.
-    BurstWithFixedWindow,
+    /// `burst` on a window rule (fixed or sliding), which has no bucket.
+    BurstWithoutBucket,
+    /// A `unit_multiplier` of 0, or one making the period longer than 100 years.
+    BadMultiplier,
+    /// A descriptor with both `rate_limit` and `rate_limits`.
+    BothLimitForms,
+    /// A `rate_limits` list without any entry.
+    EmptyLimitList,
+    /// `unlimited` inside a `rate_limits` entry.
+    UnlimitedInList,
+    /// Two limits of one `rate_limits` list with the same name, or unnamed with the same
+    /// period: they would share one bucket.
+    DuplicateLimit,
 }
 
 /// One problem in one descriptor file, with where it is.

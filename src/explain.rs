@@ -11,11 +11,12 @@ use std::fmt::Write;
 
 use crate::clock::NANOS_PER_SEC;
 use crate::error::RequestError;
+use crate::limiter::Report;
 use crate::matcher::{Listing, Matched, WalkStep};
 use crate::plan::{Plan, Resolved};
 use crate::request::{Descriptor, RequestDescriptor};
 use crate::rules::{Limit, Mode, Rule};
-use crate::service::Service;
+use crate::service::{Service, binding};
 use crate::store::Store;
 
 /// Most entries listed where the text shows what a level offers.
@@ -96,44 +97,51 @@ pub async fn explain(
                 );
             }
             Resolved::Limited {
-                limit, rule, key, ..
+                limits, rule, key, ..
             } => {
                 if let Some(rule) = rule {
                     let _ = writeln!(
                         out,
-                        "  rule: {}{}: {}{}",
+                        "  rule: {}{}{}",
                         rule.full_key,
                         name(rule),
-                        describe(limit),
                         flags(rule)
                     );
                 }
                 let bucket = plan.key(key);
                 let _ = writeln!(out, "  bucket: {bucket}");
-                if matches!(store, Store::Redis(_)) {
-                    let _ = writeln!(out, "  redis key: {}", bucket.redis_key());
-                }
-                let state = match &mut states {
-                    Ok(reports) => match reports.next() {
-                        Some(report) if report.over => format!(
-                            "OVER_LIMIT: {} remaining; a hit could pass in {}",
-                            report.remaining,
-                            seconds(report.reset)
-                        ),
-                        Some(report) => format!(
-                            "OK: {} remaining; {}",
-                            report.remaining,
-                            if report.reset == 0 {
-                                "the bucket is full".to_string()
-                            } else {
-                                format!("full again in {}", seconds(report.reset))
-                            }
-                        ),
-                        None => "unknown".into(),
-                    },
-                    Err(e) => format!("cannot be read: {e}"),
+                let reports: Vec<Report> = match &mut states {
+                    Ok(all) => all.by_ref().take(limits.len()).copied().collect(),
+                    Err(_) => Vec::new(),
                 };
-                let _ = writeln!(out, "  state now: {state}");
+                let bound = binding(&reports);
+                for (i, (limit, config, bucket)) in plan.limit_keys(limits, key).enumerate() {
+                    let label = config.map_or_else(|| "override".to_string(), |c| c.label());
+                    let _ = writeln!(out, "  limit {label}: {}", describe(&limit));
+                    if limits.len() > 1 {
+                        let _ = writeln!(out, "    bucket: {bucket}");
+                    }
+                    if matches!(store, Store::Redis(_)) {
+                        let _ = writeln!(out, "    redis key: {}", bucket.redis_key());
+                    }
+                    let state = match (&states, reports.get(i)) {
+                        (Err(e), _) => format!("cannot be read: {e}"),
+                        (Ok(_), Some(report)) => state(report),
+                        (Ok(_), None) => "unknown".into(),
+                    };
+                    let _ = writeln!(out, "    state now: {state}");
+                    if limits.len() > 1 && i == bound && !reports.is_empty() {
+                        let _ = writeln!(
+                            out,
+                            "    binds: the status reports this limit ({})",
+                            if reports.iter().any(|r| r.over) {
+                                "of those refusing, the longest wait"
+                            } else {
+                                "the fewest requests left"
+                            }
+                        );
+                    }
+                }
             }
         }
     }
@@ -220,13 +228,46 @@ fn name(rule: &Rule) -> String {
 }
 
 fn describe(limit: &Limit) -> String {
-    format!(
-        "{} per {}, burst {}, {}",
-        limit.requests_per_unit,
-        limit.unit,
-        limit.burst,
-        limit.algorithm.name()
-    )
+    let per = if limit.multiplier == 1 {
+        limit.unit.to_string()
+    } else {
+        format!("{} {}", limit.multiplier, limit.unit)
+    };
+    if limit.algorithm.has_burst() {
+        format!(
+            "{} per {per}, burst {}, {}",
+            limit.requests_per_unit,
+            limit.burst,
+            limit.algorithm.name()
+        )
+    } else {
+        format!(
+            "{} per {per}, {}",
+            limit.requests_per_unit,
+            limit.algorithm.name()
+        )
+    }
+}
+
+/// A limit's state as a peek reports it.
+fn state(report: &Report) -> String {
+    if report.over {
+        format!(
+            "OVER_LIMIT: {} remaining; a hit could pass in {}",
+            report.remaining,
+            seconds(report.reset)
+        )
+    } else {
+        format!(
+            "OK: {} remaining; {}",
+            report.remaining,
+            if report.reset == 0 {
+                "the bucket is full".to_string()
+            } else {
+                format!("full again in {}", seconds(report.reset))
+            }
+        )
+    }
 }
 
 fn flags(rule: &Rule) -> &'static str {

@@ -267,27 +267,34 @@ async fn rlconfig(State(op): State<Operator>) -> String {
 
 fn rule_line(out: &mut String, rule: &Rule, service: &Service) {
     let _ = write!(out, "{}: ", rule.full_key);
-    match &rule.limit {
-        Some(limit) => {
-            let algorithm = limit.algorithm.unwrap_or(service.default_algorithm());
-            let _ = write!(
-                out,
-                "unit={} requests_per_unit={}, shadow_mode: {}, quota_mode: {}, burst: {}, algorithm: {}",
-                limit.unit,
-                limit.requests_per_unit,
-                rule.mode.is_shadow(),
-                rule.mode.is_quota(),
-                limit.burst,
-                algorithm.name()
-            );
+    if rule.limits.is_empty() {
+        let _ = write!(
+            out,
+            "unlimited, shadow_mode: {}, quota_mode: {}",
+            rule.mode.is_shadow(),
+            rule.mode.is_quota()
+        );
+    }
+    for (i, limit) in rule.limits.iter().enumerate() {
+        if i > 0 {
+            out.push_str("; ");
         }
-        None => {
-            let _ = write!(
-                out,
-                "unlimited, shadow_mode: {}, quota_mode: {}",
-                rule.mode.is_shadow(),
-                rule.mode.is_quota()
-            );
+        let algorithm = limit.algorithm.unwrap_or(service.default_algorithm());
+        let _ = write!(
+            out,
+            "unit={} requests_per_unit={}, shadow_mode: {}, quota_mode: {}, burst: {}, algorithm: {}",
+            limit.unit,
+            limit.requests_per_unit,
+            rule.mode.is_shadow(),
+            rule.mode.is_quota(),
+            limit.burst,
+            algorithm.name()
+        );
+        if limit.multiplier != 1 {
+            let _ = write!(out, ", unit_multiplier: {}", limit.multiplier);
+        }
+        if rule.limits.len() > 1 && !limit.name.is_empty() {
+            let _ = write!(out, ", name: {}", limit.name);
         }
     }
     if !rule.name.is_empty() {

@@ -88,15 +88,47 @@ pub enum Algorithm {
     TokenBucket,
     /// The Go server's epoch-aligned counters: every hit counts, even a denied one.
     FixedWindow,
+    /// A rolling window: at most `requests_per_unit` admitted in any interval of one
+    /// period, counted in [`SLIDING_SUBWINDOWS`] sub-windows; a denied request consumes
+    /// nothing.
+    SlidingWindow,
 }
 
+/// How many sub-windows a sliding window's period is counted in. A window keeps one
+/// counter more than this (the current sub-window and the last `SLIDING_SUBWINDOWS`
+/// whole ones), so it may refuse up to one sub-window, a tenth of the period, earlier
+/// than an exact log of every request would.
+pub const SLIDING_SUBWINDOWS: usize = 10;
+
+/// The longest period a limit may have (`unit` × `unit_multiplier`): 100 years of 365
+/// days, so that a period in nanoseconds fits in 64 bits with room to spare.
+pub const MAX_PERIOD_SECONDS: u64 = 100 * 31_536_000;
+
 impl Algorithm {
-    /// The config spelling (`token_bucket`, `fixed_window`).
+    /// The config spelling (`token_bucket`, `fixed_window`, `sliding_window`).
     pub const fn name(self) -> &'static str {
         match self {
             Algorithm::TokenBucket => "token_bucket",
             Algorithm::FixedWindow => "fixed_window",
+            Algorithm::SlidingWindow => "sliding_window",
         }
+    }
+
+    /// Parses a config spelling.
+    pub fn parse(name: &str) -> Option<Algorithm> {
+        [
+            Algorithm::TokenBucket,
+            Algorithm::FixedWindow,
+            Algorithm::SlidingWindow,
+        ]
+        .into_iter()
+        .find(|a| a.name() == name)
+    }
+
+    /// Whether `burst` means anything: only a token bucket has a capacity apart from its
+    /// rate.
+    pub const fn has_burst(self) -> bool {
+        matches!(self, Algorithm::TokenBucket)
     }
 }
 
@@ -105,12 +137,26 @@ impl Algorithm {
 pub struct Limit {
     /// Requests allowed per unit; 0 denies every hit, as in the Go server.
     pub requests_per_unit: u32,
-    /// The period.
+    /// The unit the period is counted in.
     pub unit: Unit,
-    /// Token-bucket capacity; ignored by fixed windows.
+    /// The period is this many units (`unit_multiplier`, at least 1).
+    pub multiplier: u32,
+    /// Token-bucket capacity; ignored by windows.
     pub burst: u32,
     /// The algorithm that enforces it.
     pub algorithm: Algorithm,
+}
+
+impl Limit {
+    /// The period in seconds: `multiplier` units.
+    pub const fn period_seconds(&self) -> u64 {
+        self.unit.seconds() * self.multiplier as u64
+    }
+
+    /// The period in nanoseconds.
+    pub const fn period_nanos(&self) -> u64 {
+        self.period_seconds() * NANOS_PER_SEC
+    }
 }
 
 /// Which way a descriptor's verdict counts towards the overall answer (§1.5 of the reference).
@@ -156,10 +202,12 @@ pub struct Rule {
     /// The rule's path in its domain, as the Go server names it in stats and `/rlconfig`
     /// (`domain.key_value.subkey`).
     pub full_key: String,
-    /// `rate_limit.name`, echoed in `current_limit.name`; empty when unset.
+    /// `rate_limit.name`; empty when unset and in the `rate_limits` form, whose limits
+    /// carry their own names.
     pub name: String,
-    /// `None` for `unlimited: true`.
-    pub limit: Option<ConfigLimit>,
+    /// The limits a request must have room in, all of them: one from `rate_limit`, one or
+    /// more from `rate_limits`, none for `unlimited: true`.
+    pub limits: Vec<ConfigLimit>,
     /// Names of rules this one replaces when both match one request.
     pub replaces: Vec<String>,
     /// `shadow_mode` / `quota_mode` of the descriptor.
@@ -168,17 +216,41 @@ pub struct Rule {
     pub detailed_metric: bool,
 }
 
+impl Rule {
+    /// The names `replaces` can refer to this rule by: its own, or any of its limits'.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.name.as_str())
+            .chain(self.limits.iter().map(|limit| limit.name.as_str()))
+            .filter(|name| !name.is_empty())
+    }
+
+    /// Whether the rule is unlimited: matched and counted, never limited.
+    pub fn is_unlimited(&self) -> bool {
+        self.limits.is_empty()
+    }
+}
+
 /// The numbers of a configured limit; the algorithm may be left to the server default.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigLimit {
     /// `requests_per_unit`.
     pub requests_per_unit: u32,
     /// `unit`.
     pub unit: Unit,
+    /// `unit_multiplier`, 1 when unset.
+    pub multiplier: u32,
     /// `burst`, defaulting to `requests_per_unit`.
     pub burst: u32,
     /// `algorithm`, or `None` for the server's `--algorithm`.
     pub algorithm: Option<Algorithm>,
+    /// The limit's `name` (the rule's, in the `rate_limit` form), echoed in
+    /// `current_limit.name`; empty when unset.
+    pub name: String,
+    /// In the `rate_limits` form, the part appended to the descriptor's bucket key that
+    /// gives this limit a bucket of its own (its name, or else its period), already
+    /// length-prefixed; empty in the `rate_limit` form, whose bucket key is the Go
+    /// server's.
+    pub key_part: String,
 }
 
 impl ConfigLimit {
@@ -187,8 +259,33 @@ impl ConfigLimit {
         Limit {
             requests_per_unit: self.requests_per_unit,
             unit: self.unit,
+            multiplier: self.multiplier,
             burst: self.burst,
             algorithm: self.algorithm.unwrap_or(default),
         }
     }
+
+    /// What this limit is called in explanations, headers and metrics: its name, or else
+    /// its period (`1s`, `5m`, `1d`...).
+    pub fn label(&self) -> String {
+        if self.name.is_empty() {
+            period_label(self.unit, self.multiplier)
+        } else {
+            self.name.clone()
+        }
+    }
+}
+
+/// A period as `<multiplier><unit letter>`: `1s`, `5m`, `1h`, `1d`, `1w`, `1mo`, `1y`.
+pub fn period_label(unit: Unit, multiplier: u32) -> String {
+    let letter = match unit {
+        Unit::Second => "s",
+        Unit::Minute => "m",
+        Unit::Hour => "h",
+        Unit::Day => "d",
+        Unit::Week => "w",
+        Unit::Month => "mo",
+        Unit::Year => "y",
+    };
+    format!("{multiplier}{letter}")
 }

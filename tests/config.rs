@@ -221,7 +221,7 @@ const INVALID: &[(&str, &[Expected])] = &[
             "burst_with_fixed_window.yaml",
             Some(7),
             Some("test-domain.key1"),
-            Kind::BurstWithFixedWindow,
+            Kind::BurstWithoutBucket,
         )],
     ),
     (
@@ -537,7 +537,11 @@ fn limit_of(config: &Config, domain: &str) -> u32 {
             &mut String::new(),
         )
         .expect("(k, x) has a rule");
-    rule.limit.expect("limited").requests_per_unit
+    rule.limits
+        .first()
+        .cloned()
+        .expect("limited")
+        .requests_per_unit
 }
 
 #[test]
@@ -731,7 +735,11 @@ fn numbers_and_booleans_load_as_the_strings_written() {
         (("ratio", "1.50"), 3, Unit::Hour),
     ];
     for ((key, value), requests_per_unit, unit) in expect {
-        let limit = rule(&config, &[(key, value)]).limit.expect("limited");
+        let limit = rule(&config, &[(key, value)])
+            .limits
+            .first()
+            .cloned()
+            .expect("limited");
         assert_eq!(
             (limit.requests_per_unit, limit.unit),
             (requests_per_unit, unit),
@@ -752,7 +760,7 @@ fn metadata_maps_are_accepted_and_flags_loaded() {
     assert_eq!(gold.mode, Mode::Shadow);
     assert!(gold.detailed_metric);
     assert_eq!(gold.replaces, ["silver"]);
-    let limit = gold.limit.expect("limited");
+    let limit = gold.limits.first().cloned().expect("limited");
     assert_eq!(
         (
             limit.requests_per_unit,
@@ -765,7 +773,7 @@ fn metadata_maps_are_accepted_and_flags_loaded() {
 
     let silver = rule(&config, &[("user", "u"), ("plan", "silver")]);
     assert_eq!(silver.mode, Mode::Quota);
-    let limit = silver.limit.expect("limited");
+    let limit = silver.limits.first().cloned().expect("limited");
     // burst defaults to requests_per_unit.
     assert_eq!(
         (limit.unit, limit.burst, limit.algorithm),
@@ -773,7 +781,7 @@ fn metadata_maps_are_accepted_and_flags_loaded() {
     );
 
     let path = rule(&config, &[("user", "u"), ("path", "files/x")]);
-    let limit = path.limit.expect("limited");
+    let limit = path.limits.first().cloned().expect("limited");
     assert_eq!(
         (limit.unit, limit.algorithm),
         (Unit::Month, Some(Algorithm::TokenBucket))
@@ -781,10 +789,13 @@ fn metadata_maps_are_accepted_and_flags_loaded() {
     assert_eq!(path.mode, Mode::Enforce);
 
     let other = rule(&config, &[("user", "u"), ("plan", "bronze")]);
-    assert_eq!(other.limit.expect("limited").unit, Unit::Year);
+    assert_eq!(
+        other.limits.first().cloned().expect("limited").unit,
+        Unit::Year
+    );
 
     let free = rule(&config, &[("user", "u"), ("plan", "free")]);
-    assert_eq!(free.limit, None, "unlimited");
+    assert!(free.limits.is_empty(), "unlimited");
 
     // A whitelist entry matches but has no rule.
     let tree = config.domain("full").expect("domain");

@@ -52,7 +52,7 @@ fn two_hundred_thousand_rules_load_in_one_domain() {
             &mut String::new(),
         )
         .expect("the last rule matches");
-    assert_eq!(rule.limit.map(|l| l.requests_per_unit), Some(1000));
+    assert_eq!(rule.limits.first().map(|l| l.requests_per_unit), Some(1000));
 }
 
 #[test]

@@ -51,6 +51,7 @@ fn bucket_limit(
     (rpu, unit(), burst).prop_map(|(requests_per_unit, unit, burst)| Limit {
         requests_per_unit,
         unit,
+        multiplier: 1,
         burst,
         algorithm: Algorithm::TokenBucket,
     })
@@ -118,7 +119,7 @@ fn token(l: &Limit) -> u128 {
 fn debt(state: &State) -> u128 {
     match *state {
         State::TokenBucket { debt, .. } => debt,
-        State::FixedWindow { .. } => panic!("a token bucket stepped into a fixed window"),
+        _ => panic!("a token bucket stepped into another algorithm's state"),
     }
 }
 
@@ -323,7 +324,7 @@ proptest! {
         unit in unit(),
         steps in prop::collection::vec((0..=3 * S, 0..=5u64), 1..=64),
     ) {
-        let l = Limit { requests_per_unit: rpu, unit, burst: rpu, algorithm: Algorithm::FixedWindow };
+        let l = Limit { requests_per_unit: rpu, unit, multiplier: 1, burst: rpu, algorithm: Algorithm::FixedWindow };
         let w = unit.seconds();
         let mut state = None;
         let mut now = T0 + 12_345 * S + 678;
@@ -346,7 +347,7 @@ proptest! {
                 cached: false,
             });
             prop_assert!(s.consumed().1.reset >= S && s.consumed().1.reset <= unit.nanos());
-            prop_assert_eq!(s.consumed().0, State::FixedWindow { start, count: after, unit });
+            prop_assert_eq!(s.consumed().0, State::FixedWindow { start, count: after, period: unit.seconds() });
             state = Some(s.settle(s.over()).0);
         }
     }

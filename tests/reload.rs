@@ -62,7 +62,8 @@ fn limit_now(config: &SharedConfig, domain: &str) -> Option<u32> {
         &mut KeyWriter::new(&mut key, domain),
         &mut String::new(),
     )?
-    .limit
+    .limits
+    .first()
     .map(|l| l.requests_per_unit)
 }
 

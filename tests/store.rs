@@ -13,6 +13,7 @@ fn limit(rpu: u32, algorithm: Algorithm) -> Limit {
     Limit {
         requests_per_unit: rpu,
         unit: Unit::Hour,
+        multiplier: 1,
         burst: rpu,
         algorithm,
     }
@@ -37,6 +38,7 @@ async fn exactly_the_limit_passes_under_concurrency() {
                             limit: limit(limit_n, algorithm),
                             hits: 1,
                             mode: Mode::Enforce,
+                            descriptor: 0,
                         };
                         passed += u32::from(!store.check(&[check], support::START)[0].over);
                         tokio::task::yield_now().await;
@@ -74,12 +76,14 @@ fn all_or_nothing_under_concurrency() {
                             limit: scarce,
                             hits: 1,
                             mode: Mode::Enforce,
+                            descriptor: 0,
                         };
                         let b = Check {
                             key: "plenty".into(),
                             limit: plenty,
                             hits: 1,
                             mode: Mode::Enforce,
+                            descriptor: 0,
                         };
                         let checks = if i % 2 == 0 { [a, b] } else { [b, a] };
                         let reports = store.check(&checks, support::START);
@@ -97,6 +101,7 @@ fn all_or_nothing_under_concurrency() {
         limit: plenty,
         hits: 0,
         mode: Mode::Enforce,
+        descriptor: 0,
     };
     let left = store.check(&[probe], support::START)[0].remaining;
     assert_eq!(left, 1_000_000 - 40);
@@ -112,6 +117,7 @@ fn a_repeated_descriptor_counts_twice() {
         limit: limit(3, Algorithm::TokenBucket),
         hits: 1,
         mode: Mode::Enforce,
+        descriptor: 0,
     };
     let r = store.check(&[c, c], support::START);
     assert_eq!(
@@ -132,6 +138,7 @@ fn a_repeated_descriptor_counts_twice() {
 const FAST: Limit = Limit {
     requests_per_unit: 1000,
     unit: Unit::Second,
+    multiplier: 1,
     burst: 1,
     algorithm: Algorithm::TokenBucket,
 };
@@ -142,6 +149,7 @@ fn one(key: &str, limit: Limit) -> Check<'_> {
         limit,
         hits: 1,
         mode: Mode::Enforce,
+        descriptor: 0,
     }
 }
 
@@ -285,6 +293,7 @@ fn a_large_request_is_all_or_nothing() {
 const PER_USER: Limit = Limit {
     requests_per_unit: 100,
     unit: Unit::Hour,
+    multiplier: 1,
     burst: 100,
     algorithm: Algorithm::TokenBucket,
 };
@@ -317,6 +326,7 @@ impl Traffic {
             limit: PER_USER,
             hits: 1,
             mode: Mode::Enforce,
+            descriptor: 0,
         };
         !self.store.check(&[check], support::START)[0].over
     }

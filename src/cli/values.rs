@@ -47,6 +47,7 @@ impl From<FailureArg> for FailurePolicy {
 pub(crate) enum AlgorithmArg {
     TokenBucket,
     FixedWindow,
+    SlidingWindow,
 }
 
 impl From<AlgorithmArg> for Algorithm {
@@ -54,6 +55,7 @@ impl From<AlgorithmArg> for Algorithm {
         match arg {
             AlgorithmArg::TokenBucket => Algorithm::TokenBucket,
             AlgorithmArg::FixedWindow => Algorithm::FixedWindow,
+            AlgorithmArg::SlidingWindow => Algorithm::SlidingWindow,
         }
     }
 }
@@ -63,6 +65,7 @@ impl From<Algorithm> for AlgorithmArg {
         match algorithm {
             Algorithm::TokenBucket => AlgorithmArg::TokenBucket,
             Algorithm::FixedWindow => AlgorithmArg::FixedWindow,
+            Algorithm::SlidingWindow => AlgorithmArg::SlidingWindow,
         }
     }
 }

@@ -15,6 +15,7 @@ const DESCRIPTOR_KEYS: &[&str] = &[
     "key",
     "value",
     "rate_limit",
+    "rate_limits",
     "descriptors",
     "shadow_mode",
     "quota_mode",
@@ -147,11 +148,24 @@ fn descriptors(reader: &mut Reader<'_>, level: &mut Level, items: &[YamlNode], p
         );
         let detailed_metric = reader.flag(&fields, "detailed_metric", &path);
         reader.flag(&fields, "value_to_metric", &path);
-        let rule = fields.get("rate_limit").and_then(|rl| {
-            let mut rule = super::rate_limit::rule(reader, rl, &path)?;
+        let rule = match (fields.get("rate_limit"), fields.get("rate_limits")) {
+            (Some(_), Some(list)) => {
+                reader.error(
+                    ConfigErrorKind::BothLimitForms,
+                    line(list),
+                    Some(&path),
+                    "a descriptor has rate_limit or rate_limits, not both",
+                );
+                None
+            }
+            (Some(single), None) => super::rate_limit::rule(reader, single, &path),
+            (None, Some(list)) => super::rate_limit::listed_rule(reader, list, &path),
+            (None, None) => None,
+        };
+        let rule = rule.map(|mut rule| {
             rule.mode = mode;
             rule.detailed_metric = detailed_metric;
-            Some(rule)
+            rule
         });
         let mut node = Entry {
             rule,

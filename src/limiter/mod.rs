@@ -1,4 +1,4 @@
-//! The two algorithms as pure functions of (stored state, limit, hits, now).
+//! The three algorithms as pure functions of (stored state, limit, hits, now).
 //!
 //! Stores own atomicity and persistence; this module owns the arithmetic. A decision is a
 //! two-phase [`Step`]: the store evaluates every descriptor of a request, decides with
@@ -8,34 +8,47 @@
 //! their states are the same).
 //!
 //! Token-bucket state is the bucket's *debt*: the tokens missing from a full bucket, scaled
-//! so that all arithmetic is exact integers. One token is worth `unit` in nanoseconds and
-//! the bucket refills `requests_per_unit` scaled units per nanosecond, so `debt / rpu` is
-//! the time in nanoseconds until the bucket is full again. No rounding ever drifts.
+//! so that all arithmetic is exact integers. One token is worth the period (`unit` ×
+//! `unit_multiplier`) in nanoseconds and the bucket refills `requests_per_unit` scaled
+//! units per nanosecond, so `debt / rpu` is the time in nanoseconds until the bucket is
+//! full again. No rounding ever drifts. Sliding windows are in [`sliding`].
+
+mod sliding;
 
 use crate::clock::{NANOS_PER_SEC, Nanos};
-use crate::rules::{Algorithm, Limit, Mode, Unit};
+use crate::rules::{Algorithm, Limit, Mode, SLIDING_SUBWINDOWS};
+pub use sliding::subwindow_start;
 
 /// What a store keeps per bucket between requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
     /// Token bucket: `debt` (scaled, see the module docs) as of time `at`, for a bucket of
-    /// this `unit` (a reload that changes the unit rescales the debt).
+    /// this `period` (a reload that changes the period rescales the debt).
     TokenBucket {
-        /// Tokens missing × unit length in nanoseconds.
+        /// Tokens missing × period in nanoseconds.
         debt: u128,
         /// When `debt` was computed.
         at: Nanos,
-        /// The unit the debt is scaled by.
-        unit: Unit,
+        /// The period the debt is scaled by, in nanoseconds.
+        period: Nanos,
     },
     /// Fixed window: `count` hits in the window starting at `start` (Unix seconds).
     FixedWindow {
-        /// Window start, Unix seconds, aligned to the unit.
+        /// Window start, Unix seconds, aligned to the period.
         start: u64,
         /// Hits counted in that window, denied ones included.
         count: u64,
-        /// The window's unit.
-        unit: Unit,
+        /// The window's length in seconds.
+        period: u64,
+    },
+    /// Sliding window: admitted hits per sub-window, newest first.
+    SlidingWindow {
+        /// The index of the newest sub-window (see [`subwindow_start`]).
+        newest: u64,
+        /// `counts[i]`: hits admitted in sub-window `newest - i`.
+        counts: [u32; SLIDING_SUBWINDOWS + 1],
+        /// The window's period in nanoseconds (a reload that changes it starts afresh).
+        period: Nanos,
     },
 }
 
@@ -46,8 +59,9 @@ pub struct Report {
     pub over: bool,
     /// Whole tokens (or window requests) left.
     pub remaining: u32,
-    /// Token bucket: time until full when OK, time until this request could pass when over.
-    /// Fixed window: time until the window ends, in whole seconds.
+    /// Token bucket and sliding window: time until full (empty) when OK, time until this
+    /// request could pass when over. Fixed window: time until the window ends, in whole
+    /// seconds.
     pub reset: Nanos,
     /// Fixed window: hits counted in the window with this request's, denied ones included
     /// (what the near-limit statistics split on); 0 for token buckets.
@@ -69,17 +83,18 @@ enum Fates {
     TokenBucket(Bucket),
     /// A fixed window's fate does not depend on the request's: every hit counts.
     FixedWindow(State, Report),
+    SlidingWindow(sliding::Window),
 }
 
 /// A token bucket's numbers at `now` (see the module docs for the scaling).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Bucket {
-    /// The rule's unit, recorded in the new state so that a reload changing it can rescale
-    /// the debt.
-    unit: Unit,
+    /// The rule's period in nanoseconds, recorded in the new state so that a reload
+    /// changing it can rescale the debt.
+    period: Nanos,
     /// The time of this evaluation: the new state's `at`.
     now: Nanos,
-    /// One token, scaled: the unit in nanoseconds.
+    /// One token, scaled: the period in nanoseconds.
     token: u128,
     /// Refill per nanosecond, scaled: `requests_per_unit`.
     rpu: u128,
@@ -113,7 +128,7 @@ impl Bucket {
         let state = State::TokenBucket {
             debt,
             at: self.now,
-            unit: self.unit,
+            period: self.period,
         };
         (state, report)
     }
@@ -125,6 +140,7 @@ impl Step {
         match &self.0 {
             Fates::TokenBucket(b) => b.take.is_none(),
             Fates::FixedWindow(_, report) => report.over,
+            Fates::SlidingWindow(w) => !w.passes(),
         }
     }
 
@@ -136,6 +152,7 @@ impl Step {
                 None => b.outcome(b.debt, true),
             },
             Fates::FixedWindow(state, report) => (*state, *report),
+            Fates::SlidingWindow(w) => w.outcome(w.passes()),
         }
     }
 
@@ -146,9 +163,10 @@ impl Step {
             Fates::TokenBucket(b) => State::TokenBucket {
                 debt: b.debt + b.take.unwrap_or(0),
                 at: b.now,
-                unit: b.unit,
+                period: b.period,
             },
             Fates::FixedWindow(state, _) => *state,
+            Fates::SlidingWindow(w) => w.state(w.passes()),
         }
     }
 
@@ -157,6 +175,7 @@ impl Step {
         match &self.0 {
             Fates::TokenBucket(b) => b.outcome(b.debt, b.take.is_none()),
             Fates::FixedWindow(state, report) => (*state, *report),
+            Fates::SlidingWindow(w) => w.outcome(false),
         }
     }
 
@@ -178,26 +197,29 @@ pub fn step(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> Step
     match limit.algorithm {
         Algorithm::TokenBucket => token_bucket(state, limit, hits, now),
         Algorithm::FixedWindow => fixed_window(state, limit, hits, now),
+        Algorithm::SlidingWindow => Step(Fates::SlidingWindow(sliding::Window::at(
+            state, limit, hits, now,
+        ))),
     }
 }
 
 fn token_bucket(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> Step {
-    let unit = limit.unit;
-    let token = u128::from(unit.nanos());
+    let period = limit.period_nanos();
+    let token = u128::from(period);
     let rpu = u128::from(limit.requests_per_unit);
     let cap = u128::from(limit.burst) * token;
     let debt = match state {
         Some(&State::TokenBucket {
             debt,
             at,
-            unit: old,
+            period: old,
         }) => {
-            let debt = if old == unit {
+            let debt = if old == period {
                 debt
             } else {
-                // Same tokens missing, in the new unit's scale. Whole tokens and the
+                // Same tokens missing, in the new period's scale. Whole tokens and the
                 // remainder separately: `debt * token` alone can pass u128::MAX.
-                let old = u128::from(old.nanos());
+                let old = u128::from(old.max(1));
                 debt / old * token + debt % old * token / old
             };
             let refilled = u128::from(now.saturating_sub(at)) * rpu;
@@ -213,8 +235,8 @@ fn token_bucket(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> 
     let retry = if passes {
         0
     } else if rpu == 0 {
-        // Never refills: report one unit, as a fixed window of 0 would.
-        unit.nanos()
+        // Never refills: report one period, as a fixed window of 0 would.
+        period
     } else if need <= cap {
         ceil_div(need - available, rpu)
     } else {
@@ -222,7 +244,7 @@ fn token_bucket(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> 
         ceil_div(debt, rpu)
     };
     Step(Fates::TokenBucket(Bucket {
-        unit,
+        period,
         now,
         token,
         rpu,
@@ -234,16 +256,16 @@ fn token_bucket(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> 
 }
 
 fn fixed_window(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> Step {
-    let unit = limit.unit;
-    let window = unit.seconds();
+    // Aligned to multiples of the period since the epoch, as the Go server's windows.
+    let window = limit.period_seconds();
     let now_s = now / NANOS_PER_SEC;
     let start = now_s - now_s % window;
     let before = match state {
         Some(&State::FixedWindow {
             start: s,
             count,
-            unit: u,
-        }) if s == start && u == unit => count,
+            period,
+        }) if s == start && period == window => count,
         _ => 0,
     };
     let after = before.saturating_add(hits);
@@ -259,7 +281,7 @@ fn fixed_window(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> 
     let state = State::FixedWindow {
         start,
         count: after,
-        unit,
+        period: window,
     };
     Step(Fates::FixedWindow(state, report))
 }
@@ -276,14 +298,19 @@ impl State {
                     .saturating_sub(u128::from(now))
                     .min(u128::from(u64::MAX)) as u64
             }
-            State::FixedWindow { start, unit, .. } => {
-                ((start + unit.seconds()) * NANOS_PER_SEC).saturating_sub(now)
+            State::FixedWindow { start, period, .. } => {
+                ((start + period) * NANOS_PER_SEC).saturating_sub(now)
             }
+            State::SlidingWindow {
+                newest,
+                counts,
+                period,
+            } => sliding::empty_at(newest, &counts, period).saturating_sub(now),
         }
     }
 }
 
-fn ceil_div(a: u128, b: u128) -> Nanos {
+pub(crate) fn ceil_div(a: u128, b: u128) -> Nanos {
     if b == 0 {
         return 0;
     }
@@ -304,7 +331,26 @@ fn div(a: u128, b: u128) -> u128 {
 
 /// §1.5 of the reference: the request is denied when an enforced descriptor is over, or
 /// when it has quota-mode descriptors and all of them are over. Shadow never denies.
-pub fn request_denied(verdicts: impl IntoIterator<Item = (Mode, bool)>) -> bool {
+///
+/// `verdicts` are one per store check, `(descriptor index, mode, over)` in request order:
+/// a descriptor with several limits has several checks, and is over when any of them is.
+pub fn request_denied(verdicts: impl IntoIterator<Item = (usize, Mode, bool)>) -> bool {
+    let mut verdicts = verdicts.into_iter().peekable();
+    let by_descriptor = std::iter::from_fn(|| {
+        let (descriptor, mode, mut over) = verdicts.next()?;
+        while let Some(&(_, _, next_over)) =
+            verdicts.peek().filter(|&&(next, ..)| next == descriptor)
+        {
+            over |= next_over;
+            verdicts.next();
+        }
+        Some((mode, over))
+    });
+    descriptors_denied(by_descriptor)
+}
+
+/// [`request_denied`] on one verdict per descriptor.
+fn descriptors_denied(verdicts: impl Iterator<Item = (Mode, bool)>) -> bool {
     let mut quota_seen = false;
     let mut quota_all_over = true;
     for (mode, over) in verdicts {

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::clock::NANOS_PER_SEC as S;
+use crate::rules::Unit;
 
 /// 2026-01-01T00:00:00Z, a Thursday: aligned to every unit up to a week.
 const T0: Nanos = 1_767_225_600 * S;
@@ -13,6 +14,7 @@ fn tb(requests_per_unit: u32, unit: Unit, burst: u32) -> Limit {
     Limit {
         requests_per_unit,
         unit,
+        multiplier: 1,
         burst,
         algorithm: Algorithm::TokenBucket,
     }
@@ -22,6 +24,7 @@ fn fw(requests_per_unit: u32, unit: Unit) -> Limit {
     Limit {
         requests_per_unit,
         unit,
+        multiplier: 1,
         burst: requests_per_unit,
         algorithm: Algorithm::FixedWindow,
     }
@@ -65,15 +68,54 @@ fn counted(count: u64, report: Report) -> Report {
 }
 
 fn bucket(debt: u128, at: Nanos, unit: Unit) -> State {
-    State::TokenBucket { debt, at, unit }
+    State::TokenBucket {
+        debt,
+        at,
+        period: unit.nanos(),
+    }
 }
 
 fn window(start_s: u64, count: u64, unit: Unit) -> State {
     State::FixedWindow {
         start: start_s,
         count,
-        unit,
+        period: unit.seconds(),
     }
+}
+
+/// [`super::request_denied`] with one check per descriptor.
+fn request_denied(verdicts: impl IntoIterator<Item = (Mode, bool)>) -> bool {
+    super::request_denied(
+        verdicts
+            .into_iter()
+            .enumerate()
+            .map(|(descriptor, (mode, over))| (descriptor, mode, over)),
+    )
+}
+
+#[test]
+fn a_descriptor_with_several_limits_is_over_when_any_of_them_is() {
+    // Two quota descriptors; the first has two limits, one of them over.
+    let verdicts = |first: [bool; 2], second: bool| {
+        super::request_denied([
+            (0, Mode::Quota, first[0]),
+            (0, Mode::Quota, first[1]),
+            (1, Mode::Quota, second),
+        ])
+    };
+    assert!(verdicts([false, true], true));
+    assert!(verdicts([true, false], true));
+    assert!(!verdicts([false, false], true));
+    assert!(!verdicts([true, true], false));
+    // Enforced: any limit over denies.
+    assert!(super::request_denied([
+        (0, Mode::Enforce, false),
+        (0, Mode::Enforce, true)
+    ]));
+    assert!(!super::request_denied([
+        (0, Mode::Shadow, true),
+        (0, Mode::Shadow, true)
+    ]));
 }
 
 const ALL_UNITS: [Unit; 7] = [
@@ -771,7 +813,7 @@ fn fw_week_windows_start_on_thursday() {
     let l = fw(10, Unit::Week);
     let start_of = |now: Nanos| match step(None, &l, 1, now).consumed().0 {
         State::FixedWindow { start, .. } => start,
-        State::TokenBucket { .. } => unreachable!(),
+        _ => unreachable!(),
     };
     // 2026-01-01 is a Thursday: its own window start.
     assert_eq!(start_of(T0), T0 / S);

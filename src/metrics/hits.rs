@@ -7,6 +7,7 @@ use crate::config::Config;
 use crate::limiter::Report;
 use crate::plan::{Plan, Resolved};
 use crate::request::RequestDescriptor;
+use crate::service::binding;
 
 impl Metrics {
     /// Counts the hits of a request decided on `config` by `plan`, with the store's
@@ -20,7 +21,7 @@ impl Metrics {
         reports: &[Report],
     ) {
         let rules = self.rules(config);
-        let mut reports = reports.iter();
+        let mut rest = reports;
         for (d, resolved) in descriptors.iter().zip(plan.resolved()) {
             match resolved {
                 Resolved::NoRule | Resolved::Replaced { .. } => {}
@@ -28,10 +29,19 @@ impl Metrics {
                     rules.unlimited(domain, rule, || d.entries(), *hits);
                 }
                 Resolved::Limited {
-                    limit, rule, hits, ..
+                    limits,
+                    rule,
+                    hits,
+                    key,
                 } => {
-                    if let Some(report) = reports.next() {
-                        rules.limited(domain, *rule, || d.entries(), limit, *hits, report);
+                    let (mine, others) = rest.split_at(limits.len().min(rest.len()));
+                    rest = others;
+                    // The rule's series counts the descriptor once, as its status says:
+                    // by the binding limit.
+                    let bound = binding(mine);
+                    let limit = plan.limit_keys(limits, key).nth(bound).map(|(l, ..)| l);
+                    if let (Some(limit), Some(report)) = (limit, mine.get(bound)) {
+                        rules.limited(domain, *rule, || d.entries(), &limit, *hits, report);
                     }
                 }
             }

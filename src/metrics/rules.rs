@@ -109,7 +109,7 @@ struct Split {
 /// denied request's hits are over the limit as far as they go past the limit, and those
 /// between `max(near, before)` and the limit count as near the limit.
 ///
-/// Token buckets: the same rule applied to the bucket's fill level, the tokens in use
+/// Token buckets and sliding windows: the same rule applied to the bucket's fill level, the tokens in use
 /// (`burst − remaining`) standing for the window's count and `burst` for the limit. So an
 /// allowed request counts as near the limit by the tokens it took below
 /// `(1 − ratio) × burst` left in the bucket. A denied request takes no token: all its hits
@@ -129,12 +129,16 @@ fn split(limit: &Limit, hits: u64, report: &Report, ratio: f32) -> Split {
                 ratio,
             )
         }
-        Algorithm::TokenBucket if report.over => Split {
+        Algorithm::TokenBucket | Algorithm::SlidingWindow if report.over => Split {
             over: hits,
             ..Split::default()
         },
-        Algorithm::TokenBucket => {
-            let cap = u64::from(limit.burst);
+        Algorithm::TokenBucket | Algorithm::SlidingWindow => {
+            // A sliding window's capacity is its limit.
+            let cap = u64::from(match limit.algorithm {
+                Algorithm::SlidingWindow => limit.requests_per_unit,
+                _ => limit.burst,
+            });
             let after = cap.saturating_sub(u64::from(report.remaining));
             go_split(cap, after.saturating_sub(hits), after, hits, false, ratio)
         }
@@ -469,6 +473,7 @@ mod tests {
         Limit {
             requests_per_unit,
             unit: Unit::Minute,
+            multiplier: 1,
             burst: requests_per_unit,
             algorithm: Algorithm::FixedWindow,
         }
@@ -478,6 +483,7 @@ mod tests {
         Limit {
             requests_per_unit: burst,
             unit: Unit::Minute,
+            multiplier: 1,
             burst,
             algorithm: Algorithm::TokenBucket,
         }

@@ -6,8 +6,8 @@
 //! For each descriptor, in request order (§1.3–1.5 of the behaviour reference): the
 //! per-request limit override, or else the config walk; then `replaces` across the
 //! request; `unlimited`; hits (descriptor-level `hits_addend` wins, 0 there checks without
-//! consuming; request-level 0 counts as 1). Each limited descriptor becomes one store
-//! [`Check`], its bucket key written into one buffer shared by the whole request.
+//! consuming; request-level 0 counts as 1). Each limit of a limited descriptor becomes one
+//! store [`Check`], its bucket key written into one buffer shared by the whole request.
 
 mod buffers;
 
@@ -23,7 +23,7 @@ use crate::error::RequestError;
 use crate::matcher::DomainTree;
 use crate::request::RequestDescriptor;
 use crate::request_limits::RequestLimits;
-use crate::rules::{Algorithm, Limit, Mode, Rule, Unit};
+use crate::rules::{Algorithm, ConfigLimit, Limit, Mode, Rule, Unit};
 use crate::store::Check;
 use buffers::Buffers;
 
@@ -55,17 +55,65 @@ pub enum Resolved<'c> {
         /// Hits the descriptor asks for.
         hits: u64,
     },
-    /// A limit applies: one store check.
+    /// Limits apply: one store check each.
     Limited {
-        /// The limit, its algorithm resolved.
-        limit: Limit,
+        /// The limits, all of which must have room.
+        limits: Limits<'c>,
         /// The config rule; `None` for a limit override sent in the request.
         rule: Option<&'c Rule>,
-        /// The bucket key's place in the plan's key buffer (see [`Plan::key`]).
+        /// The descriptor's bucket key's place in the plan's key buffer (see
+        /// [`Plan::key`]); the keys of a `rate_limits` list's limits follow it there (see
+        /// [`Plan::limit_keys`]).
         key: Range<usize>,
         /// Hits to take; 0 checks without consuming.
         hits: u64,
     },
+}
+
+/// The limits of a limited descriptor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limits<'c> {
+    /// A config rule's, `algorithm` filling those that name none.
+    Config {
+        /// The rule's limits, in config order.
+        limits: &'c [ConfigLimit],
+        /// The server's default algorithm.
+        algorithm: Algorithm,
+    },
+    /// A limit sent in the request: one, in place of the config's.
+    Override(Limit),
+}
+
+impl<'c> Limits<'c> {
+    /// How many there are.
+    pub fn len(&self) -> usize {
+        match self {
+            Limits::Config { limits, .. } => limits.len(),
+            Limits::Override(_) => 1,
+        }
+    }
+
+    /// Never: a limited descriptor has at least one limit.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Each limit as enforced, with its config form (`None` for an override).
+    pub fn iter(&self) -> impl Iterator<Item = (Limit, Option<&'c ConfigLimit>)> + '_ {
+        let (configured, single) = match *self {
+            Limits::Config { limits, algorithm } => (
+                Some(limits.iter().map(move |l| (l.resolve(algorithm), Some(l)))),
+                None,
+            ),
+            Limits::Override(limit) => (None, Some((limit, None))),
+        };
+        configured.into_iter().flatten().chain(single)
+    }
+
+    /// The name a status echoes for each limit: the config's, empty for an override.
+    pub fn name(config: Option<&ConfigLimit>) -> &str {
+        config.map_or("", |l| l.name.as_str())
+    }
 }
 
 impl<'c> Resolved<'c> {
@@ -168,22 +216,48 @@ impl<'c> Plan<'c> {
         key_at(&self.buffers.keys, range.clone())
     }
 
-    /// One store check per limited descriptor, in request order.
+    /// Each limit of a limited descriptor with its bucket key, in config order: the
+    /// descriptor's own key for a single limit, that key and the limit's
+    /// [`ConfigLimit::key_part`] for each of a list.
+    pub fn limit_keys<'p>(
+        &'p self,
+        limits: &'p Limits<'c>,
+        key: &Range<usize>,
+    ) -> impl Iterator<Item = (Limit, Option<&'c ConfigLimit>, BucketKey<'p>)> + 'p {
+        let base = key.clone();
+        let mut next = base.end;
+        limits.iter().map(move |(limit, config)| {
+            let part = config.map_or(0, |c| c.key_part.len());
+            let key = if part == 0 {
+                base.clone()
+            } else {
+                let start = next;
+                next += base.len() + part;
+                start..next
+            };
+            (limit, config, self.key(&key))
+        })
+    }
+
+    /// One store check per limit of each limited descriptor, in request order.
     pub fn checks(&self) -> Checks<'_> {
-        self.resolved
-            .iter()
-            .filter_map(|resolved| match resolved {
-                Resolved::Limited {
-                    limit, key, hits, ..
-                } => Some(Check {
-                    key: self.key(key),
-                    limit: *limit,
+        let mut checks = Checks::new();
+        for (descriptor, resolved) in self.resolved.iter().enumerate() {
+            if let Resolved::Limited {
+                limits, key, hits, ..
+            } = resolved
+            {
+                let mode = resolved.mode();
+                checks.extend(self.limit_keys(limits, key).map(|(limit, _, key)| Check {
+                    key,
+                    limit,
                     hits: *hits,
-                    mode: resolved.mode(),
-                }),
-                _ => None,
-            })
-            .collect()
+                    mode,
+                    descriptor,
+                }));
+            }
+        }
+        checks
     }
 }
 
@@ -232,12 +306,13 @@ fn resolve<'c, D: RequestDescriptor>(
         // An override replaces the config walk entirely; its unit was validated.
         let unit = o.unit.unwrap_or(Unit::Second);
         return Resolved::Limited {
-            limit: Limit {
+            limits: Limits::Override(Limit {
                 requests_per_unit: o.requests_per_unit,
                 unit,
+                multiplier: 1,
                 burst: o.requests_per_unit,
                 algorithm,
-            },
+            }),
             rule: None,
             key: key.finish(),
             hits,
@@ -247,17 +322,29 @@ fn resolve<'c, D: RequestDescriptor>(
         key.discard();
         return Resolved::NoRule;
     };
-    match &rule.limit {
-        None => {
-            key.discard();
-            Resolved::Unlimited { rule, hits }
-        }
-        Some(limit) => Resolved::Limited {
-            limit: limit.resolve(algorithm),
-            rule: Some(rule),
-            key: key.finish(),
-            hits,
+    if rule.is_unlimited() {
+        key.discard();
+        return Resolved::Unlimited { rule, hits };
+    }
+    let key = key.finish();
+    write_listed_keys(keys, &key, &rule.limits);
+    Resolved::Limited {
+        limits: Limits::Config {
+            limits: &rule.limits,
+            algorithm,
         },
+        rule: Some(rule),
+        key,
+        hits,
+    }
+}
+
+/// After the descriptor's key at `key`, the key of each limit of a `rate_limits` list:
+/// the descriptor's, then the limit's part (see [`Plan::limit_keys`]).
+fn write_listed_keys(keys: &mut String, key: &Range<usize>, limits: &[ConfigLimit]) {
+    for limit in limits.iter().filter(|l| !l.key_part.is_empty()) {
+        keys.extend_from_within(key.clone());
+        keys.push_str(&limit.key_part);
     }
 }
 
@@ -278,15 +365,15 @@ fn apply_replaces(resolved: &mut [Resolved<'_>]) {
         let Some(rule) = resolved[i].rule() else {
             continue;
         };
-        if rule.name.is_empty() || !replaced.contains(rule.name.as_str()) {
+        if !rule.names().any(|name| replaced.contains(name)) {
             continue;
         }
         // Replaced entries still name their rule, so that the order of replacement does
         // not change who replaces whom.
-        let by = resolved
-            .iter()
-            .filter_map(Resolved::rule)
-            .find(|other| other.replaces.contains(&rule.name));
+        let by = resolved.iter().filter_map(Resolved::rule).find(|other| {
+            rule.names()
+                .any(|name| other.replaces.iter().any(|r| r == name))
+        });
         if let Some(by) = by {
             resolved[i] = Resolved::Replaced { rule, by };
         }

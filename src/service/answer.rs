@@ -1,11 +1,16 @@
 //! The answer to a request, built from its plan and the store's reports: per-descriptor
 //! statuses (shadow mode turns OVER_LIMIT into OK), the overall code by the quota rule,
 //! and the status that `RateLimit-*` headers describe.
+//!
+//! A descriptor with several limits has one status (the protocol has one), OVER_LIMIT
+//! when any limit refuses, its numbers from the *binding* limit: of those refusing, the
+//! one with the longest wait; when none refuses, the one with the fewest requests left
+//! (the first in config order on a tie).
 
 use crate::clock::Nanos;
 use crate::limiter::{self, Report};
-use crate::plan::{Plan, Resolved};
-use crate::rules::Unit;
+use crate::plan::{Limits, Plan, Resolved};
+use crate::rules::{ConfigLimit, Limit, Unit};
 
 /// The answer to one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +36,9 @@ pub struct Status {
     pub remaining: u32,
     /// See [`crate::limiter::Report::reset`]; `None` when no limit applied.
     pub reset: Option<Nanos>,
+    /// Every limit of a descriptor with several (a `rate_limits` list), in config order,
+    /// the binding one included; empty with one limit, which the fields above describe.
+    pub all_limits: Vec<LimitStatus>,
 }
 
 /// The limit echoed in a status.
@@ -40,48 +48,113 @@ pub struct CurrentLimit {
     pub requests_per_unit: u32,
     /// Unit.
     pub unit: Unit,
-    /// The rule's `name`, empty when unnamed or for overrides.
+    /// The period is this many units (not in the protocol's `RateLimit`, which has no
+    /// multiplier: shown in headers and explanations).
+    pub multiplier: u32,
+    /// The limit's `name`, empty when unnamed or for overrides.
     pub name: String,
 }
 
+impl CurrentLimit {
+    fn of(limit: &Limit, config: Option<&ConfigLimit>) -> Self {
+        CurrentLimit {
+            requests_per_unit: limit.requests_per_unit,
+            unit: limit.unit,
+            multiplier: limit.multiplier,
+            name: Limits::name(config).to_string(),
+        }
+    }
+
+    /// The period in seconds.
+    pub fn period_seconds(&self) -> u64 {
+        self.unit.seconds() * u64::from(self.multiplier)
+    }
+}
+
+/// One limit of a descriptor with several.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitStatus {
+    /// The limit.
+    pub limit: CurrentLimit,
+    /// This limit refuses the descriptor (before shadow mode).
+    pub over: bool,
+    /// Requests left in it.
+    pub remaining: u32,
+    /// See [`crate::limiter::Report::reset`].
+    pub reset: Nanos,
+    /// It is the one the status's own fields describe.
+    pub binding: bool,
+}
+
+impl Status {
+    /// Every limit that applied, in config order: [`Status::all_limits`], or the status's
+    /// own limit when it had one.
+    pub fn each_limit(&self) -> Vec<LimitStatus> {
+        if !self.all_limits.is_empty() {
+            return self.all_limits.clone();
+        }
+        self.current_limit
+            .iter()
+            .map(|limit| LimitStatus {
+                limit: limit.clone(),
+                over: self.over_limit,
+                remaining: self.remaining,
+                reset: self.reset.unwrap_or(0),
+                binding: true,
+            })
+            .collect()
+    }
+}
+
+/// Which of a descriptor's `reports` (one per limit, config order) binds: see the module
+/// docs.
+pub fn binding(reports: &[Report]) -> usize {
+    let refusing = reports
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.over)
+        // The first of equal waits: `max_by_key` keeps the last, hence the reversal.
+        .rev()
+        .max_by_key(|(_, r)| r.reset);
+    match refusing {
+        Some((i, _)) => i,
+        None => reports
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, r)| r.remaining)
+            .map_or(0, |(i, _)| i),
+    }
+}
+
 impl Response {
-    /// The answer from `plan` and the store's `reports` (one per limited descriptor, in
-    /// request order), and whether the request was over its limits before global shadow
-    /// mode (`global_shadow`) turned it OK.
+    /// The answer from `plan` and the store's `reports` (one per limit of each limited
+    /// descriptor, in request order), and whether the request was over its limits before
+    /// global shadow mode (`global_shadow`) turned it OK.
     pub(crate) fn new(plan: &Plan<'_>, reports: &[Report], global_shadow: bool) -> (Self, bool) {
-        let mut next_report = reports.iter();
+        let mut rest = reports;
+        // Each limited descriptor's verdict as the store gave it: shadow mode changes its
+        // status, not its vote (quota_mode counts a shadowed rule as over).
+        let mut verdicts: smallvec::SmallVec<[(usize, crate::rules::Mode, bool); 8]> =
+            smallvec::SmallVec::new();
         let statuses: Vec<Status> = plan
             .resolved()
             .iter()
-            .map(|resolved| match resolved {
+            .enumerate()
+            .map(|(descriptor, resolved)| match resolved {
                 Resolved::NoRule | Resolved::Replaced { .. } => Status::default(),
                 Resolved::Unlimited { .. } => Status {
                     remaining: u32::MAX,
                     ..Status::default()
                 },
-                Resolved::Limited { limit, rule, .. } => {
-                    let report = next_report.next().copied().unwrap_or_default();
-                    Status {
-                        over_limit: report.over && !resolved.mode().is_shadow(),
-                        current_limit: Some(CurrentLimit {
-                            requests_per_unit: limit.requests_per_unit,
-                            unit: limit.unit,
-                            name: rule.map(|r| r.name.clone()).unwrap_or_default(),
-                        }),
-                        remaining: report.remaining,
-                        reset: Some(report.reset),
-                    }
+                Resolved::Limited { limits, key, .. } => {
+                    let (mine, others) = rest.split_at(limits.len().min(rest.len()));
+                    rest = others;
+                    let over = mine.iter().any(|r| r.over);
+                    verdicts.push((descriptor, resolved.mode(), over));
+                    status(plan, resolved, limits, key, mine)
                 }
             })
             .collect();
-        // Each limited descriptor's verdict as the store gave it: shadow mode changes its
-        // status, not its vote (quota_mode counts a shadowed rule as over).
-        let verdicts = plan
-            .resolved()
-            .iter()
-            .filter(|r| matches!(r, Resolved::Limited { .. }))
-            .zip(reports)
-            .map(|(resolved, report)| (resolved.mode(), report.over));
         let denied = limiter::request_denied(verdicts);
         let headline = headline(plan, &statuses);
         let response = Response {
@@ -99,6 +172,43 @@ impl Response {
             statuses: vec![Status::default(); descriptors],
             headline: None,
         }
+    }
+}
+
+/// A limited descriptor's status from its limits' `reports`.
+fn status<'c>(
+    plan: &Plan<'c>,
+    resolved: &Resolved<'c>,
+    limits: &Limits<'c>,
+    key: &std::ops::Range<usize>,
+    reports: &[Report],
+) -> Status {
+    let bound = binding(reports);
+    let report = reports.get(bound).copied().unwrap_or_default();
+    let over = reports.iter().any(|r| r.over);
+    let mut current = None;
+    let mut all_limits = Vec::new();
+    for (i, ((limit, config, _), report)) in plan.limit_keys(limits, key).zip(reports).enumerate() {
+        let echoed = CurrentLimit::of(&limit, config);
+        if limits.len() > 1 {
+            all_limits.push(LimitStatus {
+                limit: echoed.clone(),
+                over: report.over,
+                remaining: report.remaining,
+                reset: report.reset,
+                binding: i == bound,
+            });
+        }
+        if i == bound {
+            current = Some(echoed);
+        }
+    }
+    Status {
+        over_limit: over && !resolved.mode().is_shadow(),
+        current_limit: current,
+        remaining: report.remaining,
+        reset: Some(report.reset),
+        all_limits,
     }
 }
 

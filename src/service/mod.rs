@@ -5,7 +5,7 @@ mod answer;
 
 use std::sync::Arc;
 
-pub use answer::{CurrentLimit, Response, Status};
+pub use answer::{CurrentLimit, LimitStatus, Response, Status, binding};
 
 use crate::clock::{Clock, Stopwatch};
 use crate::config::SharedConfig;

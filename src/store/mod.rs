@@ -25,6 +25,9 @@ pub struct Check<'a> {
     pub hits: u64,
     /// How an over-limit verdict counts towards the request's fate.
     pub mode: Mode,
+    /// The index of the request descriptor the check belongs to: a descriptor with several
+    /// limits has one check per limit, and is over when any of them is.
+    pub descriptor: usize,
 }
 
 /// Reports in request order; most requests have few descriptors, kept off the heap.

@@ -67,10 +67,12 @@ fn ok(requests_per_unit: u32, unit: Unit, remaining: u32, reset_secs: u64) -> St
         current_limit: Some(CurrentLimit {
             requests_per_unit,
             unit,
+            multiplier: 1,
             name: String::new(),
         }),
         remaining,
         reset: Some(reset_secs * NANOS_PER_SEC),
+        all_limits: Vec::new(),
     }
 }
 

@@ -83,8 +83,12 @@ impl Inner {
             *bucket = Some(step.consumed_state());
             steps.push(step);
         }
-        let denied =
-            limiter::request_denied(checks.iter().zip(&steps).map(|(c, s)| (c.mode, s.over())));
+        let denied = limiter::request_denied(
+            checks
+                .iter()
+                .zip(&steps)
+                .map(|(c, s)| (c.descriptor, c.mode, s.over())),
+        );
 
         // Pass 2: settle. A denied request replays from the stored states (still in the
         // buckets) without consumption, which matters only when a bucket repeats; each check

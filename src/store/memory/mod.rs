@@ -197,7 +197,7 @@ impl Inner {
         });
         let bucket = buckets.slot_mut(touched.slot);
         let step = limiter::step(bucket.state.as_ref(), &check.limit, check.hits, now);
-        let denied = limiter::request_denied([(check.mode, step.over())]);
+        let denied = limiter::request_denied([(0, check.mode, step.over())]);
         let (state, report) = step.settle(denied);
         bucket.state = Some(state);
         bucket.requests_per_unit = check.limit.requests_per_unit;

@@ -88,11 +88,13 @@ mod tests {
             limit: Limit {
                 requests_per_unit: 1,
                 unit: Unit::Hour,
+                multiplier: 1,
                 burst: 3,
                 algorithm: Algorithm::TokenBucket,
             },
             hits,
             mode: Mode::Enforce,
+            descriptor: 0,
         };
         let why = StoreError::new(StoreErrorKind::Unreachable, "down");
         fallback.answer(&[check], 0, why)

@@ -239,6 +239,7 @@ impl RedisStore {
             limit,
             hits: 0,
             mode: Mode::Enforce,
+            descriptor: 0,
         }];
         let wants = [inner.leases.want_for_top_up(refill)];
         let keys = [key.redis_key()];

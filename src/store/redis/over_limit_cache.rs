@@ -87,7 +87,7 @@ impl OverLimitCache {
                 let state = State::TokenBucket {
                     debt: u128::from(debt) * Scale::of(&limit).debt_nanos,
                     at: now,
-                    unit: limit.unit,
+                    period: limit.period_nanos(),
                 };
                 let one = limiter::step(Some(&state), &limit, 1, now);
                 let ttl = if limit.requests_per_unit == 0 {

@@ -97,6 +97,7 @@ impl CheckReply {
                     count: first,
                     ends_in_us: second,
                 },
+                Algorithm::SlidingWindow => todo!("helper: sliding windows on Redis"),
             },
         }
     }

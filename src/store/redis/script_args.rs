@@ -36,7 +36,7 @@ const EXACT: u64 = 1 << 53;
 impl Scale {
     /// The exact integers of `limit`.
     pub(super) fn of(limit: &Limit) -> Scale {
-        let unit_us = limit.unit.nanos() / 1000;
+        let unit_us = limit.period_nanos() / 1000;
         let rpu = u64::from(limit.requests_per_unit);
         let mut q = 1;
         loop {
@@ -110,11 +110,12 @@ pub(super) fn evalsha(
                     .arg(check.hits)
                     .arg(mode)
                     .arg(check.limit.requests_per_unit)
-                    .arg(check.limit.unit.seconds())
+                    .arg(check.limit.period_seconds())
                     .arg(0)
                     .arg(0)
                     .arg(0);
             }
+            Algorithm::SlidingWindow => todo!("helper: sliding windows on Redis"),
         }
     }
     cmd
@@ -129,6 +130,7 @@ mod tests {
         Limit {
             requests_per_unit: rpu,
             unit,
+            multiplier: 1,
             burst,
             algorithm: Algorithm::TokenBucket,
         }
