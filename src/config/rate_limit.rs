@@ -49,6 +49,7 @@ pub(super) fn rule(reader: &mut Reader<'_>, node: &YamlNode, path: &str) -> Opti
         replaces,
         mode: Mode::Enforce,
         detailed_metric: false,
+        value_to_metric: 0,
     })
 }
 

@@ -73,6 +73,7 @@ mod hits;
 mod render;
 mod rules;
 mod text;
+mod value_to_metric;
 
 use std::fmt;
 use std::future::Future;
