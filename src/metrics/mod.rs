@@ -69,6 +69,7 @@
 
 mod connections;
 mod detailed;
+mod domains;
 mod hits;
 mod render;
 mod rules;
@@ -93,6 +94,7 @@ use crate::reload::ReloadHistory;
 use crate::store::Store;
 pub use detailed::OVERFLOW_VALUE;
 use detailed::Series;
+use domains::UnknownDomains;
 use rules::{Labels, RuleStats, RuleTable, Rules, TableRef, build_table};
 use text::Histogram;
 
@@ -132,8 +134,11 @@ pub struct Metrics {
     rebuilding: Mutex<()>,
     /// The servers' connection counters, once [`Metrics::follow_connections`] was called.
     connections: Mutex<Option<Arc<crate::net::Connections>>>,
-    /// Most series a detailed-metric rule creates for request values (see [`detailed`]).
+    /// Most series a detailed-metric rule creates for request values (see [`detailed`]),
+    /// and most unknown domains with a series of their own (see [`domains`]).
     max_metric_values: AtomicUsize,
+    /// Descriptors of requests to domains the config does not have.
+    unknown_domains: Mutex<UnknownDomains>,
 }
 
 impl fmt::Debug for Metrics {
@@ -167,6 +172,7 @@ impl Metrics {
             rebuilding: Mutex::new(()),
             connections: Mutex::new(None),
             max_metric_values: AtomicUsize::new(defaults::MAX_METRIC_VALUES),
+            unknown_domains: Mutex::new(UnknownDomains::default()),
         }
     }
 
