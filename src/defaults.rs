@@ -76,7 +76,8 @@ pub const RESET_HEADER: &str = "RateLimit-Reset";
 /// `--near-limit-ratio`: the Go server's `NEAR_LIMIT_RATIO`.
 pub const NEAR_LIMIT_RATIO: f32 = 0.8;
 
-/// `--max-metric-values`: distinct request values each `detailed_metric` rule puts in
+/// `--max-metric-values`: distinct request values each `detailed_metric` (or
+/// `value_to_metric`) rule, and distinct unknown domains, put in
 /// metric labels before the rest share one overflow series.
 pub const MAX_METRIC_VALUES: usize = 1000;
 

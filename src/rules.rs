@@ -214,6 +214,10 @@ pub struct Rule {
     pub mode: Mode,
     /// `detailed_metric` of the descriptor (kept for metrics).
     pub detailed_metric: bool,
+    /// The levels, bit 0 the first, whose request value names this rule in metrics
+    /// instead of the config's entry: those with `value_to_metric` whose entry has no value
+    /// or a wildcard without `share_threshold` (see `crate::metrics`). 0 for most rules.
+    pub value_to_metric: u64,
 }
 
 impl Rule {

@@ -639,3 +639,216 @@ async fn the_value_cap_survives_reloads() {
         None
     );
 }
+
+const ROUTES: &str = "
+domain: routes
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: user
+        rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: tier
+    value: gold*
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: plan
+    value: pro*
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: pool
+    value: p*
+    share_threshold: true
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: region
+    value_to_metric: true
+    descriptors:
+      - key: client
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: app
+    descriptors:
+      - key: build
+        descriptors:
+          - key: session
+            value_to_metric: true
+            rate_limit: {unit: minute, requests_per_unit: 100}
+";
+
+/// The `(key1, key2)` labels of every `total_hits` series of `domain`, sorted.
+fn levels_of(samples: &[Sample], domain: &str) -> Vec<(String, Option<String>)> {
+    let mut levels: Vec<(String, Option<String>)> = series(samples, &format!("{RULE}total_hits"))
+        .into_iter()
+        .filter(|l| l["domain"] == domain)
+        .map(|l| (l["key1"].clone(), l.get("key2").cloned()))
+        .collect();
+    levels.sort();
+    levels
+}
+
+fn owned(levels: &[(&str, Option<&str>)]) -> Vec<(String, Option<String>)> {
+    levels
+        .iter()
+        .map(|&(k1, k2)| (k1.to_string(), k2.map(str::to_string)))
+        .collect()
+}
+
+/// §1.8: the levels flagged `value_to_metric` name the series by the request's value
+/// (a value-less entry's, a wildcard's match); the rest keep the config's path; a
+/// share_threshold wildcard keeps its pattern; detailed_metric wins; levels below the
+/// second are not labels.
+#[tokio::test]
+async fn value_to_metric_puts_the_flagged_levels_values_in_labels() {
+    let (service, _clock) = support::service(&[("routes.yaml", ROUTES)], Algorithm::TokenBucket);
+    let requests: [&[(&str, &str)]; 9] = [
+        &[("route", "cart"), ("user", "u1")],
+        &[("route", "cart"), ("user", "u2")],
+        &[("route", "pay:v2"), ("user", "u1")],
+        &[("tier", "gold7")],
+        &[("plan", "pro9")],
+        &[("pool", "p1")],
+        &[("pool", "p2")],
+        &[("region", "eu"), ("client", "c1")],
+        &[("app", "a"), ("build", "b"), ("session", "s1")],
+    ];
+    for entries in requests {
+        hit(&service, "routes", entries, 1).await;
+    }
+    let samples = scrape(&service);
+    let expected = [
+        ("app", Some("build")),
+        ("plan_pro*", None),
+        ("pool_p*", None),
+        ("region_eu", Some("client_c1")),
+        ("route_cart", Some("user")),
+        ("route_pay_v2", Some("user")),
+        ("tier_gold7", None),
+    ];
+    assert_eq!(levels_of(&samples, "routes"), owned(&expected));
+    let total = format!("{RULE}total_hits");
+    let cart = [
+        ("domain", "routes"),
+        ("key1", "route_cart"),
+        ("key2", "user"),
+    ];
+    assert_eq!(value(&samples, &total, &cart), Some(2.0));
+    let pool = [("domain", "routes"), ("key1", "pool_p*")];
+    assert_eq!(value(&samples, &total, &pool), Some(2.0));
+}
+
+/// Request values are the caller's: a value_to_metric rule creates at most
+/// `--max-metric-values` series, the rest on its overflow series, counted.
+#[tokio::test]
+async fn value_to_metric_series_are_capped_per_rule() {
+    let (service, _clock) = support::service(&[("routes.yaml", ROUTES)], Algorithm::TokenBucket);
+    service
+        .metrics()
+        .expect("support services count")
+        .set_max_metric_values(2);
+    for route in ["a", "b", "c", "d", "a"] {
+        hit(&service, "routes", &[("route", route), ("user", "u")], 1).await;
+    }
+    let samples = scrape(&service);
+    let total = format!("{RULE}total_hits");
+    let count = |key1: &str| {
+        let labels = [("domain", "routes"), ("key1", key1), ("key2", "user")];
+        value(&samples, &total, &labels)
+    };
+    assert_eq!(count("route_a"), Some(2.0));
+    assert_eq!(count("route_b"), Some(1.0));
+    assert_eq!(count("route_c"), None);
+    assert_eq!(count("route__other_"), Some(2.0));
+    let rule = [("domain", "routes"), ("key1", "route"), ("key2", "user")];
+    let overflowed = "meshlimit_metric_values_overflow_total";
+    assert_eq!(value(&samples, overflowed, &rule), Some(2.0));
+}
+
+const NOT_FOUND: &str = "ratelimit_service_rate_limit_domain_not_found";
+
+/// §1.4: every descriptor of a request to an unknown domain counts once under that
+/// domain, overrides included; a known domain without a matching rule counts nothing.
+#[tokio::test]
+async fn unknown_domains_count_each_descriptor() {
+    let (service, _clock) = support::service(&[("shop.yaml", SHOP)], Algorithm::TokenBucket);
+    let three = [
+        Descriptor::new(&[("api", "x")]),
+        Descriptor::new(&[("a", "1"), ("b", "2")]),
+        Descriptor {
+            limit: Some(Override {
+                requests_per_unit: 1,
+                unit: Some(Unit::Second),
+            }),
+            ..Descriptor::new(&[("c", "3")])
+        },
+    ];
+    let answer = service
+        .should_rate_limit("nowhere", &three, 1)
+        .await
+        .expect("valid");
+    assert!(!answer.over_limit);
+    hit(&service, "nowhere", &[("api", "x")], 5).await;
+    hit(&service, "else:where", &[("api", "x")], 1).await;
+    hit(&service, "shop", &[("nothing", "x")], 1).await;
+    let samples = scrape(&service);
+    let mut found: Vec<(String, f64)> = samples
+        .iter()
+        .filter(|(n, ..)| n == NOT_FOUND)
+        .map(|(_, l, v)| (l["domain"].clone(), *v))
+        .collect();
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    // Hits do not matter, descriptors do; labels are sanitised as stat names are.
+    assert_eq!(
+        found,
+        [
+            ("else_where".to_string(), 1.0),
+            ("nowhere".to_string(), 4.0)
+        ]
+    );
+}
+
+/// Through the binary: value_to_metric labels and their cap, and unknown domains
+/// folded into `_other_` past the same cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_names_value_to_metric_series_and_counts_unknown_domains() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("routes.yaml"), ROUTES).unwrap();
+    let ml = support::process::Meshlimit::start(dir.path(), &["--max-metric-values", "3"]).await;
+    for i in 0..10 {
+        let route = format!("r{i}");
+        let request = support::rls_request("routes", &[&[("route", &route), ("user", "u")]]);
+        ml.ask(request).await;
+    }
+    for i in 0..6 {
+        let domain = format!("ghost{i}");
+        ml.ask(support::rls_request(
+            &domain,
+            &[&[("k", "v")], &[("k", "w")]],
+        ))
+        .await;
+    }
+    let (status, text) = support::http_get(ml.http, "/metrics").await;
+    assert_eq!(status, 200);
+    let samples = parse(&text);
+    let expected = [
+        ("route__other_", Some("user")),
+        ("route_r0", Some("user")),
+        ("route_r1", Some("user")),
+        ("route_r2", Some("user")),
+    ];
+    let mut routes = levels_of(&samples, "routes");
+    routes.retain(|(key1, _)| key1.starts_with("route"));
+    assert_eq!(routes, owned(&expected));
+    let total = format!("{RULE}total_hits");
+    let overflow = [
+        ("domain", "routes"),
+        ("key1", "route__other_"),
+        ("key2", "user"),
+    ];
+    assert_eq!(value(&samples, &total, &overflow), Some(7.0));
+    let not_found = |domain: &str| value(&samples, NOT_FOUND, &[("domain", domain)]);
+    assert_eq!(not_found("ghost0"), Some(2.0));
+    assert_eq!(not_found("ghost2"), Some(2.0));
+    assert_eq!(not_found("ghost3"), None);
+    assert_eq!(not_found("_other_"), Some(6.0));
+    assert_eq!(series(&samples, NOT_FOUND).len(), 4);
+}

@@ -67,8 +67,9 @@ pub struct Settings {
     /// The file holding the token that guards the operator endpoints (see
     /// [`crate::admin_token`]); `None`: no guard.
     pub admin_token_file: Option<PathBuf>,
-    /// Most series each `detailed_metric` rule creates for request values, so that
-    /// callers cannot grow the metrics without bound.
+    /// Most series each `detailed_metric` or `value_to_metric` rule creates for request
+    /// values, and most unknown domains with a series of their own, so that callers
+    /// cannot grow the metrics without bound.
     pub max_metric_values: usize,
 }
 

@@ -180,8 +180,9 @@ pub struct Serve {
     /// password); read again when it changes.
     #[arg(long, env = "MESHLIMIT_ADMIN_TOKEN_FILE")]
     pub(crate) admin_token_file: Option<PathBuf>,
-    /// Most distinct request values each detailed_metric rule puts in metric labels; the
-    /// rest share one overflow series per rule.
+    /// Most distinct request values each detailed_metric or value_to_metric rule puts in
+    /// metric labels, the rest sharing one overflow series per rule; and most unknown
+    /// domains counted under their own name.
     #[arg(long, env = "MESHLIMIT_MAX_METRIC_VALUES", default_value_t = defaults::MAX_METRIC_VALUES)]
     pub(crate) max_metric_values: usize,
 }

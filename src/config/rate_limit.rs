@@ -56,6 +56,7 @@ pub(super) fn rule(reader: &mut Reader<'_>, node: &YamlNode, path: &str) -> Opti
         replaces: replaces.into_iter().map(|(name, _)| name).collect(),
         mode: Mode::Enforce,
         detailed_metric: false,
+        value_to_metric: 0,
     })
 }
 
@@ -118,6 +119,7 @@ pub(super) fn listed_rule(reader: &mut Reader<'_>, list: &YamlNode, path: &str) 
         replaces,
         mode: Mode::Enforce,
         detailed_metric: false,
+        value_to_metric: 0,
     })
 }
 

@@ -61,7 +61,13 @@ pub(super) fn parse_domain_file(
     let mut tree = DomainTree::default();
     if let Some(list) = fields.get("descriptors") {
         let items = reader.list(list, Some(&domain), "descriptors");
-        descriptors(&mut reader, &mut tree.root, items, &domain);
+        descriptors(
+            &mut reader,
+            &mut tree.root,
+            items,
+            &domain,
+            Depth::default(),
+        );
     }
     let mut errors = reader.into_errors();
     if errors.is_empty() {
@@ -92,9 +98,38 @@ fn parser_problem(e: &serde_saphyr::Error) -> (ConfigErrorKind, String) {
     (ConfigErrorKind::YamlSyntax, message.to_string())
 }
 
-/// Reads the descriptors `items` of the descriptor at `parent` (or of the domain) into
-/// `level`, and their children below them.
-fn descriptors(reader: &mut Reader<'_>, level: &mut Level, items: &[YamlNode], parent: &str) {
+/// Where a descriptor sits: how deep, and which levels above it name metrics by the
+/// request's value (`value_to_metric`).
+#[derive(Debug, Clone, Copy, Default)]
+struct Depth {
+    /// Levels above: 0 for the domain's own descriptors.
+    level: u32,
+    /// [`crate::rules::Rule::value_to_metric`] of the levels above.
+    value_to_metric: u64,
+}
+
+impl Depth {
+    /// The depth of the descriptors below one at this depth, which names metrics by the
+    /// request's value when `by_value`. Past the 64th level the bit is dropped: the config
+    /// limits allow 63, and metrics show only the first two.
+    fn below(self, by_value: bool) -> Depth {
+        let bit = u64::from(by_value).checked_shl(self.level).unwrap_or(0);
+        Depth {
+            level: self.level + 1,
+            value_to_metric: self.value_to_metric | bit,
+        }
+    }
+}
+
+/// Reads the descriptors `items` of the descriptor at `parent` (or of the domain), which
+/// sit at `depth`, into `level`, and their children below them.
+fn descriptors(
+    reader: &mut Reader<'_>,
+    level: &mut Level,
+    items: &[YamlNode],
+    parent: &str,
+    depth: Depth,
+) {
     for item in items {
         if !matches!(item.value, Yaml::Map(_)) {
             reader.error(
@@ -147,7 +182,12 @@ fn descriptors(reader: &mut Reader<'_>, level: &mut Level, items: &[YamlNode], p
             reader.flag(&fields, "quota_mode", &path),
         );
         let detailed_metric = reader.flag(&fields, "detailed_metric", &path);
-        reader.flag(&fields, "value_to_metric", &path);
+        // As in the Go server, the request's value replaces only what the config leaves
+        // open: a value-less entry's value, a wildcard's pattern (unless share_threshold,
+        // whose pattern names the one bucket all its values share).
+        let by_value = reader.flag(&fields, "value_to_metric", &path)
+            && (value.is_none() || (wildcard && !share));
+        let depth = depth.below(by_value);
         let rule = match (fields.get("rate_limit"), fields.get("rate_limits")) {
             (Some(_), Some(list)) => {
                 reader.error(
@@ -165,6 +205,7 @@ fn descriptors(reader: &mut Reader<'_>, level: &mut Level, items: &[YamlNode], p
         let rule = rule.map(|mut rule| {
             rule.mode = mode;
             rule.detailed_metric = detailed_metric;
+            rule.value_to_metric = depth.value_to_metric;
             rule
         });
         let mut node = Entry {
@@ -174,7 +215,7 @@ fn descriptors(reader: &mut Reader<'_>, level: &mut Level, items: &[YamlNode], p
         };
         if let Some(children) = fields.get("descriptors") {
             let children = reader.list(children, Some(&path), "descriptors");
-            descriptors(reader, &mut node.children, children, &path);
+            descriptors(reader, &mut node.children, children, &path, depth);
         }
         if !level.insert(&composite, wildcard, node) {
             reader.error(
@@ -184,5 +225,65 @@ fn descriptors(reader: &mut Reader<'_>, level: &mut Level, items: &[YamlNode], p
                 format_args!("duplicate descriptor composite key '{path}'"),
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    const FLAGGED: &str = "
+domain: d
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: method
+        value: GET
+        value_to_metric: true
+        descriptors:
+          - key: user
+            value_to_metric: true
+            rate_limit: {unit: second, requests_per_unit: 1}
+      - key: tier
+        value: gold*
+        value_to_metric: true
+        rate_limit: {unit: second, requests_per_unit: 1}
+      - key: pool
+        value: p*
+        share_threshold: true
+        value_to_metric: true
+        rate_limit: {unit: second, requests_per_unit: 1}
+  - key: plain
+    rate_limit: {unit: second, requests_per_unit: 1}
+";
+
+    /// Each rule's full key and its `value_to_metric` bits.
+    fn bits(text: &str) -> Vec<(String, u64)> {
+        let config =
+            Config::from_sources(&[("d.yaml".into(), text.to_string())]).expect("a valid config");
+        config
+            .rules()
+            .into_iter()
+            .map(|r| (r.full_key.clone(), r.value_to_metric))
+            .collect()
+    }
+
+    #[test]
+    fn value_to_metric_marks_the_levels_whose_value_the_config_leaves_open() {
+        let got = bits(FLAGGED);
+        let expected = [
+            // A configured value is the request's already: no bit at level 1.
+            ("d.plain", 0),
+            ("d.route.method_GET.user", 0b101),
+            // share_threshold: the pattern names the shared bucket, whatever the flag.
+            ("d.route.pool_p*", 0b01),
+            ("d.route.tier_gold*", 0b11),
+        ];
+        let expected: Vec<(String, u64)> = expected
+            .iter()
+            .map(|&(key, bits)| (key.to_string(), bits))
+            .collect();
+        assert_eq!(got, expected);
     }
 }

@@ -1,6 +1,7 @@
 //! The cap on request values in labels (`--max-metric-values`).
 //!
-//! A `detailed_metric` rule labels its series with the request's values, so without a cap
+//! A `detailed_metric` rule labels its series with the request's values (and so does a rule
+//! below `value_to_metric` descriptors, at their levels), so without a cap
 //! every distinct value sent (a tenant, a client address) would add series for good: 50,000
 //! tenants made 300,000 series and a 24.9 MB scrape. Each such rule may create at most
 //! [`Metrics::max_metric_values`] series of its own; a request whose values would create
@@ -117,7 +118,7 @@ impl Metrics {
             out,
             name,
             "counter",
-            "Descriptors of each detailed_metric rule counted on its overflow series (values `_other_`) because the rule had reached --max-metric-values series.",
+            "Descriptors of each detailed_metric or value_to_metric rule counted on its overflow series (values `_other_`) because the rule had reached --max-metric-values series.",
         );
         for (labels, overflowed) in &rules {
             sample(out, name, labels.pairs(), *overflowed);

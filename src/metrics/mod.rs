@@ -17,7 +17,10 @@
 //! - `ratelimit_service_global_shadow_mode`: requests over their limits that global shadow
 //!   mode (`--shadow-mode`) answered OK;
 //! - `ratelimit_service_config_load_success` (the initial load and every reload that swapped
-//!   in a new config) and `ratelimit_service_config_load_error` (rejected reloads).
+//!   in a new config) and `ratelimit_service_config_load_error` (rejected reloads);
+//! - `ratelimit_service_rate_limit_domain_not_found{domain}`: descriptors of requests to a
+//!   domain the config does not have (Go's `ratelimit.service.rate_limit.<domain>.domain_not_found`,
+//!   which its mapping leaves unmapped; see [`domains`]).
 //!
 //! meshlimit's own: `meshlimit_config_rules`, `meshlimit_store_latency_seconds{store}`,
 //! `meshlimit_store_errors_total{store}`, with the embedded store
@@ -49,30 +52,34 @@
 //! puts the leading parts of longer ones into `domain`, and cuts values such as
 //! `/pkg.Service/Method` apart. Levels give every rule labels, and values whole.
 //!
-//! Cardinality stays bounded by the config: only `detailed_metric: true` rules put request
-//! values into labels (their levels are the request's `key_value`s), at most
-//! `--max-metric-values` distinct ones per rule, the rest on one overflow series per rule
-//! (see [`detailed`]). Limits sent in
+//! Cardinality stays bounded by the config: only `detailed_metric: true` rules (every
+//! level) and rules below `value_to_metric: true` descriptors (the flagged levels, see
+//! [`value_to_metric`]) put request values into labels (the request's `key_value`s), at
+//! most `--max-metric-values` distinct ones per rule, the rest on one overflow series per
+//! rule (see [`detailed`]); unknown domains likewise, at most that many. Limits sent in
 //! the request (`RateLimitDescriptor.limit`), which the Go server counts under one series per
 //! request value (an unbounded leak), are counted per domain, on the series labelled with
 //! `domain` alone. Unlimited rules count `total_hits` and `within_limit` (the Go server counts
 //! nothing for them); replaced rules and descriptors without a rule count nothing. Every
-//! configured rule has its series, at 0, from the moment its config is loaded; series of
-//! rules a reload removed stay.
+//! configured rule whose labels hold no request value has its series, at 0, from the
+//! moment its config is loaded; series of rules a reload removed stay.
 //!
 //! # Cost on the request path
 //! A request reads the table of the running config's rules (one `ArcSwap` load), finds each
 //! rule's series by the rule's address, and adds to a few atomics: no lock, no allocation, no
 //! formatting. The table is rebuilt by the first request (or scrape) after a reload.
-//! Detailed rules look their series up by labels under a lock instead, and a request decided
+//! Detailed and `value_to_metric` rules look their series up by labels under a lock
+//! instead, unknown domains their counter under another, and a request decided
 //! on a config that a reload has just replaced builds a table of its own.
 
 mod connections;
 mod detailed;
+mod domains;
 mod hits;
 mod render;
 mod rules;
 mod text;
+mod value_to_metric;
 
 use std::fmt;
 use std::future::Future;
@@ -92,6 +99,7 @@ use crate::reload::ReloadHistory;
 use crate::store::Store;
 pub use detailed::OVERFLOW_VALUE;
 use detailed::Series;
+use domains::UnknownDomains;
 use rules::{Labels, RuleStats, RuleTable, Rules, TableRef, build_table};
 use text::Histogram;
 
@@ -131,8 +139,11 @@ pub struct Metrics {
     rebuilding: Mutex<()>,
     /// The servers' connection counters, once [`Metrics::follow_connections`] was called.
     connections: Mutex<Option<Arc<crate::net::Connections>>>,
-    /// Most series a detailed-metric rule creates for request values (see [`detailed`]).
+    /// Most series a detailed-metric rule creates for request values (see [`detailed`]),
+    /// and most unknown domains with a series of their own (see [`domains`]).
     max_metric_values: AtomicUsize,
+    /// Descriptors of requests to domains the config does not have.
+    unknown_domains: Mutex<UnknownDomains>,
 }
 
 impl fmt::Debug for Metrics {
@@ -166,6 +177,7 @@ impl Metrics {
             rebuilding: Mutex::new(()),
             connections: Mutex::new(None),
             max_metric_values: AtomicUsize::new(defaults::MAX_METRIC_VALUES),
+            unknown_domains: Mutex::new(UnknownDomains::default()),
         }
     }
 

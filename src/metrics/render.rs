@@ -30,6 +30,7 @@ impl Metrics {
             }
         }
         self.render_overflow(&mut out);
+        self.render_domains_not_found(&mut out);
         self.render_service(&mut out);
         self.render_store(&mut out);
         if let Some(connections) = self.connections.lock().as_ref() {

@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 
 use super::Metrics;
 use super::detailed::{Detailed, OVERFLOW_VALUE, Series};
+use super::value_to_metric::{Valued, names_labels};
 use crate::config::Config;
 use crate::limiter::Report;
 use crate::rules::{Algorithm, Limit, Rule};
@@ -88,6 +89,9 @@ enum Counted {
     Rule(Arc<RuleStats>),
     /// On a series per request value, looked up per request, within the rule's cap.
     Detailed(Arc<Detailed>),
+    /// On a series per request value at its `value_to_metric` levels, looked up per
+    /// request, within the rule's cap.
+    Valued(Valued),
 }
 
 /// How one descriptor's hits count towards `within_limit`, `near_limit` and `over_limit`.
@@ -220,6 +224,18 @@ impl Labels {
         }
     }
 
+    /// The labels of a series whose levels are named `names`.
+    pub(super) fn of_names<S: AsRef<str>>(
+        domain: &str,
+        mut names: impl Iterator<Item = S>,
+    ) -> Labels {
+        Labels {
+            domain: sanitize(domain),
+            key1: names.next().map(|n| sanitize(n.as_ref())),
+            key2: names.next().map(|n| sanitize(n.as_ref())),
+        }
+    }
+
     /// A detailed-metric rule's labels: the request's `key_value` at each level (`key`
     /// where the value is empty).
     fn of_request<'e>(
@@ -264,7 +280,7 @@ impl Labels {
 
 /// The Go server's stat-name sanitising: `:` and `|` become `_`, and so do the dots of
 /// anything shaped like an IPv4 address (`\d{1,3}(\.\d{1,3}){3}`, leftmost first).
-fn sanitize(text: &str) -> String {
+pub(super) fn sanitize(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut ip_dots = Vec::new();
     let mut at = 0;
@@ -331,6 +347,9 @@ pub(super) fn build_table(series: &Mutex<Series>, config: Arc<Config>) -> RuleTa
                     let labels = Labels::of_levels(domain, levels);
                     let counted = if rule.detailed_metric {
                         Counted::Detailed(series.detailed_rule(labels))
+                    } else if names_labels(rule.value_to_metric) {
+                        let cap = series.detailed_rule(labels);
+                        Counted::Valued(Valued::new(cap, levels, rule.value_to_metric))
                     } else {
                         Counted::Rule(series.get_or_create(labels))
                     };
@@ -456,6 +475,10 @@ impl Rules<'_> {
                         Labels::of_request(domain, keys)
                     };
                     count(&metrics.detailed_series(detailed, labels, overflow));
+                }
+                Some(Counted::Valued(valued)) => {
+                    let entries: smallvec::SmallVec<[(&str, &str); 2]> = entries().collect();
+                    count(&metrics.valued_series(domain, valued, &entries));
                 }
                 // Not a rule of this config: the service passes its config's rules only.
                 None => {}

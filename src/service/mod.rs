@@ -154,6 +154,9 @@ impl Service {
         let config = self.config.load();
         let plan = Plan::build(&config, domain, descriptors, hits_addend, &self.defaults)?;
         if !plan.knows_domain() {
+            if let Some(metrics) = &self.metrics {
+                metrics.domain_not_found(domain, descriptors.len());
+            }
             return Ok(Response::no_limits(descriptors.len()));
         }
         let checks = plan.checks();
