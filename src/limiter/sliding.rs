@@ -169,3 +169,123 @@ fn shifted(counts: &[u32; SLOTS], by: u64) -> [u32; SLOTS] {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::NANOS_PER_SEC as S;
+    use crate::limiter::step;
+    use crate::rules::{Algorithm, Unit};
+
+    /// 2026-01-01T00:00:00Z: aligned to every sub-window of the periods used here.
+    const T0: Nanos = 1_767_225_600 * S;
+    const MS: Nanos = 1_000_000;
+
+    fn sliding(requests_per_unit: u32, unit: Unit, multiplier: u32) -> Limit {
+        Limit {
+            requests_per_unit,
+            unit,
+            multiplier,
+            burst: requests_per_unit,
+            algorithm: Algorithm::SlidingWindow,
+        }
+    }
+
+    /// One enforced request of `hits` at `now`, kept in `state`.
+    fn hit(state: &mut Option<State>, limit: &Limit, hits: u64, now: Nanos) -> Report {
+        let s = step(state.as_ref(), limit, hits, now);
+        let (next, report) = s.settle(s.over());
+        *state = Some(next);
+        report
+    }
+
+    #[test]
+    fn no_double_burst_across_a_window_edge() {
+        // 10 per second: 10 at the end of one second, none at the start of the next.
+        let l = sliding(10, Unit::Second, 1);
+        let mut state = None;
+        for _ in 0..10 {
+            assert!(!hit(&mut state, &l, 1, T0 + 950 * MS).over);
+        }
+        let refused = hit(&mut state, &l, 1, T0 + 1_050 * MS);
+        assert!(refused.over);
+        // Those 10 count until their sub-window (900–1000 ms) leaves the window at 2.0 s.
+        assert_eq!(refused.reset, 950 * MS);
+        assert!(hit(&mut state, &l, 1, T0 + 2_000 * MS - 1).over);
+        assert!(!hit(&mut state, &l, 1, T0 + 2_000 * MS).over);
+    }
+
+    #[test]
+    fn a_denied_request_consumes_nothing_and_its_retry_is_exact() {
+        let l = sliding(3, Unit::Minute, 5); // 3 per 5 minutes: sub-windows of 30 s
+        let mut state = None;
+        assert!(!hit(&mut state, &l, 2, T0).over);
+        assert!(!hit(&mut state, &l, 1, T0 + 40 * S).over);
+        let before = state;
+        let refused = hit(&mut state, &l, 1, T0 + 60 * S);
+        assert!(refused.over);
+        let untouched = step(before.as_ref(), &l, 0, T0 + 60 * S).unconsumed().0;
+        assert_eq!(state, Some(untouched), "a refusal changes nothing");
+        // The 2 hits of sub-window 0 leave when sub-window 11 starts (5.5 minutes).
+        assert_eq!(refused.reset, 330 * S - 60 * S);
+        assert!(hit(&mut state, &l, 1, T0 + 330 * S - 1).over);
+        assert!(!hit(&mut state, &l, 1, T0 + 330 * S).over);
+    }
+
+    #[test]
+    fn a_request_larger_than_the_limit_waits_for_an_empty_window() {
+        let l = sliding(3, Unit::Second, 1);
+        let mut state = None;
+        assert!(!hit(&mut state, &l, 1, T0).over);
+        let refused = hit(&mut state, &l, 4, T0 + 10 * MS);
+        assert!(refused.over);
+        assert_eq!(refused.reset, 1_100 * MS - 10 * MS);
+        let never = sliding(0, Unit::Hour, 1);
+        assert_eq!(hit(&mut None, &never, 1, T0).reset, Unit::Hour.nanos());
+    }
+
+    #[test]
+    fn ok_reports_remaining_and_the_time_until_empty() {
+        let l = sliding(5, Unit::Second, 1);
+        let mut state = None;
+        let first = hit(&mut state, &l, 2, T0 + 120 * MS);
+        assert_eq!((first.remaining, first.reset), (3, 1_200 * MS - 120 * MS));
+        let peek = step(state.as_ref(), &l, 0, T0 + 500 * MS).consumed().1;
+        assert_eq!((peek.over, peek.remaining), (false, 3));
+        // A check of 0 hits passes while one more hit would.
+        assert!(!hit(&mut state, &l, 3, T0 + 500 * MS).over);
+        assert!(step(state.as_ref(), &l, 0, T0 + 500 * MS).over());
+    }
+
+    #[test]
+    fn memory_does_not_grow_with_the_limit_and_old_counts_drop_out() {
+        let l = sliding(u32::MAX, Unit::Day, 1);
+        let mut state = None;
+        for i in 0..30 {
+            hit(&mut state, &l, 1_000_000, T0 + i * 3_600 * S);
+        }
+        let Some(State::SlidingWindow { counts, .. }) = state else {
+            panic!("a window")
+        };
+        // Sub-windows of 2.4 hours: at 29 h the 11 counted ones start at 4.8 h, so they
+        // hold the hits of hours 5 to 29.
+        assert_eq!(counts.iter().map(|&c| u64::from(c)).sum::<u64>(), 25_000_000);
+        // Eleven 4-byte counters and two 8-byte numbers, whatever the limit.
+        assert_eq!(std::mem::size_of::<State>(), 64);
+    }
+
+    #[test]
+    fn a_reload_changing_the_period_starts_afresh() {
+        let mut state = None;
+        hit(&mut state, &sliding(1, Unit::Second, 1), 1, T0);
+        assert!(!hit(&mut state, &sliding(1, Unit::Second, 2), 1, T0).over);
+    }
+
+    #[test]
+    fn sub_windows_start_at_tenths_of_the_period() {
+        assert_eq!(subwindow_start(10, Unit::Second.nanos()), S);
+        assert_eq!(subwindow_start(3, 60 * S), 18 * S);
+        assert_eq!(subwindow_of(T0 + 99 * MS, S), T0 / S * 10);
+        assert_eq!(subwindow_of(T0 + 100 * MS, S), T0 / S * 10 + 1);
+    }
+}

@@ -42,12 +42,7 @@ fn service(files: &[(&str, &str)], algorithm: Algorithm) -> (Service, ManualCloc
 
 /// The store configuration this copy of the table runs on.
 fn setup() -> Setup {
-    let module = module_path!().rsplit("::").next().expect("a module path");
-    crate::SETUPS
-        .iter()
-        .find(|(name, _)| *name == module)
-        .map(|&(_, setup)| setup)
-        .expect("every table module is named in SETUPS")
+    crate::setup_of(module_path!())
 }
 
 /// `leased` on a store that leases tokens of this `algorithm` (see the module docs for

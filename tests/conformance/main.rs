@@ -1,5 +1,7 @@
-//! The conformance table (cases.rs) on every store configuration ([`setup::Setup`]): one
-//! module of tests per configuration, e.g. `cargo test --test conformance cluster::`.
+//! The conformance table (cases.rs, and limits.rs for several limits per descriptor,
+//! multipliers and sliding windows) on every store configuration ([`setup::Setup`]): one
+//! module of tests per configuration and file, e.g. `cargo test --test conformance
+//! cluster::`.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -10,23 +12,38 @@ mod setup;
 /// configuration as `module`, whose tests build their services on that configuration
 /// (looked up by module name in [`SETUPS`]).
 macro_rules! on_every_store {
-    ($($module:ident: $setup:expr),* $(,)?) => {
+    ($($module:ident, $limits:ident: $setup:expr),* $(,)?) => {
         $(
             // Loaded once per configuration on purpose: that is the point of the table.
             #[allow(clippy::duplicate_mod)]
             #[path = "cases.rs"]
             mod $module;
+            #[allow(clippy::duplicate_mod)]
+            #[path = "limits.rs"]
+            mod $limits;
         )*
 
         /// Each table module's configuration, by module name.
-        const SETUPS: &[(&str, setup::Setup)] = &[$((stringify!($module), $setup)),*];
+        const SETUPS: &[(&str, setup::Setup)] = &[
+            $((stringify!($module), $setup), (stringify!($limits), $setup)),*
+        ];
     };
 }
 
 on_every_store! {
-    embedded: setup::Setup::Embedded,
-    redis: setup::Setup::Redis,
-    redis_leased: setup::Setup::RedisLeased,
-    local_fallback: setup::Setup::LocalFallback,
-    cluster: setup::Setup::Cluster,
+    embedded, embedded_limits: setup::Setup::Embedded,
+    redis, redis_limits: setup::Setup::Redis,
+    redis_leased, redis_leased_limits: setup::Setup::RedisLeased,
+    local_fallback, local_fallback_limits: setup::Setup::LocalFallback,
+    cluster, cluster_limits: setup::Setup::Cluster,
+}
+
+/// The store configuration of the table module at `module_path` (its `module_path!()`).
+pub fn setup_of(module_path: &str) -> setup::Setup {
+    let module = module_path.rsplit("::").next().expect("a module path");
+    SETUPS
+        .iter()
+        .find(|(name, _)| *name == module)
+        .map(|&(_, setup)| setup)
+        .expect("every table module is named in SETUPS")
 }
