@@ -852,3 +852,56 @@ async fn the_server_names_value_to_metric_series_and_counts_unknown_domains() {
     assert_eq!(not_found("_other_"), Some(6.0));
     assert_eq!(series(&samples, NOT_FOUND).len(), 4);
 }
+
+/// A rule with several limits counts once on its rule series (by the binding limit), and
+/// on each limit: hits within or over it, and how often it bound.
+#[tokio::test]
+async fn each_limit_of_a_list_is_counted() {
+    let config = "
+domain: multi
+descriptors:
+  - key: user
+    rate_limits:
+      - {unit: second, requests_per_unit: 10, algorithm: sliding_window, name: per_second}
+      - {unit: hour, requests_per_unit: 2, algorithm: sliding_window, name: hourly}
+";
+    let (service, _clock) = support::service(&[("multi.yaml", config)], Algorithm::TokenBucket);
+    for _ in 0..3 {
+        hit(&service, "multi", &[("user", "u")], 1).await;
+    }
+    let samples = scrape(&service);
+    let each = |limit: &str, result: &str| {
+        value(
+            &samples,
+            "meshlimit_rule_limit_hits_total",
+            &[
+                ("domain", "multi"),
+                ("rule", "multi.user"),
+                ("limit", limit),
+                ("result", result),
+            ],
+        )
+    };
+    assert_eq!(each("per_second", "within"), Some(3.0));
+    assert_eq!(each("per_second", "over"), Some(0.0));
+    assert_eq!(each("hourly", "within"), Some(2.0));
+    assert_eq!(each("hourly", "over"), Some(1.0));
+    let binding = |limit: &str| {
+        value(
+            &samples,
+            "meshlimit_rule_limit_binding_total",
+            &[
+                ("domain", "multi"),
+                ("rule", "multi.user"),
+                ("limit", limit),
+            ],
+        )
+    };
+    // Fewest left: the hourly limit each time (1, then 0, then refusing).
+    assert_eq!(
+        (binding("per_second"), binding("hourly")),
+        (Some(0.0), Some(3.0))
+    );
+    let user = [("domain", "multi"), ("key1", "user")];
+    assert_eq!(rule_counts(&samples, &user), [3.0, 2.0, 1.0, 1.0, 0.0, 0.0]);
+}

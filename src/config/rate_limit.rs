@@ -93,18 +93,22 @@ pub(super) fn listed_rule(reader: &mut Reader<'_>, list: &YamlNode, path: &str) 
         };
         limit.key_part = key_part(&limit);
         if let Some(twin) = limits.iter().find(|l| l.key_part == limit.key_part) {
-            let what = if limit.name.is_empty() {
-                format!("period {}", twin.label())
+            let problem = if limit.name.is_empty() {
+                format!(
+                    "rate_limits has two unnamed limits of period {}: name them, so that each has its own bucket",
+                    twin.label()
+                )
             } else {
-                format!("name '{}'", limit.name)
+                format!(
+                    "rate_limits has two limits named '{}': each needs its own name",
+                    limit.name
+                )
             };
             reader.error(
                 ConfigErrorKind::DuplicateLimit,
                 line(entry),
                 Some(path),
-                format_args!(
-                    "rate_limits has two limits with the {what}: name one of them so that each has its own bucket"
-                ),
+                problem,
             );
         }
         limits.push(limit);

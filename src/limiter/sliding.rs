@@ -269,7 +269,10 @@ mod tests {
         };
         // Sub-windows of 2.4 hours: at 29 h the 11 counted ones start at 4.8 h, so they
         // hold the hits of hours 5 to 29.
-        assert_eq!(counts.iter().map(|&c| u64::from(c)).sum::<u64>(), 25_000_000);
+        assert_eq!(
+            counts.iter().map(|&c| u64::from(c)).sum::<u64>(),
+            25_000_000
+        );
         // Eleven 4-byte counters and two 8-byte numbers, whatever the limit.
         assert_eq!(std::mem::size_of::<State>(), 64);
     }

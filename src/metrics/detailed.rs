@@ -31,6 +31,8 @@ pub(super) struct Series {
     pub(super) by_labels: HashMap<Labels, Arc<RuleStats>, RandomState>,
     /// Detailed rules by the labels of their config path.
     detailed: HashMap<Labels, Arc<Detailed>, RandomState>,
+    /// The limits of rules with several.
+    pub(super) limits: super::limits::LimitSeries,
 }
 
 /// One detailed rule's share of the series.

@@ -43,6 +43,9 @@ impl Metrics {
                     if let (Some(limit), Some(report)) = (limit, mine.get(bound)) {
                         rules.limited(domain, *rule, || d.entries(), &limit, *hits, report);
                     }
+                    if let (Some(rule), true) = (rule, mine.len() > 1) {
+                        rules.each_limit(rule, mine, bound, *hits);
+                    }
                 }
             }
         }

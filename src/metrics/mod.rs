@@ -76,6 +76,7 @@ mod connections;
 mod detailed;
 mod domains;
 mod hits;
+mod limits;
 mod render;
 mod rules;
 mod text;

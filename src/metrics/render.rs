@@ -29,6 +29,7 @@ impl Metrics {
                 sample(&mut out, name, labels.pairs(), counter(stats));
             }
         }
+        self.series.lock().limits.render(&mut out);
         self.render_overflow(&mut out);
         self.render_domains_not_found(&mut out);
         self.render_service(&mut out);

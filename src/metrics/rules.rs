@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 
 use super::Metrics;
 use super::detailed::{Detailed, OVERFLOW_VALUE, Series};
+use super::limits::{self, LimitStats};
 use super::value_to_metric::{Valued, names_labels};
 use crate::config::Config;
 use crate::limiter::Report;
@@ -81,6 +82,8 @@ pub(super) struct RuleTable {
     rules: HashMap<usize, Counted, RandomState>,
     /// Domain → the series of limits sent in requests, created on first use.
     overrides: HashMap<Box<str>, OnceLock<Arc<RuleStats>>, RandomState>,
+    /// Rule address → the counters of each of its limits, for rules with several.
+    limits: HashMap<usize, Box<[Arc<LimitStats>]>, RandomState>,
 }
 
 /// Where a configured rule's hits are counted.
@@ -336,6 +339,7 @@ fn rule_id(rule: &Rule) -> usize {
 pub(super) fn build_table(series: &Mutex<Series>, config: Arc<Config>) -> RuleTable {
     let mut rules = HashMap::default();
     let mut overrides = HashMap::default();
+    let mut limits = HashMap::default();
     {
         let mut series = series.lock();
         for domain in config.domains() {
@@ -354,6 +358,9 @@ pub(super) fn build_table(series: &Mutex<Series>, config: Arc<Config>) -> RuleTa
                         Counted::Rule(series.get_or_create(labels))
                     };
                     rules.insert(rule_id(rule), counted);
+                    if let Some(each) = series.limits.of_rule(domain, rule) {
+                        limits.insert(rule_id(rule), each);
+                    }
                 }
             });
             overrides.insert(domain.into(), OnceLock::new());
@@ -363,6 +370,7 @@ pub(super) fn build_table(series: &Mutex<Series>, config: Arc<Config>) -> RuleTa
         config,
         rules,
         overrides,
+        limits,
     }
 }
 
@@ -433,6 +441,14 @@ impl Rules<'_> {
         self.with_stats(domain, rule, entries, |stats| {
             stats.count(limit, hits, report, shadow, ratio);
         });
+    }
+
+    /// Hits on each limit of a rule with several, given their `reports` and the `bound`
+    /// one; nothing for other rules.
+    pub(crate) fn each_limit(&self, rule: &Rule, reports: &[Report], bound: usize, hits: u64) {
+        if let Some(stats) = self.table.limits.get(&rule_id(rule)) {
+            limits::count(stats, reports, bound, hits);
+        }
     }
 
     /// Hits on an unlimited rule: all within its (absent) limit.
