@@ -24,6 +24,7 @@ fn example_config(ports: &EnvoyPorts, grpc: SocketAddr) -> String {
         (10000, ports.listeners[0]),
         (10001, ports.listeners[1]),
         (10002, ports.listeners[2]),
+        (10003, ports.listeners[3]),
         (8081, grpc.port()),
     ];
     for (from, to) in moves {
@@ -35,13 +36,13 @@ fn example_config(ports: &EnvoyPorts, grpc: SocketAddr) -> String {
     // Envoy fail (and the harness retry) instead of sharing it. A generous filter timeout:
     // a slow machine must not turn decisions into fail-closed 500s.
     let listeners = "\n    filter_chains:";
-    assert_eq!(yaml.matches(listeners).count(), 3, "three listeners");
+    assert_eq!(yaml.matches(listeners).count(), 4, "four listeners");
     yaml = yaml.replace(
         listeners,
         "\n    enable_reuse_port: false\n    filter_chains:",
     );
     let timeout = "\n              timeout: 0.25s\n";
-    assert_eq!(yaml.matches(timeout).count(), 2, "two rate-limit filters");
+    assert_eq!(yaml.matches(timeout).count(), 3, "three rate-limit filters");
     yaml.replace(timeout, "\n              timeout: 10s\n")
 }
 
@@ -72,8 +73,9 @@ async fn envoy_limits_through_meshlimit() {
     limits_per_day(limits.path());
     let server = TestServer::start(limits.path(), Algorithm::TokenBucket).await;
     let grpc = server.grpc;
-    let envoy = Envoy::start(3, |ports| example_config(ports, grpc)).await;
+    let envoy = Envoy::start(4, |ports| example_config(ports, grpc)).await;
     let (trading, dashboard) = (envoy.listener(0), envoy.listener(2));
+    let capped = envoy.listener(3);
 
     // backtesting.run: 5/day, burst 1 per user: 200, then 429 with Envoy's headers.
     let path = "/backtesting.BacktestingService/Run";
@@ -107,7 +109,30 @@ async fn envoy_limits_through_meshlimit() {
     assert_eq!(codes[10], 429, "{codes:?}");
 
     anonymous_auth_is_limited_per_client_ip(dashboard).await;
+    two_limits_on_one_rule(capped).await;
     server.stop().await;
+}
+
+/// config/trading_caps.yaml: submit_order has two limits (here 100/day burst 10, and the
+/// daily cap 20000/day). Ten pass and the eleventh is refused by the burst; the headers
+/// describe the binding limit, the one with the fewest left.
+async fn two_limits_on_one_rule(capped: SocketAddr) {
+    let path = "/trading.TradingService/SubmitOrder";
+    let carol = [("x-user-id", "carol")];
+    for remaining in (0..10).rev() {
+        let reply = get(capped, path, &carol).await;
+        assert_eq!(reply.status, 200, "{reply:?}");
+        let limit = "100, 100;w=86400;name=\"submit_order\"";
+        assert_eq!(reply.header("x-ratelimit-limit"), Some(limit), "{reply:?}");
+        let remaining = remaining.to_string();
+        assert_eq!(
+            reply.header("x-ratelimit-remaining"),
+            Some(remaining.as_str()),
+            "{reply:?}"
+        );
+    }
+    let reply = get(capped, path, &carol).await;
+    assert_eq!(reply.status, 429, "{reply:?}");
 }
 
 /// Without x-user-id, /auth is limited per client IP (header_value_match with
