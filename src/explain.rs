@@ -15,7 +15,7 @@ use crate::limiter::Report;
 use crate::matcher::{Listing, Matched, WalkStep};
 use crate::plan::{Plan, Resolved};
 use crate::request::{Descriptor, RequestDescriptor};
-use crate::rules::{Limit, Mode, Rule};
+use crate::rules::{Algorithm, Limit, Mode, Rule};
 use crate::service::{Service, binding};
 use crate::store::Store;
 
@@ -99,47 +99,64 @@ pub async fn explain(
             Resolved::Limited {
                 limits, rule, key, ..
             } => {
-                if let Some(rule) = rule {
-                    let _ = writeln!(
-                        out,
-                        "  rule: {}{}{}",
-                        rule.full_key,
-                        name(rule),
-                        flags(rule)
-                    );
-                }
-                let bucket = plan.key(key);
-                let _ = writeln!(out, "  bucket: {bucket}");
                 let reports: Vec<Report> = match &mut states {
                     Ok(all) => all.by_ref().take(limits.len()).copied().collect(),
                     Err(_) => Vec::new(),
                 };
-                let bound = binding(&reports);
-                for (i, (limit, config, bucket)) in plan.limit_keys(limits, key).enumerate() {
-                    let label = config.map_or_else(|| "override".to_string(), |c| c.label());
-                    let _ = writeln!(out, "  limit {label}: {}", describe(&limit));
-                    if limits.len() > 1 {
-                        let _ = writeln!(out, "    bucket: {bucket}");
-                    }
-                    if matches!(store, Store::Redis(_)) {
-                        let _ = writeln!(out, "    redis key: {}", bucket.redis_key());
-                    }
-                    let state = match (&states, reports.get(i)) {
-                        (Err(e), _) => format!("cannot be read: {e}"),
-                        (Ok(_), Some(report)) => state(report),
-                        (Ok(_), None) => "unknown".into(),
+                let state_of = |i: usize, algorithm| match (&states, reports.get(i)) {
+                    (Err(e), _) => format!("cannot be read: {e}"),
+                    (Ok(_), Some(report)) => state(report, algorithm),
+                    (Ok(_), None) => "unknown".into(),
+                };
+                let redis = matches!(store, Store::Redis(_));
+                let mut each = plan.limit_keys(limits, key);
+                if limits.len() == 1 {
+                    // One limit: the rule's line says it all, as it always has.
+                    let Some((limit, _, bucket)) = each.next() else {
+                        continue;
                     };
-                    let _ = writeln!(out, "    state now: {state}");
-                    if limits.len() > 1 && i == bound && !reports.is_empty() {
+                    if let Some(rule) = rule {
                         let _ = writeln!(
                             out,
-                            "    binds: the status reports this limit ({})",
-                            if reports.iter().any(|r| r.over) {
-                                "of those refusing, the longest wait"
-                            } else {
-                                "the fewest requests left"
-                            }
+                            "  rule: {}{}: {}{}",
+                            rule.full_key,
+                            name(rule),
+                            describe(&limit),
+                            flags(rule)
                         );
+                    }
+                    let _ = writeln!(out, "  bucket: {bucket}");
+                    if redis {
+                        let _ = writeln!(out, "  redis key: {}", bucket.redis_key());
+                    }
+                    let _ = writeln!(out, "  state now: {}", state_of(0, limit.algorithm));
+                    continue;
+                }
+                if let Some(rule) = rule {
+                    let _ = writeln!(
+                        out,
+                        "  rule: {}: {} limits, all must have room{}",
+                        rule.full_key,
+                        limits.len(),
+                        flags(rule)
+                    );
+                }
+                let bound = binding(&reports);
+                for (i, (limit, config, bucket)) in each.enumerate() {
+                    let label = config.map_or_else(String::new, |c| c.label());
+                    let _ = writeln!(out, "  limit {label}: {}", describe(&limit));
+                    let _ = writeln!(out, "    bucket: {bucket}");
+                    if redis {
+                        let _ = writeln!(out, "    redis key: {}", bucket.redis_key());
+                    }
+                    let _ = writeln!(out, "    state now: {}", state_of(i, limit.algorithm));
+                    if i == bound && !reports.is_empty() {
+                        let why = if reports.iter().any(|r| r.over) {
+                            "of the limits refusing, the longest wait"
+                        } else {
+                            "the fewest requests left"
+                        };
+                        let _ = writeln!(out, "    binds: the status reports this limit ({why})");
                     }
                 }
             }
@@ -250,24 +267,24 @@ fn describe(limit: &Limit) -> String {
 }
 
 /// A limit's state as a peek reports it.
-fn state(report: &Report) -> String {
+fn state(report: &Report, algorithm: Algorithm) -> String {
     if report.over {
-        format!(
+        return format!(
             "OVER_LIMIT: {} remaining; a hit could pass in {}",
             report.remaining,
             seconds(report.reset)
-        )
-    } else {
-        format!(
-            "OK: {} remaining; {}",
-            report.remaining,
-            if report.reset == 0 {
-                "the bucket is full".to_string()
-            } else {
-                format!("full again in {}", seconds(report.reset))
-            }
-        )
+        );
     }
+    let (idle, again) = match algorithm {
+        Algorithm::SlidingWindow => ("the window is empty", "empty again in"),
+        _ => ("the bucket is full", "full again in"),
+    };
+    let rest = if report.reset == 0 {
+        idle.to_string()
+    } else {
+        format!("{again} {}", seconds(report.reset))
+    };
+    format!("OK: {} remaining; {rest}", report.remaining)
 }
 
 fn flags(rule: &Rule) -> &'static str {

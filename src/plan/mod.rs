@@ -343,8 +343,28 @@ fn resolve<'c, D: RequestDescriptor>(
 /// the descriptor's, then the limit's part (see [`Plan::limit_keys`]).
 fn write_listed_keys(keys: &mut String, key: &Range<usize>, limits: &[ConfigLimit]) {
     for limit in limits.iter().filter(|l| !l.key_part.is_empty()) {
-        keys.extend_from_within(key.clone());
+        append_copy(keys, key.clone());
         keys.push_str(&limit.key_part);
+    }
+}
+
+/// Appends `buffer[range]` to `buffer`, through a small stack buffer: what
+/// `String::extend_from_within` does from Rust 1.87, without an allocation.
+fn append_copy(buffer: &mut String, range: Range<usize>) {
+    let mut chunk = [0u8; 128];
+    let mut at = range.start;
+    while at < range.end {
+        let mut end = (at + chunk.len()).min(range.end);
+        while !buffer.is_char_boundary(end) {
+            end -= 1;
+        }
+        let part = &mut chunk[..end - at];
+        part.copy_from_slice(&buffer.as_bytes()[at..end]);
+        // Cut at character boundaries of a `str`: always UTF-8.
+        if let Ok(text) = std::str::from_utf8(part) {
+            buffer.push_str(text);
+        }
+        at = end;
     }
 }
 
@@ -376,6 +396,21 @@ fn apply_replaces(resolved: &mut [Resolved<'_>]) {
         });
         if let Some(by) = by {
             resolved[i] = Resolved::Replaced { rule, by };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::append_copy;
+
+    #[test]
+    fn a_key_is_copied_whole_whatever_its_characters() {
+        for base in ["", "7:trading", &"é🦀x".repeat(100)] {
+            let mut buffer = format!("ab{base}");
+            let range = 2..buffer.len();
+            append_copy(&mut buffer, range);
+            assert_eq!(buffer, format!("ab{base}{base}"));
         }
     }
 }
