@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::serve::Serve;
-use super::values::StoreKind;
+use super::values::{RateLimitHeadersArg, StoreKind};
 use crate::app::Settings;
 use crate::grpc::HeaderNames;
 use crate::net::TlsFiles;
@@ -26,6 +26,7 @@ impl Serve {
                 remaining: self.remaining_header,
                 reset: self.reset_header,
             }),
+            draft_headers: self.ratelimit_headers == RateLimitHeadersArg::Draft,
             drain_delay: Duration::from_millis(self.drain_delay_ms),
             drain_timeout: Duration::from_millis(self.drain_timeout_ms),
             metrics_path: self.metrics_path,
@@ -106,6 +107,17 @@ mod tests {
             format!("{from_flags:?}"),
             format!("{:?}", Settings::new("c.yaml"))
         );
+    }
+
+    #[test]
+    fn ratelimit_headers_draft_turns_the_draft_fields_on() {
+        let settings = |args: &[&str]| serve(args).into_settings("c.yaml".into());
+        assert!(!settings(&[]).draft_headers);
+        assert!(!settings(&["--ratelimit-headers", "off"]).draft_headers);
+        let both = settings(&["--ratelimit-headers", "draft", "--response-headers"]);
+        assert!(both.draft_headers && both.response_headers.is_some());
+        let argv = ["meshlimit", "serve", "--ratelimit-headers", "rfc"];
+        assert!(Cli::try_parse_from(argv).is_err());
     }
 
     #[test]
