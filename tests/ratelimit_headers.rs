@@ -172,3 +172,23 @@ async fn both_header_modes_together_or_neither() {
         ]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_go_style_header_named_like_a_draft_field_stops_the_server() {
+    let dir = config();
+    let config = dir.path().display().to_string();
+    let out = support::process::run_serve(
+        &config,
+        &[
+            "--ratelimit-headers",
+            "draft",
+            "--response-headers",
+            "--remaining-header",
+            "RateLimit",
+        ],
+    )
+    .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--ratelimit-headers"), "{stderr}");
+}

@@ -208,12 +208,14 @@ impl Serve {
     /// [`app::serve`]).
     ///
     /// # Errors
-    /// No config where the Go server's variables point, an address that cannot be bound,
-    /// or what [`app::serve`] fails with.
+    /// A Go-style header named like one of the draft's fields, no config where the Go
+    /// server's variables point, an address that cannot be bound, or what [`app::serve`]
+    /// fails with.
     pub async fn run(
         mut self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), Box<dyn std::error::Error>> {
+        self.check_header_names()?;
         let config = match self.config.take() {
             Some(path) => path,
             None => runtime_config()?,

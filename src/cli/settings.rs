@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::serve::Serve;
 use super::values::{RateLimitHeadersArg, StoreKind};
 use crate::app::Settings;
-use crate::grpc::HeaderNames;
+use crate::grpc::{HeaderNames, LIMIT_FIELD, POLICY_FIELD};
 use crate::net::TlsFiles;
 use crate::request_limits::RequestLimits;
 use crate::store::redis::RedisOptions;
@@ -64,6 +64,31 @@ impl Serve {
         }
     }
 
+    /// Refuses a Go-style header renamed to one of the draft's field names while both
+    /// kinds are on: Envoy would send two fields of one name, which a client reads as one
+    /// malformed List.
+    pub(super) fn check_header_names(&self) -> Result<(), String> {
+        if !self.response_headers || self.ratelimit_headers == RateLimitHeadersArg::Off {
+            return Ok(());
+        }
+        let names = [
+            &self.limit_header,
+            &self.remaining_header,
+            &self.reset_header,
+        ];
+        for name in names {
+            for field in [POLICY_FIELD, LIMIT_FIELD] {
+                if name.eq_ignore_ascii_case(field) {
+                    return Err(format!(
+                        "--response-headers would send {name:?}, a field --ratelimit-headers \
+                         draft sends too: rename it"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The Redis store's options with `--store redis`; `None` for the embedded store. The
     /// local fallback gets the embedded store's bounds.
     fn redis_options(&self) -> Option<RedisOptions> {
@@ -118,6 +143,23 @@ mod tests {
         assert!(both.draft_headers && both.response_headers.is_some());
         let argv = ["meshlimit", "serve", "--ratelimit-headers", "rfc"];
         assert!(Cli::try_parse_from(argv).is_err());
+    }
+
+    #[test]
+    fn a_go_style_header_may_not_take_a_draft_fields_name() {
+        let check = |args: &[&str]| serve(args).check_header_names();
+        let clash = ["--response-headers", "--ratelimit-headers", "draft"];
+        assert!(check(&clash).is_ok());
+        let renamed = |flag: &str, name: &str| {
+            let mut args = clash.to_vec();
+            args.extend([flag, name]);
+            check(&args)
+        };
+        assert!(renamed("--limit-header", "ratelimit").is_err());
+        assert!(renamed("--reset-header", "RateLimit-Policy").is_err());
+        assert!(renamed("--reset-header", "RateLimit-Policies").is_ok());
+        // One kind alone may use any name.
+        assert!(check(&["--response-headers", "--limit-header", "RateLimit"]).is_ok());
     }
 
     #[test]
