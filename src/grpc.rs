@@ -20,8 +20,11 @@ use crate::rules::Unit;
 use crate::service::{self, Service};
 
 mod codec;
+mod ratelimit_headers;
 mod route;
+mod sf;
 
+pub use ratelimit_headers::{LIMIT_FIELD, POLICY_FIELD};
 pub use route::RateLimitServer;
 
 /// The gRPC face of a [`Service`].
@@ -31,6 +34,8 @@ pub struct Rls {
     service: Service,
     /// Names of the `RateLimit-*` headers to ask Envoy to add (`None`: no headers).
     headers: Option<HeaderNames>,
+    /// Also ask for the IETF draft's `RateLimit-Policy` and `RateLimit` fields.
+    draft_fields: bool,
 }
 
 /// Names of the response headers meshlimit asks Envoy to add (the Go server's
@@ -61,6 +66,7 @@ impl Rls {
         Self {
             service,
             headers: None,
+            draft_fields: false,
         }
     }
 
@@ -69,6 +75,15 @@ impl Rls {
     #[must_use]
     pub fn with_response_headers(mut self, names: Option<HeaderNames>) -> Self {
         self.headers = names;
+        self
+    }
+
+    /// Adds the IETF draft's `RateLimit-Policy` and `RateLimit` fields, which describe
+    /// every limit of every limited descriptor, to every answer with a limit (see
+    /// [`ratelimit_headers`]); independent of [`Rls::with_response_headers`].
+    #[must_use]
+    pub fn with_draft_fields(mut self, on: bool) -> Self {
+        self.draft_fields = on;
         self
     }
 
@@ -99,10 +114,16 @@ impl RateLimitService for Rls {
             .should_rate_limit(&request.domain, &request.descriptors, request.hits_addend)
             .await
             .map_err(to_status)?;
-        let headers = match (&self.headers, answer.headline) {
+        let mut headers = match (&self.headers, answer.headline) {
             (Some(names), Some(i)) => response_headers(names, &answer.statuses[i]),
             _ => Vec::new(),
         };
+        if self.draft_fields
+            && let Some((policy, limit)) = ratelimit_headers::values(&answer.statuses)
+        {
+            headers.push(header(POLICY_FIELD, policy));
+            headers.push(header(LIMIT_FIELD, limit));
+        }
         let mut response = to_proto(answer);
         response.response_headers_to_add = headers;
         Ok(Response::new(response))
@@ -136,12 +157,17 @@ fn response_headers(names: &HeaderNames, status: &service::Status) -> Vec<Header
         (&names.reset, reset.to_string()),
     ]
     .into_iter()
-    .map(|(key, value)| HeaderValue {
-        key: key.clone(),
+    .map(|(key, value)| header(key, value))
+    .collect()
+}
+
+/// One header for Envoy to add to the downstream response.
+fn header(key: &str, value: String) -> HeaderValue {
+    HeaderValue {
+        key: key.to_string(),
         value,
         ..HeaderValue::default()
-    })
-    .collect()
+    }
 }
 
 fn to_proto(answer: service::Response) -> RateLimitResponse {

@@ -41,6 +41,12 @@ descriptors:
   - key: route
     value: enforced
     rate_limit: {unit: hour, requests_per_unit: 2}
+  # /multi: two limits on one descriptor, beside the per-user rule.
+  - key: route
+    value: multi
+    rate_limits:
+      - {name: per_minute, unit: minute, requests_per_unit: 2}
+      - {name: daily, unit: day, requests_per_unit: 5}
 ";
 
 /// The window the limits above are per, as Envoy writes it in `w=`.
@@ -243,6 +249,60 @@ async fn response_headers_reach_the_client(store: StoreKind) {
             reply.header("x-ratelimit-limit").is_some(),
             "[{store:?}] {reply:?}"
         );
+    }
+}
+
+/// `--ratelimit-headers draft`: Envoy passes the IETF draft's `RateLimit-Policy` and
+/// `RateLimit` fields to the client, one policy per limit of both descriptors of
+/// `/multi`, on the allowed answers and on the refusal. The first answer is the first
+/// request on its buckets, so its waits are exact refill times; later waits are bounded.
+async fn draft_fields_reach_the_client(store: StoreKind) {
+    let stack = Stack::start_with(store, &["--ratelimit-headers", "draft"]).await;
+    let user = [("x-user-id", "carol")];
+    let policy = r#""per_minute";q=2;w=60, "daily";q=5;w=86400, "per_user";q=3;w=3600"#;
+    let reply = stack.get(Front::Open, "/multi", &user).await;
+    assert_eq!(reply.status, 200, "[{store:?}] {reply:?}");
+    assert_eq!(
+        reply.header("ratelimit-policy"),
+        Some(policy),
+        "[{store:?}] {reply:?}"
+    );
+    // Refill times: 30 s, 17,280 s and 1,200 s.
+    assert_eq!(
+        reply.header("ratelimit"),
+        Some(r#""per_minute";r=1;t=30, "daily";r=4;t=17280, "per_user";r=2;t=1200"#),
+        "[{store:?}] {reply:?}"
+    );
+    let reply = stack.get(Front::Open, "/multi", &user).await;
+    assert_eq!(reply.status, 200, "[{store:?}] {reply:?}");
+    assert_draft_remaining(store, &reply, policy, [0, 3, 1]);
+    // per_minute refuses: nothing is consumed anywhere, and both fields still come.
+    let reply = stack.get(Front::Open, "/multi", &user).await;
+    assert_eq!(reply.status, 429, "[{store:?}] {reply:?}");
+    assert_draft_remaining(store, &reply, policy, [0, 3, 1]);
+}
+
+/// Asserts `policy`, and a `RateLimit` field whose Items are per_minute, daily and
+/// per_user with `remaining` and waits no longer than their windows.
+fn assert_draft_remaining(store: StoreKind, reply: &Reply, policy: &str, remaining: [u32; 3]) {
+    assert_eq!(
+        reply.header("ratelimit-policy"),
+        Some(policy),
+        "[{store:?}] {reply:?}"
+    );
+    let field = reply
+        .header("ratelimit")
+        .unwrap_or_else(|| panic!("[{store:?}] no RateLimit field: {reply:?}"));
+    let items: Vec<&str> = field.split(", ").collect();
+    let expected = [("per_minute", 60), ("daily", 86_400), ("per_user", 3_600)];
+    assert_eq!(items.len(), expected.len(), "[{store:?}] {field}");
+    for ((item, (name, window)), r) in items.iter().zip(expected).zip(remaining) {
+        let prefix = format!("\"{name}\";r={r};t=");
+        let wait: u64 = item
+            .strip_prefix(&prefix)
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("[{store:?}] {item:?} is not {prefix}<seconds>"));
+        assert!(wait <= window, "[{store:?}] {field}");
     }
 }
 
@@ -521,6 +581,14 @@ const FRONT: &str = r#"  - name: @NAME@
                   rate_limits:
                   - actions:
                     - generic_key: { descriptor_key: route, descriptor_value: enforced }
+              - match: { path: "/multi" }
+                route:
+                  cluster: backend
+                  rate_limits:
+                  - actions:
+                    - generic_key: { descriptor_key: route, descriptor_value: multi }
+                  - actions:
+                    - request_headers: { header_name: x-user-id, descriptor_key: user }
               - match: { path: "/reload" }
                 route:
                   cluster: backend
@@ -569,4 +637,5 @@ on_both_stores!(
     shadow_rule_never_denies,
     meshlimit_down_fails_open_or_closed,
     response_headers_reach_the_client,
+    draft_fields_reach_the_client,
 );

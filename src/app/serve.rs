@@ -142,6 +142,7 @@ pub async fn serve(
         .add_service(
             Rls::new(service)
                 .with_response_headers(settings.response_headers.clone())
+                .with_draft_fields(settings.draft_headers)
                 .into_server(),
         )
         .prepare();

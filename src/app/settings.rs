@@ -30,6 +30,9 @@ pub struct Settings {
     pub global_shadow: bool,
     /// `RateLimit-*` response headers for Envoy to add, or `None` (the default).
     pub response_headers: Option<HeaderNames>,
+    /// Also the IETF draft's `RateLimit-Policy` and `RateLimit` fields, one policy per
+    /// limit of every limited descriptor (`--ratelimit-headers draft`); off by default.
+    pub draft_headers: bool,
     /// After the shutdown signal: how long health checks fail while everything still
     /// serves, so that load balancers stop sending before connections close.
     pub drain_delay: Duration,
@@ -86,6 +89,7 @@ impl Settings {
             redis: None,
             global_shadow: false,
             response_headers: None,
+            draft_headers: false,
             drain_delay: defaults::DRAIN_DELAY,
             drain_timeout: defaults::DRAIN_TIMEOUT,
             metrics_path: defaults::METRICS_PATH.into(),

@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use super::values::{
-    AlgorithmArg, FailureArg, LogFormat, StoreKind, at_least_one, metrics_path, millis, ratio,
+    AlgorithmArg, FailureArg, LogFormat, RateLimitHeadersArg, StoreKind, at_least_one,
+    metrics_path, millis, ratio,
 };
 use crate::app::{self, Listeners};
 use crate::{defaults, gocompat};
@@ -101,6 +102,11 @@ pub struct Serve {
         default_value = defaults::RESET_HEADER
     )]
     pub(crate) reset_header: String,
+    /// `draft`: also ask Envoy to add the IETF draft's RateLimit-Policy and RateLimit
+    /// fields (draft-ietf-httpapi-ratelimit-headers-11), one policy per limit of every
+    /// limited descriptor. Independent of --response-headers.
+    #[arg(long, env = "MESHLIMIT_RATELIMIT_HEADERS", value_enum, default_value_t = RateLimitHeadersArg::Off)]
+    pub(crate) ratelimit_headers: RateLimitHeadersArg,
     /// Share of a limit from which hits count as near_limit in the metrics.
     #[arg(long, env = "MESHLIMIT_NEAR_LIMIT_RATIO", default_value_t = defaults::NEAR_LIMIT_RATIO, value_parser = ratio)]
     pub(crate) near_limit_ratio: f32,
@@ -202,12 +208,14 @@ impl Serve {
     /// [`app::serve`]).
     ///
     /// # Errors
-    /// No config where the Go server's variables point, an address that cannot be bound,
-    /// or what [`app::serve`] fails with.
+    /// A Go-style header named like one of the draft's fields, no config where the Go
+    /// server's variables point, an address that cannot be bound, or what [`app::serve`]
+    /// fails with.
     pub async fn run(
         mut self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), Box<dyn std::error::Error>> {
+        self.check_header_names()?;
         let config = match self.config.take() {
             Some(path) => path,
             None => runtime_config()?,

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::serve::Serve;
-use super::values::StoreKind;
+use super::values::{RateLimitHeadersArg, StoreKind};
 use crate::app::Settings;
-use crate::grpc::HeaderNames;
+use crate::grpc::{HeaderNames, LIMIT_FIELD, POLICY_FIELD};
 use crate::net::TlsFiles;
 use crate::request_limits::RequestLimits;
 use crate::store::redis::RedisOptions;
@@ -26,6 +26,7 @@ impl Serve {
                 remaining: self.remaining_header,
                 reset: self.reset_header,
             }),
+            draft_headers: self.ratelimit_headers == RateLimitHeadersArg::Draft,
             drain_delay: Duration::from_millis(self.drain_delay_ms),
             drain_timeout: Duration::from_millis(self.drain_timeout_ms),
             metrics_path: self.metrics_path,
@@ -61,6 +62,31 @@ impl Serve {
             max_metric_values: self.max_metric_values,
             ..Settings::new(config)
         }
+    }
+
+    /// Refuses a Go-style header renamed to one of the draft's field names while both
+    /// kinds are on: Envoy would send two fields of one name, which a client reads as one
+    /// malformed List.
+    pub(super) fn check_header_names(&self) -> Result<(), String> {
+        if !self.response_headers || self.ratelimit_headers == RateLimitHeadersArg::Off {
+            return Ok(());
+        }
+        let names = [
+            &self.limit_header,
+            &self.remaining_header,
+            &self.reset_header,
+        ];
+        for name in names {
+            for field in [POLICY_FIELD, LIMIT_FIELD] {
+                if name.eq_ignore_ascii_case(field) {
+                    return Err(format!(
+                        "--response-headers would send {name:?}, a field --ratelimit-headers \
+                         draft sends too: rename it"
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The Redis store's options with `--store redis`; `None` for the embedded store. The
@@ -106,6 +132,34 @@ mod tests {
             format!("{from_flags:?}"),
             format!("{:?}", Settings::new("c.yaml"))
         );
+    }
+
+    #[test]
+    fn ratelimit_headers_draft_turns_the_draft_fields_on() {
+        let settings = |args: &[&str]| serve(args).into_settings("c.yaml".into());
+        assert!(!settings(&[]).draft_headers);
+        assert!(!settings(&["--ratelimit-headers", "off"]).draft_headers);
+        let both = settings(&["--ratelimit-headers", "draft", "--response-headers"]);
+        assert!(both.draft_headers && both.response_headers.is_some());
+        let argv = ["meshlimit", "serve", "--ratelimit-headers", "rfc"];
+        assert!(Cli::try_parse_from(argv).is_err());
+    }
+
+    #[test]
+    fn a_go_style_header_may_not_take_a_draft_fields_name() {
+        let check = |args: &[&str]| serve(args).check_header_names();
+        let clash = ["--response-headers", "--ratelimit-headers", "draft"];
+        assert!(check(&clash).is_ok());
+        let renamed = |flag: &str, name: &str| {
+            let mut args = clash.to_vec();
+            args.extend([flag, name]);
+            check(&args)
+        };
+        assert!(renamed("--limit-header", "ratelimit").is_err());
+        assert!(renamed("--reset-header", "RateLimit-Policy").is_err());
+        assert!(renamed("--reset-header", "RateLimit-Policies").is_ok());
+        // One kind alone may use any name.
+        assert!(check(&["--response-headers", "--limit-header", "RateLimit"]).is_ok());
     }
 
     #[test]

@@ -42,6 +42,14 @@ impl From<FailureArg> for FailurePolicy {
     }
 }
 
+/// `--ratelimit-headers`: `draft` adds the IETF draft's `RateLimit-Policy` and
+/// `RateLimit` fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum RateLimitHeadersArg {
+    Off,
+    Draft,
+}
+
 /// `--algorithm`, the flag's spelling of [`Algorithm`].
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum AlgorithmArg {
