@@ -560,3 +560,58 @@ async fn a_broken_config_is_logged_once_and_its_error_clears_when_fixed() {
     let rejections = ml.log().matches("config reload rejected").count();
     assert_eq!(rejections, 1, "{}", ml.log());
 }
+
+/// A rule with several limits: /rlconfig lists each, /explain shows each with its bucket
+/// and which binds, and /json answers with the binding limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_limits_are_listed_explained_and_answered() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let limits = "\
+domain: ops
+descriptors:
+  - key: listed
+    rate_limits:
+      - {unit: day, requests_per_unit: 2, name: two_a_day}
+      - {unit: minute, unit_multiplier: 5, requests_per_unit: 10, algorithm: sliding_window}
+";
+    std::fs::write(dir.path().join("ops.yaml"), limits).expect("writing the config");
+    let ml = Meshlimit::start(dir.path(), &[]).await;
+
+    let text = http_get(ml.http, "/rlconfig").await.1;
+    assert!(
+        text.contains(
+            "ops.listed: unit=DAY requests_per_unit=2, shadow_mode: false, quota_mode: false, \
+             burst: 2, algorithm: token_bucket, name: two_a_day; unit=MINUTE requests_per_unit=10, \
+             shadow_mode: false, quota_mode: false, burst: 10, algorithm: sliding_window, \
+             unit_multiplier: 5"
+        ),
+        "{text}"
+    );
+
+    let (_, text) = http_post(ml.http, "/json", &body(&[("listed", "a")])).await;
+    let answer = json(&text);
+    assert_eq!(answer["statuses"][0]["limitRemaining"], 1, "{text}");
+    assert_eq!(
+        answer["statuses"][0]["currentLimit"]["name"], "two_a_day",
+        "{text}"
+    );
+
+    let (status, text) = http_get(ml.http, "/explain?domain=ops&descriptor=listed%3Da").await;
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        text.contains("rule: ops.listed: 2 limits, all must have room"),
+        "{text}"
+    );
+    assert!(
+        text.contains("limit two_a_day: 2 per DAY, burst 2, token_bucket\n    bucket: 3:ops6:listed1:a11:n=two_a_day\n    state now: OK: 1 remaining"),
+        "{text}"
+    );
+    assert!(
+        text.contains("limit 5m: 10 per 5 MINUTE, sliding_window\n    bucket: 3:ops6:listed1:a4:p=5m\n    state now: OK: 9 remaining"),
+        "{text}"
+    );
+    assert!(
+        text.contains("binds: the status reports this limit (the fewest requests left)"),
+        "{text}"
+    );
+}
