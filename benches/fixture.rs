@@ -34,6 +34,14 @@ descriptors:
   - key: tier
     value: "trad*"
     rate_limit: {unit: minute, requests_per_unit: 4000000000}
+  - key: one_limit
+    rate_limit: {unit: second, requests_per_unit: 4000000000}
+  - key: two_limits
+    rate_limits:
+      - {unit: second, requests_per_unit: 4000000000}
+      - {unit: day, requests_per_unit: 4000000000}
+  - key: sliding
+    rate_limit: {unit: second, requests_per_unit: 4000000000, algorithm: sliding_window}
 "#;
 
 /// The embedded store never suspends, so the future completes on its first poll.

@@ -11,6 +11,11 @@
 //! - `service/three_descriptors`: a three-descriptor request through its plan (matching,
 //!   replaces, hits), the store, the statistics and the answer; `_no_metrics` without the
 //!   statistics.
+//! - `store/limits/{one,two}`: a descriptor with one limit, and with two (a `rate_limits`
+//!   list: two buckets decided together); target: two at most 1.6× one.
+//!   `store/limits/sliding`: one sliding-window decision (target ≤ 100 ns), and its
+//!   arithmetic alone (`sliding_step_only`).
+//! - `service/limits/{one,two,sliding}`: the same through the whole service.
 //! - `service/per_descriptor/N`: requests of N = 1, 8, 64 distinct descriptors, as time per
 //!   descriptor (flat when a request's cost is linear in its descriptors).
 
@@ -26,7 +31,9 @@ criterion_group!(
     store::threads,
     store::flood,
     store::check_many,
+    store::limits,
     service::three_descriptors,
-    service::per_descriptor
+    service::per_descriptor,
+    service::limits
 );
 criterion_main!(benches);

@@ -56,3 +56,28 @@ pub fn per_descriptor(c: &mut Criterion) {
     }
     group.finish();
 }
+
+/// One descriptor with one limit, the same with two (`rate_limits`), and with a sliding
+/// window, through the whole service with statistics: what a second limit costs.
+pub fn limits(c: &mut Criterion) {
+    let service = service(true);
+    let mut group = c.benchmark_group("service/limits");
+    group.throughput(Throughput::Elements(1));
+    for (name, key) in [
+        ("one", "one_limit"),
+        ("two", "two_limits"),
+        ("sliding", "sliding"),
+    ] {
+        let requests: Vec<Vec<Descriptor>> = (0..1024)
+            .map(|i| vec![Descriptor::new(&[(key, &format!("caller-{i}"))])])
+            .collect();
+        let mut i = 0;
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                i = (i + 1) % requests.len();
+                black_box(ready(service.should_rate_limit("bench", &requests[i], 1)).unwrap());
+            })
+        });
+    }
+    group.finish();
+}

@@ -4,6 +4,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
+use meshlimit::bucket_key::BucketKey;
 use meshlimit::clock::ManualClock;
 use meshlimit::limiter::{self, State};
 use meshlimit::rules::{Algorithm, Limit, Mode, Unit};
@@ -87,6 +88,75 @@ pub fn decide_one(c: &mut Criterion) {
         });
     }
     group.finish();
+}
+
+/// A descriptor with one limit against the same with two (two buckets decided together, as
+/// a `rate_limits` list is), and one sliding-window decision, over 1024 callers.
+pub fn limits(c: &mut Criterion) {
+    let keys = keys("l");
+    let daily: Vec<String> = keys.iter().map(|k| format!("{k}5:p=1d")).collect();
+    let store = store_with(&keys);
+    let per_day = Limit {
+        unit: Unit::Day,
+        ..limit()
+    };
+    let sliding = Limit {
+        algorithm: Algorithm::SlidingWindow,
+        ..limit()
+    };
+    let mut group = c.benchmark_group("store/limits");
+    group.throughput(Throughput::Elements(1));
+    let mut i = 0;
+    group.bench_function("one", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            black_box(store.check(black_box(&[check(&keys[i], limit())]), NOW));
+        })
+    });
+    group.bench_function("two", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            // As a plan writes them: the second key is the first plus the limit's part.
+            let listed = Check {
+                key: BucketKey::listed(&daily[i], keys[i].len()),
+                ..check(&daily[i], per_day)
+            };
+            let both = [check(&keys[i], limit()), listed];
+            black_box(store.check(black_box(&both), NOW));
+        })
+    });
+    let windows: Vec<String> = keys.iter().map(|k| format!("{k}1:s")).collect();
+    let window_store = MemoryStore::new(1_000_000, Arc::new(ManualClock::new(NOW)));
+    group.bench_function("sliding", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            black_box(window_store.check(black_box(&[check(&windows[i], sliding)]), NOW));
+        })
+    });
+    // The arithmetic alone, for reference.
+    let state = limiter::step(None, &sliding, 1, NOW).consumed().0;
+    group.bench_function("sliding_step_only", |b| {
+        b.iter(|| {
+            black_box(limiter::step(
+                black_box(Some(&state)),
+                &sliding,
+                1,
+                black_box(NOW),
+            ))
+        })
+    });
+    group.finish();
+}
+
+/// An enforced check of one hit on `key`.
+fn check(key: &str, limit: Limit) -> Check<'_> {
+    Check {
+        key: key.into(),
+        limit,
+        hits: 1,
+        mode: Mode::Enforce,
+        descriptor: 0,
+    }
 }
 
 /// Buckets in the store of the flood bench: full, so that every new key evicts one.

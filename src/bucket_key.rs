@@ -13,18 +13,40 @@ use std::fmt;
 /// format cannot misread buckets left by this one.
 pub const REDIS_PREFIX: &str = "ml1:";
 
-/// A bucket's identity, borrowed from the buffer it was built in.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+/// A bucket's identity, borrowed from the buffer it was built in. Two keys are equal when
+/// their text is.
+#[derive(Clone, Copy)]
 pub struct BucketKey<'a>(
     /// The text: the domain, then each level's key and counted value, each as
-    /// `<byte length>:<part>`.
+    /// `<byte length>:<part>`, then, for a limit of a `rate_limits` list, the limit's part.
     &'a str,
+    /// How much of the text is the descriptor's own key: all of it, but for a limit of a
+    /// list, whose part follows.
+    usize,
 );
 
 impl<'a> BucketKey<'a> {
+    /// The key of one limit of a `rate_limits` list: `descriptor_len` bytes of the
+    /// descriptor's key, then the limit's part.
+    pub fn listed(text: &'a str, descriptor_len: usize) -> Self {
+        BucketKey(text, descriptor_len.min(text.len()))
+    }
+
     /// The key as text: what the embedded store keys its buckets by.
     pub fn as_str(&self) -> &'a str {
         self.0
+    }
+
+    /// The descriptor's own key: the whole text but for a limit of a list. The embedded
+    /// store places a descriptor's buckets by it, so that all the limits of one descriptor
+    /// sit under one lock.
+    pub fn descriptor_part(&self) -> &'a str {
+        &self.0[..self.1]
+    }
+
+    /// Whether this is the key of a limit of a list (see [`BucketKey::listed`]).
+    pub fn is_listed(&self) -> bool {
+        self.1 < self.0.len()
     }
 
     /// The leading `<len>:<domain>` part; the whole key when it does not start with one
@@ -56,7 +78,21 @@ impl<'a> BucketKey<'a> {
 
 impl<'a> From<&'a str> for BucketKey<'a> {
     fn from(key: &'a str) -> Self {
-        BucketKey(key)
+        BucketKey(key, key.len())
+    }
+}
+
+impl PartialEq for BucketKey<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl Eq for BucketKey<'_> {}
+
+impl std::hash::Hash for BucketKey<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
     }
 }
 
@@ -133,7 +169,7 @@ fn digit(n: usize) -> char {
 
 /// The key written at `range` of `buffer` by a [`KeyWriter`].
 pub fn key_at(buffer: &str, range: std::ops::Range<usize>) -> BucketKey<'_> {
-    BucketKey(&buffer[range])
+    BucketKey::from(&buffer[range])
 }
 
 #[cfg(test)]

@@ -228,14 +228,13 @@ impl<'c> Plan<'c> {
         let mut next = base.end;
         limits.iter().map(move |(limit, config)| {
             let part = config.map_or(0, |c| c.key_part.len());
-            let key = if part == 0 {
-                base.clone()
-            } else {
-                let start = next;
-                next += base.len() + part;
-                start..next
-            };
-            (limit, config, self.key(&key))
+            if part == 0 {
+                return (limit, config, self.key(&base));
+            }
+            let start = next;
+            next += base.len() + part;
+            let text = &self.buffers.keys[start..next];
+            (limit, config, BucketKey::listed(text, base.len()))
         })
     }
 

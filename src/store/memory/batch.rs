@@ -23,7 +23,7 @@ use parking_lot::MutexGuard;
 use smallvec::SmallVec;
 
 use super::shard::Buckets;
-use super::{Inner, SHARDS, shard_index};
+use super::{Inner, SHARDS};
 use crate::clock::Nanos;
 use crate::limiter::{self, Report, State, Step};
 use crate::store::{Check, Reports};
@@ -40,11 +40,15 @@ impl Inner {
     pub(super) fn check_many(&self, checks: &[Check<'_>], now: Nanos) -> Reports {
         let mut pending: SmallVec<[Pending; 4]> = checks
             .iter()
-            .map(|c| Pending {
-                hash: self.hasher.hash_one(c.key.as_str()),
-                first: 0,
-                slot: 0,
-                state: None,
+            .map(|c| {
+                let hash = self.hasher.hash_one(c.key.as_str());
+                Pending {
+                    hash,
+                    shard: self.shard_of(&c.key, hash),
+                    first: 0,
+                    slot: 0,
+                    state: None,
+                }
             })
             .collect();
         // The same key twice in one request is one bucket: `first` of check i is the first
@@ -52,7 +56,7 @@ impl Inner {
         first_of_each_key(checks, &mut pending);
         let mut shards = ShardSet::default();
         for p in &pending {
-            shards.insert(shard_index(p.hash));
+            shards.insert(p.shard);
         }
         let mut guards: SmallVec<[MutexGuard<'_, Buckets>; 4]> =
             shards.iter().map(|s| self.shards[s].0.lock()).collect();
@@ -63,7 +67,7 @@ impl Inner {
             if p.first != i {
                 continue;
             }
-            let buckets = &mut guards[shards.rank(shard_index(p.hash))];
+            let buckets = &mut guards[shards.rank(p.shard)];
             let touched =
                 buckets.touch(check.key.as_str(), p.hash, self.usage.current(), |bytes| {
                     self.usage.created(bytes)
@@ -97,7 +101,7 @@ impl Inner {
         if denied {
             for (i, p) in pending.iter_mut().enumerate() {
                 if p.first == i {
-                    p.state = guards[shards.rank(shard_index(p.hash))].slot(p.slot).state;
+                    p.state = guards[shards.rank(p.shard)].slot(p.slot).state;
                 }
             }
             for (i, check) in checks.iter().enumerate() {
@@ -116,7 +120,7 @@ impl Inner {
         }
         for (i, (check, p)) in checks.iter().zip(&pending).enumerate() {
             if p.first == i {
-                let bucket = guards[shards.rank(shard_index(p.hash))].slot_mut(p.slot);
+                let bucket = guards[shards.rank(p.shard)].slot_mut(p.slot);
                 bucket.state = p.state;
                 bucket.requests_per_unit = check.limit.requests_per_unit;
             }
@@ -137,6 +141,8 @@ impl Inner {
 struct Pending {
     /// The store's hash of the check's key.
     hash: u64,
+    /// The shard of its bucket.
+    shard: usize,
     /// The index of the first check with the same key (its own, for most).
     first: usize,
     /// For a first check: its bucket's slot.

@@ -30,6 +30,7 @@
 
 mod batch;
 mod bounds;
+mod listed;
 mod shard;
 
 use std::hash::BuildHasher;
@@ -44,6 +45,7 @@ pub use bounds::{Bounds, MemoryStats};
 use shard::{Buckets, EMPTY};
 
 use super::{Check, Reports};
+use crate::bucket_key::BucketKey;
 use crate::clock::{Clock, Nanos};
 use crate::limiter::{self, Report};
 
@@ -158,6 +160,7 @@ impl MemoryStore {
     pub fn check(&self, checks: &[Check<'_>], now: Nanos) -> Reports {
         match checks {
             [check] => smallvec::smallvec![self.inner.check_one(check, now)],
+            _ if Inner::one_listed_descriptor(checks) => self.inner.check_listed(checks, now),
             _ => self.inner.check_many(checks, now),
         }
     }
@@ -166,7 +169,9 @@ impl MemoryStore {
     /// that does not exist is full and stays absent; recency is not refreshed).
     pub fn peek(&self, check: &Check<'_>, now: Nanos) -> Report {
         let hash = self.inner.hasher.hash_one(check.key.as_str());
-        let buckets = self.inner.shards[shard_index(hash)].0.lock();
+        let buckets = self.inner.shards[self.inner.shard_of(&check.key, hash)]
+            .0
+            .lock();
         let state = buckets
             .find(check.key.as_str(), hash)
             .and_then(|slot| buckets.slot(slot).state);
@@ -190,7 +195,7 @@ impl Inner {
     /// One descriptor: one lock, held for the lookup and the arithmetic.
     fn check_one(&self, check: &Check<'_>, now: Nanos) -> Report {
         let hash = self.hasher.hash_one(check.key.as_str());
-        let index = shard_index(hash);
+        let index = self.shard_of(&check.key, hash);
         let mut buckets = self.shards[index].0.lock();
         let touched = buckets.touch(check.key.as_str(), hash, self.usage.current(), |bytes| {
             self.usage.created(bytes)
@@ -209,6 +214,17 @@ impl Inner {
             self.enforce_bounds(now);
         }
         report
+    }
+
+    /// The shard of `key`, whose hash is `hash`: the hash's, but for a limit of a
+    /// `rate_limits` list, that of its descriptor's key, so that every limit of a
+    /// descriptor is under one lock.
+    fn shard_of(&self, key: &BucketKey<'_>, hash: u64) -> usize {
+        if key.is_listed() {
+            shard_index(self.hasher.hash_one(key.descriptor_part()))
+        } else {
+            shard_index(hash)
+        }
     }
 
     /// Makes shard `index`'s oldest stamp visible to evicting threads; called with its
