@@ -3,6 +3,19 @@
 //! [`limiter::step`] on it. Redis' state can only have less refill than the snapshot assumes
 //! and more consumption (other replicas), so a request the snapshot refuses Redis would
 //! refuse too; one it would admit goes to Redis.
+//!
+//! A sliding window is kept only while it refuses even one hit, and only until one hit
+//! could pass: until then no replica can add to its counts, so the snapshot is exactly what
+//! Redis holds. Every limit of a descriptor has a bucket key of its own, so each snapshot
+//! lasts as long as its own limit refuses (a daily cap's snapshot ends when the day rolls,
+//! whatever a per-second limit of the same descriptor says), and a request is refused here
+//! only when every one of its checks is.
+//!
+//! Times are taken as the script reads the caller's clock ([`TimeSource::Caller`]), in
+//! whole microseconds (whole quanta for token buckets): a snapshot never lasts past the
+//! instant Redis would admit, not even by a fraction of a microsecond.
+//!
+//! [`TimeSource::Caller`]: super::TimeSource::Caller
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,6 +61,18 @@ enum Blocked {
         /// How long the snapshot is kept: until the window ends, at most `max_ttl`.
         ttl: Duration,
     },
+    /// A sliding window refusing even one hit: frozen (nothing admitted, so nothing
+    /// counted) until `until` (local clock), when one hit could pass.
+    Sliding {
+        /// The limit the window was counted under: another limit (a reload) ignores it.
+        limit: Limit,
+        /// Hits counted in the window when Redis answered.
+        count: u64,
+        /// When one hit could pass, on the local clock.
+        until: Nanos,
+        /// How long the snapshot is kept: until `until`, at most `max_ttl`.
+        ttl: Duration,
+    },
 }
 
 impl OverLimitCache {
@@ -84,9 +109,11 @@ impl OverLimitCache {
         let limit = check.limit;
         let blocked = match outcome.after {
             After::TokenBucket { debt, .. } => {
+                let scale = Scale::of(&limit);
                 let state = State::TokenBucket {
-                    debt: u128::from(debt) * Scale::of(&limit).debt_nanos,
-                    at: now,
+                    debt: u128::from(debt) * scale.debt_nanos,
+                    // The script computed the debt as of the quantum it read.
+                    at: truncated(now, scale.q),
                     period: limit.period_nanos(),
                 };
                 let one = limiter::step(Some(&state), &limit, 1, now);
@@ -105,12 +132,44 @@ impl OverLimitCache {
             After::FixedWindow { count, ends_in_us } if ends_in_us > 0 => Blocked::Window {
                 limit,
                 count,
-                until: now.saturating_add(ends_in_us.saturating_mul(1000)),
+                until: after_us(now, ends_in_us),
                 ttl: Duration::from_micros(ends_in_us).min(self.max_ttl),
             },
             After::FixedWindow { .. } => return,
+            After::SlidingWindow {
+                count,
+                one_passes_in_us,
+            } => match self.sliding(limit, count, one_passes_in_us, now) {
+                Some(blocked) => blocked,
+                None => return,
+            },
         };
         self.entries.insert(check.key.as_str().into(), blocked);
+    }
+
+    /// The snapshot of a sliding window that Redis says refuses one hit for
+    /// `one_passes_in_us` (0: one hit could pass, nothing to keep).
+    fn sliding(
+        &self,
+        limit: Limit,
+        count: u64,
+        one_passes_in_us: u64,
+        now: Nanos,
+    ) -> Option<Blocked> {
+        if one_passes_in_us == 0 {
+            return None;
+        }
+        let ttl = if limit.requests_per_unit == 0 {
+            self.max_ttl // never passes
+        } else {
+            Duration::from_micros(one_passes_in_us).min(self.max_ttl)
+        };
+        Some(Blocked::Sliding {
+            limit,
+            count,
+            until: after_us(now, one_passes_in_us),
+            ttl,
+        })
     }
 
     /// Expiry and eviction upkeep; see [`super::RedisStore::maintain`].
@@ -147,6 +206,12 @@ impl Blocked {
                     cached: true,
                 })
             }
+            Blocked::Sliding {
+                limit,
+                count,
+                until,
+                ..
+            } if *limit == check.limit => sliding_refusal(limit, *count, *until, check, now),
             _ => None,
         }
     }
@@ -154,9 +219,53 @@ impl Blocked {
     /// How long the snapshot is kept.
     fn ttl(&self) -> Duration {
         match self {
-            Blocked::Bucket { ttl, .. } | Blocked::Window { ttl, .. } => *ttl,
+            Blocked::Bucket { ttl, .. }
+            | Blocked::Window { ttl, .. }
+            | Blocked::Sliding { ttl, .. } => *ttl,
         }
     }
+}
+
+/// The report of a sliding window frozen with `count` hits until `until` for `check` at
+/// `now`: what Redis would say, if it is sure. Only for checks of at most one hit: the
+/// wait of more depends on how the hits spread over the sub-windows, which the snapshot
+/// does not keep, so those go to Redis.
+fn sliding_refusal(
+    limit: &Limit,
+    count: u64,
+    until: Nanos,
+    check: &Check<'_>,
+    now: Nanos,
+) -> Option<Report> {
+    let never = limit.requests_per_unit == 0;
+    if check.hits > 1 || !(never || now < until) {
+        return None;
+    }
+    Some(Report {
+        over: true,
+        remaining: u32::try_from(u64::from(limit.requests_per_unit).saturating_sub(count))
+            .unwrap_or(u32::MAX),
+        reset: if never {
+            limit.period_nanos()
+        } else {
+            until - truncated(now, 1)
+        },
+        count,
+        cached: true,
+    })
+}
+
+/// `now` as the script reads the caller's clock in quanta of `q` microseconds: rounded
+/// down to a whole quantum.
+fn truncated(now: Nanos, q: u64) -> Nanos {
+    let quantum = q.saturating_mul(1000).max(1);
+    now - now % quantum
+}
+
+/// The instant `us` microseconds after the script's reading of `now` (in whole
+/// microseconds), on the local clock.
+fn after_us(now: Nanos, us: u64) -> Nanos {
+    truncated(now, 1).saturating_add(us.saturating_mul(1000))
 }
 
 /// Expires each snapshot after its own [`Blocked::ttl`].

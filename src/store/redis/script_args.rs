@@ -1,5 +1,5 @@
 //! The decision script's arguments ([`decide.lua`](./decide.lua)'s header): the keys, the
-//! time, then eight fields per check, token-bucket limits as exact integers ([`Scale`]).
+//! time, then nine fields per check, token-bucket limits as exact integers ([`Scale`]).
 //!
 //! Token-bucket arithmetic in Lua runs on doubles, exact below 2^53: [`Scale`] expresses a
 //! limit in integers (microsecond quanta, a token reduced by the gcd of unit and rate) that
@@ -17,8 +17,8 @@ use crate::store::Check;
 /// microseconds, one token worth `token`, refill `rate` per quantum, capacity `cap`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Scale {
-    /// Microseconds per quantum of time.
-    q: u64,
+    /// Microseconds per quantum of time: the script reads the clock in whole quanta.
+    pub(super) q: u64,
     /// Scaled units one token is worth.
     token: u64,
     /// Scaled units refilled per quantum.
@@ -59,6 +59,12 @@ impl Scale {
     }
 }
 
+/// A sliding window's period in microseconds: a multiple of the sub-window count, since
+/// periods are whole seconds, so the script's sub-windows start on whole microseconds.
+fn sliding_period_us(limit: &Limit) -> u64 {
+    limit.period_seconds() * 1_000_000
+}
+
 /// The greatest common divisor of `a` and `b`, at least 1.
 fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
@@ -93,30 +99,26 @@ pub(super) fn evalsha(
             Mode::Quota => "q",
             Mode::ShadowQuota => "x",
         };
-        match check.limit.algorithm {
+        let (kind, numbers, lease) = match check.limit.algorithm {
             Algorithm::TokenBucket => {
                 let s = Scale::of(&check.limit);
-                cmd.arg("t")
-                    .arg(check.hits)
-                    .arg(mode)
-                    .arg(s.token)
-                    .arg(s.rate)
-                    .arg(s.cap)
-                    .arg(s.q)
-                    .arg(want.extra);
+                ("t", [s.token, s.rate, s.cap, s.q], want.extra)
             }
             Algorithm::FixedWindow => {
-                cmd.arg("w")
-                    .arg(check.hits)
-                    .arg(mode)
-                    .arg(check.limit.requests_per_unit)
-                    .arg(check.limit.period_seconds())
-                    .arg(0)
-                    .arg(0)
-                    .arg(0);
+                let limit = u64::from(check.limit.requests_per_unit);
+                ("w", [limit, check.limit.period_seconds(), 0, 0], 0)
             }
-            Algorithm::SlidingWindow => todo!("helper: sliding windows on Redis"),
-        }
+            Algorithm::SlidingWindow => {
+                let limit = u64::from(check.limit.requests_per_unit);
+                ("s", [limit, sliding_period_us(&check.limit), 0, 0], 0)
+            }
+        };
+        cmd.arg(kind)
+            .arg(check.hits)
+            .arg(mode)
+            .arg(check.descriptor)
+            .arg(&numbers)
+            .arg(lease);
     }
     cmd
 }
