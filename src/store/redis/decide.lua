@@ -158,9 +158,9 @@ local function sliding(s, hits, limit, period)
 end
 
 -- Microseconds from now until the window (newest, counters c) holds no admitted hit: the
--- start of the sub-window after which its oldest counted hit no longer counts.
+-- start of the sub-window after which its newest counted hit no longer counts.
 local function sliding_empty_in(newest, c, width)
-  for k = SLOTS, 1, -1 do
+  for k = 1, SLOTS do
     if c[k] > 0 then
       return math.max(0, (newest - (k - 1) + SLOTS) * width - now_us)
     end
