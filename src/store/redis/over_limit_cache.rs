@@ -104,6 +104,10 @@ impl OverLimitCache {
     /// over-limit bucket stays over until it refills, a full window until it ends.
     pub(super) fn learn(&self, check: &Check<'_>, outcome: &Outcome, now: Nanos) {
         if !outcome.over {
+            // Redis did not refuse: a snapshot kept from before may have missed hits taken
+            // since (a check of more hits refused, then one that passed), so its reports
+            // would show room and waits the bucket no longer has.
+            self.entries.invalidate(check.key.as_str());
             return;
         }
         let limit = check.limit;
