@@ -295,3 +295,121 @@ impl moka::Expiry<Arc<str>, Blocked> for BlockedExpiry {
         Some(value.ttl())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::{Algorithm, Mode, Unit};
+
+    const T0: Nanos = 1_767_225_600 * NANOS_PER_SEC;
+    const MS: Nanos = 1_000_000;
+
+    fn window(rpu: u32) -> Limit {
+        Limit {
+            requests_per_unit: rpu,
+            unit: Unit::Second,
+            multiplier: 1,
+            burst: rpu,
+            algorithm: Algorithm::SlidingWindow,
+        }
+    }
+
+    fn check(limit: Limit, hits: u64) -> Check<'static> {
+        Check {
+            key: "4:test1:k".into(),
+            limit,
+            hits,
+            mode: Mode::Enforce,
+            descriptor: 0,
+        }
+    }
+
+    /// What Redis says of a sliding window with `count` hits, over, one hit passing in
+    /// `one_ms`.
+    fn over(count: u64, one_ms: u64) -> Outcome {
+        Outcome {
+            over: true,
+            remaining: 0,
+            reset: one_ms * MS,
+            after: After::SlidingWindow {
+                count,
+                one_passes_in_us: one_ms * 1000,
+            },
+        }
+    }
+
+    fn cache() -> OverLimitCache {
+        OverLimitCache::new(100, Duration::from_secs(60))
+    }
+
+    #[test]
+    fn a_window_refusing_one_hit_is_refused_here_until_one_could_pass() {
+        let (cache, limit) = (cache(), window(3));
+        // Sent at T0 + 0.5 µs: the script read T0, so one hit passes at T0 + 300 ms.
+        cache.learn(&check(limit, 1), &over(3, 300), T0 + 500);
+        let refused = cache
+            .refuse(&[check(limit, 1)], T0 + 100 * MS)
+            .expect("cached");
+        assert_eq!(
+            refused[0],
+            Report {
+                over: true,
+                remaining: 0,
+                reset: 200 * MS,
+                count: 3,
+                cached: true
+            }
+        );
+        assert!(
+            cache
+                .refuse(&[check(limit, 0)], T0 + 300 * MS - 1)
+                .is_some()
+        );
+        assert!(cache.refuse(&[check(limit, 1)], T0 + 300 * MS).is_none());
+        // More hits wait for counts the snapshot does not keep: Redis answers those.
+        assert!(cache.refuse(&[check(limit, 2)], T0 + 100 * MS).is_none());
+        // Another limit on the same key (a reload) is not this snapshot's.
+        assert!(
+            cache
+                .refuse(&[check(window(4), 1)], T0 + 100 * MS)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_window_with_room_for_one_hit_is_not_kept() {
+        let cache = cache();
+        let limit = window(3);
+        // Over for 3 hits with 2 counted: one hit could pass now.
+        cache.learn(&check(limit, 3), &over(2, 0), T0);
+        assert!(cache.refuse(&[check(limit, 1)], T0).is_none());
+    }
+
+    #[test]
+    fn a_window_of_zero_refuses_for_a_period_each_time() {
+        let cache = cache();
+        let limit = window(0);
+        cache.learn(&check(limit, 1), &over(0, 1000), T0);
+        let refused = cache
+            .refuse(&[check(limit, 1)], T0 + 5_000 * MS)
+            .expect("cached");
+        assert_eq!((refused[0].over, refused[0].reset), (true, NANOS_PER_SEC));
+    }
+
+    #[test]
+    fn a_bucket_redis_did_not_refuse_is_forgotten() {
+        let (cache, limit) = (cache(), window(3));
+        cache.learn(&check(limit, 1), &over(3, 300), T0);
+        let passed = Outcome {
+            over: false,
+            remaining: 2,
+            reset: 0,
+            after: After::SlidingWindow {
+                count: 1,
+                one_passes_in_us: 0,
+            },
+        };
+        cache.learn(&check(limit, 1), &passed, T0 + 10 * MS);
+        assert!(cache.refuse(&[check(limit, 1)], T0 + 20 * MS).is_none());
+    }
+}
