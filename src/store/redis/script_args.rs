@@ -138,6 +138,51 @@ mod tests {
         }
     }
 
+    /// The arguments as text, after the SHA and the key count.
+    fn args(cmd: &Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .skip(1)
+            .filter_map(|arg| match arg {
+                redis::Arg::Simple(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_check_sends_nine_fields_in_the_scripts_order() {
+        let window = |algorithm| Limit {
+            requests_per_unit: 3,
+            unit: Unit::Minute,
+            multiplier: 5,
+            burst: 3,
+            algorithm,
+        };
+        let check = |limit, descriptor, mode| Check {
+            key: "4:test1:k".into(),
+            limit,
+            hits: 2,
+            mode,
+            descriptor,
+        };
+        let checks = [
+            check(window(Algorithm::SlidingWindow), 0, Mode::Quota),
+            check(window(Algorithm::FixedWindow), 0, Mode::Quota),
+            check(limit(100, Unit::Second, 10), 1, Mode::Shadow),
+        ];
+        let wants = [Want::nothing(), Want::nothing(), Want::nothing()];
+        let keys = ["a".to_string(), "b".to_string(), "c".to_string()];
+        let cmd = evalsha("sha", TimeSource::Caller, &keys, &checks, &wants, 7_000_999);
+        // The keys and the time in whole microseconds, then each check: kind, hits, mode,
+        // descriptor, four numbers (a window's period in µs or s), the lease.
+        let head = ["sha", "3", "a", "b", "c", "7000"];
+        let sliding = ["s", "2", "q", "0", "3", "300000000", "0", "0", "0"];
+        let fixed = ["w", "2", "q", "0", "3", "300", "0", "0", "0"];
+        let bucket = ["t", "2", "s", "1", "10000", "1", "100000", "1", "0"];
+        let expected = [&head[..], &sliding, &fixed, &bucket].concat();
+        assert_eq!(args(&cmd), expected);
+    }
+
     #[test]
     fn scales_are_exact_integers_below_two_to_the_53() {
         let s = Scale::of(&limit(100, Unit::Second, 10));
