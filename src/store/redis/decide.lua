@@ -187,17 +187,25 @@ local function sliding_retry(w, need)
   return w.period -- unreachable: an empty window admits what the limit allows
 end
 
--- A sliding window's state and report for one fate, the hits taken when `consumed` and
--- the step passes.
-local function sliding_outcome(w, consumed)
-  local c, counted = w.c, w.counted
-  if consumed and w.passes then
+-- A sliding window's state after step `w`, the hits taken when `consumed` and the step
+-- passes.
+local function sliding_state(w, consumed)
+  local c = w.c
+  if consumed and w.passes and w.hits > 0 then
     -- A copy: the step is settled again for the request's final fate.
     c = {}
     for k = 1, SLOTS do c[k] = w.c[k] end
     c[1] = c[1] + w.hits
-    counted = counted + w.hits
   end
+  return { kind = 's', newest = w.newest, c = c, period = w.period, width = w.width }
+end
+
+-- A sliding window's state and report for one fate, the hits taken when `consumed` and
+-- the step passes.
+local function sliding_outcome(w, consumed)
+  local state = sliding_state(w, consumed)
+  local c, counted = state.c, w.counted
+  if consumed and w.passes then counted = counted + w.hits end
   local reset, one = 0, 0
   if w.passes then
     reset = sliding_empty_in(w.newest, c, w.width)
@@ -206,7 +214,6 @@ local function sliding_outcome(w, consumed)
     -- What the over-limit cache may rely on: nothing passes before one hit can.
     if w.limit == 0 or counted + 1 > w.limit then one = sliding_retry(w, 1) end
   end
-  local state = { kind = 's', newest = w.newest, c = c, period = w.period, width = w.width }
   return state, { not w.passes, math.max(0, w.limit - counted), reset, counted, one }
 end
 
@@ -281,7 +288,12 @@ local group_mode, group_over = nil, false
 for i = 1, n do
   local st = step(i, cur[first[i]])
   steps[i] = st
-  cur[first[i]] = outcome(st, true)
+  -- What later checks of the same bucket start from (a window's report waits for pass 2).
+  if st.kind == 's' then
+    cur[first[i]] = sliding_state(st, true)
+  else
+    cur[first[i]] = outcome(st, true)
+  end
   local o = 1 + (i - 1) * STRIDE
   if i == 1 or ARGV[o + 4] ~= ARGV[o + 4 - STRIDE] then
     if i > 1 then descriptor_verdict(group_mode, group_over) end
