@@ -101,7 +101,9 @@ impl OverLimitCache {
     }
 
     /// Keeps what Redis' `outcome` for `check` (sent at `now`) says of the future: an
-    /// over-limit bucket stays over until it refills, a full window until it ends.
+    /// over-limit bucket stays over until it refills, a full fixed window until it ends, a
+    /// sliding window refusing one hit until one could pass. A bucket Redis did not refuse
+    /// is forgotten.
     pub(super) fn learn(&self, check: &Check<'_>, outcome: &Outcome, now: Nanos) {
         if !outcome.over {
             // Redis did not refuse: a snapshot kept from before may have missed hits taken

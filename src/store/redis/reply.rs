@@ -45,7 +45,7 @@ impl Outcome {
     /// The report of a check under `limit` (the limit the script was asked about).
     pub fn report(&self, limit: &Limit) -> Report {
         let (reset, count) = match self.after {
-            // A bucket that never refills does not say when: a unit, as the embedded
+            // A bucket that never refills does not say when: one period, as the embedded
             // store reports it.
             After::TokenBucket { .. } if limit.requests_per_unit == 0 => (limit.period_nanos(), 0),
             After::TokenBucket { .. } => (self.reset, 0),

@@ -212,5 +212,16 @@ mod tests {
                 "{l:?}"
             );
         }
+        // A multiplier makes the token worth the whole period: 2 per 3 s is one per 1.5 s.
+        let three_seconds = Limit {
+            multiplier: 3,
+            ..limit(2, Unit::Second, 1)
+        };
+        let s = Scale::of(&three_seconds);
+        assert_eq!((s.q, s.token, s.rate, s.cap), (1, 1_500_000, 1, 1_500_000));
+        assert_eq!(
+            u128::from(s.token) * s.debt_nanos,
+            u128::from(three_seconds.period_nanos())
+        );
     }
 }
