@@ -315,6 +315,8 @@ async fn every_algorithm_with_a_multiplier_matches_the_embedded_store() {
             ..limit(Algorithm::TokenBucket, 3, Unit::Minute, 2)
         },
         limit(Algorithm::FixedWindow, 2, Unit::Minute, 5),
+        // Never refills: both report one period, four seconds, as the wait.
+        limit(Algorithm::TokenBucket, 0, Unit::Second, 4),
     ];
     for seed in 10..13u64 {
         let keys: Vec<(String, Limit)> = limits
