@@ -32,12 +32,12 @@ fn subwindow_of(now: Nanos, period: Nanos) -> u64 {
 }
 
 /// When a window whose newest sub-window is `newest` holds no admitted hit any more: the
-/// start of the sub-window after which its oldest counted hit no longer counts. 0 when it
-/// is already empty.
+/// start of the sub-window after which its newest counted hit no longer counts (the older
+/// ones left before it). 0 when it is already empty.
 pub(super) fn empty_at(newest: u64, counts: &[u32; SLOTS], period: Nanos) -> Nanos {
-    match counts.iter().rposition(|&c| c > 0) {
-        Some(oldest) => {
-            subwindow_start(newest.saturating_sub(oldest as u64) + SLOTS as u64, period)
+    match counts.iter().position(|&c| c > 0) {
+        Some(latest) => {
+            subwindow_start(newest.saturating_sub(latest as u64) + SLOTS as u64, period)
         }
         None => 0,
     }

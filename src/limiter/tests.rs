@@ -1157,3 +1157,28 @@ fn consumed_state_is_the_state_consumed_keeps() {
         }
     }
 }
+
+/// A window is empty, and its state idle, only once its newest hit leaves, not its
+/// oldest: hits of two sub-windows.
+#[test]
+fn a_sliding_window_is_empty_when_its_newest_hit_leaves() {
+    let l = Limit {
+        requests_per_unit: 10,
+        unit: Unit::Minute,
+        multiplier: 5,
+        burst: 10,
+        algorithm: Algorithm::SlidingWindow,
+    };
+    // Sub-windows of 30 s: hits at 10 s (sub-window 0) and 70 s (sub-window 2).
+    let mut state = None;
+    hit(&mut state, &l, 2, T0 + 10 * S);
+    let second = hit(&mut state, &l, 1, T0 + 70 * S);
+    // The hit of sub-window 2 leaves when sub-window 13 starts: 390 s.
+    assert_eq!((second.remaining, second.reset), (7, 320 * S));
+    let st = state.expect("a window");
+    assert_eq!(st.idle_in(T0 + 330 * S, 10), 60 * S);
+    assert_eq!(st.idle_in(T0 + 390 * S, 10), 0);
+    // Past the first hits' leaving, the second's still counts.
+    let peek = step(Some(&st), &l, 0, T0 + 330 * S).consumed().1;
+    assert_eq!((peek.remaining, peek.reset), (9, 60 * S));
+}

@@ -1,26 +1,42 @@
 -- meshlimit: decide every limited descriptor of one request atomically.
 --
--- The Redis twin of src/limiter (step, request_denied) and of the embedded store's
--- two-pass decision: evaluate every check as if the request passes, decide the request,
--- then keep the consumed states (allowed) or replay without consumption (denied).
+-- The Redis twin of src/limiter (step, request_denied, sliding.rs) and of the embedded
+-- store's two-pass decision: evaluate every check as if the request passes, decide the
+-- request, then keep the consumed states (allowed) or replay without consumption (denied).
 -- Fixed windows count every hit either way, as the Go server does.
 --
 -- KEYS[i]   bucket i (the same key may repeat: one bucket, seeing earlier hits)
 -- ARGV[1]   now in microseconds, or '' to read Redis' own clock (TIME)
--- ARGV[1 + (i-1)*8 + 1 ..]  check i, 8 fields:
---   kind   't' token bucket | 'w' fixed window
+-- ARGV[1 + (i-1)*9 + 1 ..]  check i, 9 fields:
+--   kind   't' token bucket | 'w' fixed window | 's' sliding window
 --   hits   hits to take (0 checks without consuming)
 --   mode   'e' enforce | 's' shadow | 'q' quota | 'x' shadow quota
+--   desc   the request descriptor the check belongs to: checks of one descriptor are
+--          consecutive, and a descriptor is over when any of its checks is
 --   t: token, rate, cap, q   -- scaled integers (see src/store/redis/script_args.rs, Scale)
 --   w: limit, window seconds, 0, 0
+--   s: limit, period microseconds, 0, 0
 --   lease  extra whole tokens to lease when the request passes (token buckets)
 -- Numbers stay below 2^53, where Lua's doubles are exact integers.
 --
 -- Returns {denied, then per check: over, remaining, reset_us, a, b} where
 --   t: a = debt after the decision (scaled), b = tokens leased
 --   w: a = count after the decision, b = microseconds until the window ends
+--   s: a = hits counted in the window after the decision, b = when over, microseconds
+--      until one hit could pass (0 when one could pass now)
+--
+-- Stored states (struct.pack, told apart by length):
+--   t: 32 bytes '<dddd' debt, at (quanta), token, q
+--   w: 24 bytes '<ddd' start (seconds), count, window seconds
+--   s: 60 bytes '<dd' newest sub-window, period microseconds, then 11 'I4' counters of
+--      admitted hits, the newest sub-window's first
 
-local STRIDE = 8
+local STRIDE = 9
+-- A sliding window's sub-windows per period, and its counters: the current sub-window and
+-- the SUBWINDOWS before it (SLIDING_SUBWINDOWS in src/rules.rs).
+local SUBWINDOWS = 10
+local SLOTS = SUBWINDOWS + 1
+local SLIDING_FORMAT = '<dd' .. string.rep('I4', SLOTS)
 local now_us
 if ARGV[1] == '' then
   local t = redis.call('TIME')
@@ -55,6 +71,11 @@ local function decode(raw)
   elseif #raw == 24 then
     local start, count, win = struct.unpack('<ddd', raw)
     return { kind = 'w', start = start, count = count, win = win }
+  elseif #raw == 16 + 4 * SLOTS then
+    local v = { struct.unpack(SLIDING_FORMAT, raw) }
+    local c = {}
+    for k = 1, SLOTS do c[k] = v[k + 2] end
+    return { kind = 's', newest = v[1], period = v[2], c = c }
   end
   return nil
 end
@@ -110,25 +131,115 @@ local function window(s, hits, limit, win)
            state = { kind = 'w', start = start, count = after, win = win } }
 end
 
+-- A sliding window (src/limiter/sliding.rs): SLOTS counters of admitted hits, c[1] for
+-- sub-window `newest`, c[k] for `newest - k + 1`. Sub-window i starts at i * width
+-- microseconds, width = period / SUBWINDOWS exactly: periods are whole seconds.
+local function sliding(s, hits, limit, period)
+  local width = period / SUBWINDOWS
+  local current = floor_div(now_us, width)
+  local newest, c = current, {}
+  if s and s.kind == 's' and s.period == period then
+    -- A clock that went back keeps counting in the newest sub-window seen.
+    newest = math.max(current, s.newest)
+    local by = newest - s.newest
+    for k = 1, SLOTS do
+      if k > by then c[k] = s.c[k - by] else c[k] = 0 end
+    end
+  else
+    -- Fresh, another algorithm or another period before a reload: empty.
+    for k = 1, SLOTS do c[k] = 0 end
+  end
+  local counted = 0
+  for k = 1, SLOTS do counted = counted + c[k] end
+  local need = math.max(hits, 1)
+  return { kind = 's', newest = newest, c = c, period = period, width = width,
+           limit = limit, hits = hits, counted = counted,
+           passes = limit > 0 and counted + need <= limit }
+end
+
+-- Microseconds from now until the window (newest, counters c) holds no admitted hit: the
+-- start of the sub-window after which its newest counted hit no longer counts.
+local function sliding_empty_in(newest, c, width)
+  for k = 1, SLOTS do
+    if c[k] > 0 then
+      return math.max(0, (newest - (k - 1) + SLOTS) * width - now_us)
+    end
+  end
+  return 0
+end
+
+-- Microseconds from now until `need` hits fit in window step `w` (which refuses them).
+local function sliding_retry(w, need)
+  if w.limit == 0 then
+    return w.period -- never passes: one period, as the other algorithms report
+  end
+  if need > w.limit then
+    -- More than the window can ever admit: the best moment is when it is empty.
+    return sliding_empty_in(w.newest, w.c, w.width)
+  end
+  local still = w.counted
+  for dropped = 1, SLOTS do
+    still = still - w.c[SLOTS - dropped + 1]
+    if still + need <= w.limit then
+      return math.max(0, (w.newest + dropped) * w.width - now_us)
+    end
+  end
+  return w.period -- unreachable: an empty window admits what the limit allows
+end
+
+-- A sliding window's state after step `w`, the hits taken when `consumed` and the step
+-- passes.
+local function sliding_state(w, consumed)
+  local c = w.c
+  if consumed and w.passes and w.hits > 0 then
+    -- A copy: the step is settled again for the request's final fate.
+    c = {}
+    for k = 1, SLOTS do c[k] = w.c[k] end
+    c[1] = c[1] + w.hits
+  end
+  return { kind = 's', newest = w.newest, c = c, period = w.period, width = w.width }
+end
+
+-- A sliding window's state and report for one fate, the hits taken when `consumed` and
+-- the step passes.
+local function sliding_outcome(w, consumed)
+  local state = sliding_state(w, consumed)
+  local c, counted = state.c, w.counted
+  if consumed and w.passes then counted = counted + w.hits end
+  local reset, one = 0, 0
+  if w.passes then
+    reset = sliding_empty_in(w.newest, c, w.width)
+  else
+    reset = sliding_retry(w, math.max(w.hits, 1))
+    -- What the over-limit cache may rely on: nothing passes before one hit can.
+    if w.limit == 0 or counted + 1 > w.limit then one = sliding_retry(w, 1) end
+  end
+  return state, { not w.passes, math.max(0, w.limit - counted), reset, counted, one }
+end
+
 local function step(i, s)
   local o = 1 + (i - 1) * STRIDE
-  local hits = tonumber(ARGV[o + 2])
-  local a, b = tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5])
-  if ARGV[o + 1] == 't' then
-    return bucket(s, hits, a, b, tonumber(ARGV[o + 6]), tonumber(ARGV[o + 7]))
+  local kind, hits = ARGV[o + 1], tonumber(ARGV[o + 2])
+  local a, b = tonumber(ARGV[o + 5]), tonumber(ARGV[o + 6])
+  if kind == 't' then
+    return bucket(s, hits, a, b, tonumber(ARGV[o + 7]), tonumber(ARGV[o + 8]))
+  elseif kind == 's' then
+    return sliding(s, hits, a, b)
   end
   return window(s, hits, a, b)
 end
 
 local function over(st)
-  if st.kind == 't' then return not st.passes end
-  return st.over
+  if st.kind == 'w' then return st.over end
+  return not st.passes
 end
 
--- State and report {over, remaining, reset_us, a} of a step for one fate.
+-- State and report {over, remaining, reset_us, a, b} of a step for one fate.
 local function outcome(st, consumed)
   if st.kind == 'w' then
     return st.state, { st.over, st.remaining, st.reset, st.state.count, st.until_end }
+  elseif st.kind == 's' then
+    return sliding_outcome(st, consumed)
   end
   local debt = st.debt
   if consumed and st.passes then debt = debt + st.take end
@@ -157,15 +268,12 @@ for i = 1, n do
   end
 end
 
--- Pass 1: as if the request passes.
+-- Pass 1: as if the request passes. Verdicts count per descriptor (over when any of its
+-- checks is), as src/limiter's request_denied: a quota descriptor with two limits is over
+-- when either is, not when both are.
 local steps = {}
 local denied, quota_seen, quota_all_over = false, false, true
-for i = 1, n do
-  local st = step(i, cur[first[i]])
-  steps[i] = st
-  cur[first[i]] = outcome(st, true)
-  local mode = ARGV[1 + (i - 1) * STRIDE + 3]
-  local is_over = over(st)
+local function descriptor_verdict(mode, is_over)
   if mode == 'e' then
     if is_over then denied = true end
   elseif mode == 'q' then
@@ -176,6 +284,24 @@ for i = 1, n do
     quota_all_over = false
   end
 end
+local group_mode, group_over = nil, false
+for i = 1, n do
+  local st = step(i, cur[first[i]])
+  steps[i] = st
+  -- What later checks of the same bucket start from (a window's report waits for pass 2).
+  if st.kind == 's' then
+    cur[first[i]] = sliding_state(st, true)
+  else
+    cur[first[i]] = outcome(st, true)
+  end
+  local o = 1 + (i - 1) * STRIDE
+  if i == 1 or ARGV[o + 4] ~= ARGV[o + 4 - STRIDE] then
+    if i > 1 then descriptor_verdict(group_mode, group_over) end
+    group_mode, group_over = ARGV[o + 3], false
+  end
+  group_over = group_over or over(st)
+end
+if n > 0 then descriptor_verdict(group_mode, group_over) end
 if quota_seen and quota_all_over then denied = true end
 
 -- Pass 2: settle.
@@ -197,7 +323,7 @@ else
   end
   -- Leases: whole tokens beyond the request's own, never more than the bucket holds.
   for i = 1, n do
-    local want = tonumber(ARGV[1 + (i - 1) * STRIDE + 8])
+    local want = tonumber(ARGV[1 + (i - 1) * STRIDE + 9])
     local s = cur[first[i]]
     if want > 0 and s.kind == 't' and s.rate > 0 then
       local lease = math.min(want, floor_div(s.cap - s.d, s.tok))
@@ -209,7 +335,8 @@ else
   end
 end
 
--- Keep every bucket, each with a TTL: until full again, or until its window ends.
+-- Keep every bucket, each with a TTL: until full again, until its window ends, or until
+-- its sliding window holds no admitted hit.
 for i = 1, n do
   if first[i] == i then
     local s = cur[i]
@@ -219,6 +346,14 @@ for i = 1, n do
       else
         local ttl_ms = math.ceil(ceil_div(s.d, s.rate) * s.q / 1000)
         redis.call('SET', KEYS[i], struct.pack('<dddd', s.d, s.at, s.tok, s.q), 'PX', ttl_ms)
+      end
+    elseif s.kind == 's' then
+      local empty_in = sliding_empty_in(s.newest, s.c, s.width)
+      if empty_in <= 0 then
+        redis.call('DEL', KEYS[i])
+      else
+        redis.call('SET', KEYS[i], struct.pack(SLIDING_FORMAT, s.newest, s.period, unpack(s.c)),
+          'PX', math.ceil(empty_in / 1000))
       end
     else
       local ttl_ms = math.max(1, math.ceil(((s.start + s.win) * 1000000 - now_us) / 1000))

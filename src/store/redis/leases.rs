@@ -164,9 +164,32 @@ impl Leases {
         Some(reports)
     }
 
+    /// What each of `checks` asks Redis for beyond its own hits ([`Leases::want`]), in
+    /// order. A descriptor with a limit that is not a token bucket leases nothing for any
+    /// of its limits: its token buckets' keys only ever come with that limit, which no
+    /// lease covers, so no request could spend the tokens ([`Leases::spend`]); they would
+    /// sit unused, lost to every replica, until the lease expires, and then be leased anew.
+    pub(super) fn wants(&self, checks: &[Check<'_>]) -> smallvec::SmallVec<[Want; 4]> {
+        checks
+            .chunk_by(|a, b| a.descriptor == b.descriptor)
+            .flat_map(|descriptor| {
+                let leasable = descriptor
+                    .iter()
+                    .all(|c| c.limit.algorithm == Algorithm::TokenBucket);
+                descriptor.iter().map(move |c| {
+                    if leasable {
+                        self.want(c)
+                    } else {
+                        Want::nothing()
+                    }
+                })
+            })
+            .collect()
+    }
+
     /// Extra tokens to ask for with `check` (enough to hold the lease size again) and the
     /// right to add them, unless leasing is off or another request is topping it up.
-    pub(super) fn want(&self, check: &Check<'_>) -> Want {
+    fn want(&self, check: &Check<'_>) -> Want {
         if self.size == 0 || check.limit.algorithm != Algorithm::TokenBucket || check.hits == 0 {
             return Want::nothing();
         }

@@ -169,8 +169,7 @@ impl RedisStore {
             return Ok(reports);
         }
         count(&inner.counts.misses);
-        let wants: smallvec::SmallVec<[Want; 4]> =
-            checks.iter().map(|c| inner.leases.want(c)).collect();
+        let wants = inner.leases.wants(checks);
         let decided = inner.decide(node.clone(), &keys, checks, &wants, now);
         let reply = tokio::time::timeout_at(deadline, decided)
             .await

@@ -20,7 +20,9 @@ pub struct CheckReply {
     pub over: bool,
     /// Whole tokens (or window hits) left.
     pub remaining: i64,
-    /// Microseconds until the bucket can pass again (token buckets) or the window resets.
+    /// Microseconds until the bucket can pass again (token buckets), the window resets
+    /// (fixed windows), or, for sliding windows, until the request could pass (over) or
+    /// the window is empty (not over).
     pub reset_us: i64,
     /// The script's last two numbers, unnamed until the algorithm is known.
     specific: [i64; 2],
@@ -43,11 +45,13 @@ impl Outcome {
     /// The report of a check under `limit` (the limit the script was asked about).
     pub fn report(&self, limit: &Limit) -> Report {
         let (reset, count) = match self.after {
-            // A bucket that never refills does not say when: a unit, as the embedded
+            // A bucket that never refills does not say when: one period, as the embedded
             // store reports it.
-            After::TokenBucket { .. } if limit.requests_per_unit == 0 => (limit.unit.nanos(), 0),
+            After::TokenBucket { .. } if limit.requests_per_unit == 0 => (limit.period_nanos(), 0),
             After::TokenBucket { .. } => (self.reset, 0),
-            After::FixedWindow { count, .. } => (self.reset, count),
+            After::FixedWindow { count, .. } | After::SlidingWindow { count, .. } => {
+                (self.reset, count)
+            }
         };
         Report {
             over: self.over,
@@ -77,6 +81,15 @@ pub enum After {
         /// Microseconds until the window ends.
         ends_in_us: u64,
     },
+    /// A sliding window.
+    SlidingWindow {
+        /// Hits counted in the window after the decision (admitted ones only).
+        count: u64,
+        /// When over: microseconds until one hit could pass; nothing passes before (no
+        /// admission, so no count can change), which is what the over-limit cache keeps.
+        /// 0 when one hit could pass now, or when the check is not over.
+        one_passes_in_us: u64,
+    },
 }
 
 impl CheckReply {
@@ -97,7 +110,10 @@ impl CheckReply {
                     count: first,
                     ends_in_us: second,
                 },
-                Algorithm::SlidingWindow => todo!("helper: sliding windows on Redis"),
+                Algorithm::SlidingWindow => After::SlidingWindow {
+                    count: first,
+                    one_passes_in_us: second,
+                },
             },
         }
     }
@@ -250,6 +266,13 @@ mod tests {
             After::FixedWindow {
                 count: 7,
                 ends_in_us: 3
+            }
+        );
+        assert_eq!(
+            check.outcome(Algorithm::SlidingWindow).after,
+            After::SlidingWindow {
+                count: 7,
+                one_passes_in_us: 3
             }
         );
     }

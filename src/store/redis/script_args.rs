@@ -1,5 +1,5 @@
 //! The decision script's arguments ([`decide.lua`](./decide.lua)'s header): the keys, the
-//! time, then eight fields per check, token-bucket limits as exact integers ([`Scale`]).
+//! time, then nine fields per check, token-bucket limits as exact integers ([`Scale`]).
 //!
 //! Token-bucket arithmetic in Lua runs on doubles, exact below 2^53: [`Scale`] expresses a
 //! limit in integers (microsecond quanta, a token reduced by the gcd of unit and rate) that
@@ -17,8 +17,8 @@ use crate::store::Check;
 /// microseconds, one token worth `token`, refill `rate` per quantum, capacity `cap`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Scale {
-    /// Microseconds per quantum of time.
-    q: u64,
+    /// Microseconds per quantum of time: the script reads the clock in whole quanta.
+    pub(super) q: u64,
     /// Scaled units one token is worth.
     token: u64,
     /// Scaled units refilled per quantum.
@@ -59,6 +59,12 @@ impl Scale {
     }
 }
 
+/// A sliding window's period in microseconds: a multiple of the sub-window count, since
+/// periods are whole seconds, so the script's sub-windows start on whole microseconds.
+fn sliding_period_us(limit: &Limit) -> u64 {
+    limit.period_seconds() * 1_000_000
+}
+
 /// The greatest common divisor of `a` and `b`, at least 1.
 fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
@@ -93,30 +99,26 @@ pub(super) fn evalsha(
             Mode::Quota => "q",
             Mode::ShadowQuota => "x",
         };
-        match check.limit.algorithm {
+        let (kind, numbers, lease) = match check.limit.algorithm {
             Algorithm::TokenBucket => {
                 let s = Scale::of(&check.limit);
-                cmd.arg("t")
-                    .arg(check.hits)
-                    .arg(mode)
-                    .arg(s.token)
-                    .arg(s.rate)
-                    .arg(s.cap)
-                    .arg(s.q)
-                    .arg(want.extra);
+                ("t", [s.token, s.rate, s.cap, s.q], want.extra)
             }
             Algorithm::FixedWindow => {
-                cmd.arg("w")
-                    .arg(check.hits)
-                    .arg(mode)
-                    .arg(check.limit.requests_per_unit)
-                    .arg(check.limit.period_seconds())
-                    .arg(0)
-                    .arg(0)
-                    .arg(0);
+                let limit = u64::from(check.limit.requests_per_unit);
+                ("w", [limit, check.limit.period_seconds(), 0, 0], 0)
             }
-            Algorithm::SlidingWindow => todo!("helper: sliding windows on Redis"),
-        }
+            Algorithm::SlidingWindow => {
+                let limit = u64::from(check.limit.requests_per_unit);
+                ("s", [limit, sliding_period_us(&check.limit), 0, 0], 0)
+            }
+        };
+        cmd.arg(kind)
+            .arg(check.hits)
+            .arg(mode)
+            .arg(check.descriptor)
+            .arg(&numbers)
+            .arg(lease);
     }
     cmd
 }
@@ -134,6 +136,51 @@ mod tests {
             burst,
             algorithm: Algorithm::TokenBucket,
         }
+    }
+
+    /// The arguments as text, after the SHA and the key count.
+    fn args(cmd: &Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .skip(1)
+            .filter_map(|arg| match arg {
+                redis::Arg::Simple(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_check_sends_nine_fields_in_the_scripts_order() {
+        let window = |algorithm| Limit {
+            requests_per_unit: 3,
+            unit: Unit::Minute,
+            multiplier: 5,
+            burst: 3,
+            algorithm,
+        };
+        let check = |limit, descriptor, mode| Check {
+            key: "4:test1:k".into(),
+            limit,
+            hits: 2,
+            mode,
+            descriptor,
+        };
+        let checks = [
+            check(window(Algorithm::SlidingWindow), 0, Mode::Quota),
+            check(window(Algorithm::FixedWindow), 0, Mode::Quota),
+            check(limit(100, Unit::Second, 10), 1, Mode::Shadow),
+        ];
+        let wants = [Want::nothing(), Want::nothing(), Want::nothing()];
+        let keys = ["a".to_string(), "b".to_string(), "c".to_string()];
+        let cmd = evalsha("sha", TimeSource::Caller, &keys, &checks, &wants, 7_000_999);
+        // The keys and the time in whole microseconds, then each check: kind, hits, mode,
+        // descriptor, four numbers (a window's period in µs or s), the lease.
+        let head = ["sha", "3", "a", "b", "c", "7000"];
+        let sliding = ["s", "2", "q", "0", "3", "300000000", "0", "0", "0"];
+        let fixed = ["w", "2", "q", "0", "3", "300", "0", "0", "0"];
+        let bucket = ["t", "2", "s", "1", "10000", "1", "100000", "1", "0"];
+        let expected = [&head[..], &sliding, &fixed, &bucket].concat();
+        assert_eq!(args(&cmd), expected);
     }
 
     #[test]
@@ -165,5 +212,16 @@ mod tests {
                 "{l:?}"
             );
         }
+        // A multiplier makes the token worth the whole period: 2 per 3 s is one per 1.5 s.
+        let three_seconds = Limit {
+            multiplier: 3,
+            ..limit(2, Unit::Second, 1)
+        };
+        let s = Scale::of(&three_seconds);
+        assert_eq!((s.q, s.token, s.rate, s.cap), (1, 1_500_000, 1, 1_500_000));
+        assert_eq!(
+            u128::from(s.token) * s.debt_nanos,
+            u128::from(three_seconds.period_nanos())
+        );
     }
 }
