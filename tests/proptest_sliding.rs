@@ -1,7 +1,8 @@
 //! Property tests of the sliding window through the public API: for random arrival
 //! patterns it never admits more than the limit in any interval of one period, it admits
 //! whatever the README promises (a request passes when the hits admitted in the last
-//! period and a tenth, plus its own, fit), and a refusal's wait is exact.
+//! period and a tenth, plus its own, fit), a refusal's wait is exact, and a window is
+//! never idle (droppable by a store's upkeep) while an admitted hit counts.
 //!
 //! Every step takes an explicit `now`. Failures are saved next to this file, in
 //! `proptest_sliding.proptest-regressions` (committed: its seeds run first, every time).
@@ -92,6 +93,11 @@ proptest! {
                 // Any interval of one period holding the most admissions ends at one.
                 let in_period = counted_since(&admitted, now - period);
                 prop_assert!(in_period <= cap, "{in_period} admitted within one period");
+            }
+            // Stores drop a bucket once it is idle: never while an admitted hit counts.
+            if let Some(&(last, _)) = admitted.last() {
+                let idle_at = now + next.idle_in(now, limit.requests_per_unit);
+                prop_assert!(idle_at >= last + period, "idle while a hit of {last} counts");
             }
             state = Some(next);
         }

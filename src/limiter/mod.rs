@@ -64,7 +64,8 @@ pub struct Report {
     /// seconds.
     pub reset: Nanos,
     /// Fixed window: hits counted in the window with this request's, denied ones included
-    /// (what the near-limit statistics split on); 0 for token buckets.
+    /// (what the near-limit statistics split on); sliding window: hits counted against the
+    /// request, its own included when taken; 0 for token buckets.
     pub count: u64,
     /// Answered from this replica's over-limit cache, without asking the shared store.
     pub cached: bool,

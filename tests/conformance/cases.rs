@@ -19,6 +19,9 @@
 //!   leased descriptors can be over in Redis, which can deny a quota-mode request.
 //! - L3: a lease belongs to one limit: when a reload or an override changes the limit,
 //!   the tokens leased under the old one stay taken from the bucket.
+//! - L4: a descriptor that also has a window limit (a `rate_limits` list with a fixed or
+//!   sliding window) leases nothing for its token buckets: a replica could never spend
+//!   such tokens alone, since the window must be asked each time.
 
 use std::time::Duration;
 
