@@ -94,7 +94,10 @@ pub fn decide_one(c: &mut Criterion) {
 /// a `rate_limits` list is), and one sliding-window decision, over 1024 callers.
 pub fn limits(c: &mut Criterion) {
     let keys = keys("l");
-    let daily: Vec<String> = keys.iter().map(|k| format!("{k}5:p=1d")).collect();
+    // A list's keys, as a plan writes them: the descriptor's key, then the limit's part.
+    let listed =
+        |part: &str| -> Vec<String> { keys.iter().map(|k| format!("{k}{part}")).collect() };
+    let (per_second, daily) = (listed("5:p=1s"), listed("5:p=1d"));
     let store = store_with(&keys);
     let per_day = Limit {
         unit: Unit::Day,
@@ -116,12 +119,10 @@ pub fn limits(c: &mut Criterion) {
     group.bench_function("two", |b| {
         b.iter(|| {
             i = (i + 1) % KEYS;
-            // As a plan writes them: the second key is the first plus the limit's part.
-            let listed = Check {
-                key: BucketKey::listed(&daily[i], keys[i].len()),
-                ..check(&daily[i], per_day)
-            };
-            let both = [check(&keys[i], limit()), listed];
+            let both = [
+                listed_check(&per_second[i], keys[i].len(), limit()),
+                listed_check(&daily[i], keys[i].len(), per_day),
+            ];
             black_box(store.check(black_box(&both), NOW));
         })
     });
@@ -156,6 +157,15 @@ fn check(key: &str, limit: Limit) -> Check<'_> {
         hits: 1,
         mode: Mode::Enforce,
         descriptor: 0,
+    }
+}
+
+/// An enforced check of one hit on `key`, a limit of a list whose descriptor's key is
+/// its first `descriptor_len` bytes.
+fn listed_check(key: &str, descriptor_len: usize, limit: Limit) -> Check<'_> {
+    Check {
+        key: BucketKey::listed(key, descriptor_len),
+        ..check(key, limit)
     }
 }
 

@@ -336,37 +336,34 @@ fn div(a: u128, b: u128) -> u128 {
 /// `verdicts` are one per store check, `(descriptor index, mode, over)` in request order:
 /// a descriptor with several limits has several checks, and is over when any of them is.
 pub fn request_denied(verdicts: impl IntoIterator<Item = (usize, Mode, bool)>) -> bool {
-    let mut verdicts = verdicts.into_iter().peekable();
-    let by_descriptor = std::iter::from_fn(|| {
-        let (descriptor, mode, mut over) = verdicts.next()?;
-        while let Some(&(_, _, next_over)) =
-            verdicts.peek().filter(|&&(next, ..)| next == descriptor)
-        {
-            over |= next_over;
-            verdicts.next();
-        }
-        Some((mode, over))
-    });
-    descriptors_denied(by_descriptor)
-}
-
-/// [`request_denied`] on one verdict per descriptor.
-fn descriptors_denied(verdicts: impl Iterator<Item = (Mode, bool)>) -> bool {
     let mut quota_seen = false;
     let mut quota_all_over = true;
-    for (mode, over) in verdicts {
+    // The quota descriptor being read, and whether any of its limits is over so far: only
+    // quota mode needs a descriptor's verdict whole (an enforced limit over denies alone).
+    let mut open: Option<(usize, bool)> = None;
+    for (descriptor, mode, over) in verdicts {
         match mode {
             Mode::Enforce if over => return true,
             Mode::Enforce | Mode::Shadow => {}
             Mode::Quota => {
                 quota_seen = true;
-                quota_all_over &= over;
+                match &mut open {
+                    Some((same, any_over)) if *same == descriptor => *any_over |= over,
+                    _ => {
+                        if let Some((_, any_over)) = open.replace((descriptor, over)) {
+                            quota_all_over &= any_over;
+                        }
+                    }
+                }
             }
             Mode::ShadowQuota => {
                 quota_seen = true;
                 quota_all_over = false;
             }
         }
+    }
+    if let Some((_, any_over)) = open {
+        quota_all_over &= any_over;
     }
     quota_seen && quota_all_over
 }

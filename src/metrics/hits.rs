@@ -29,17 +29,14 @@ impl Metrics {
                     rules.unlimited(domain, rule, || d.entries(), *hits);
                 }
                 Resolved::Limited {
-                    limits,
-                    rule,
-                    hits,
-                    key,
+                    limits, rule, hits, ..
                 } => {
                     let (mine, others) = rest.split_at(limits.len().min(rest.len()));
                     rest = others;
                     // The rule's series counts the descriptor once, as its status says:
                     // by the binding limit.
                     let bound = binding(mine);
-                    let limit = plan.limit_keys(limits, key).nth(bound).map(|(l, ..)| l);
+                    let limit = (bound < limits.len()).then(|| limits.get(bound).0);
                     if let (Some(limit), Some(report)) = (limit, mine.get(bound)) {
                         rules.limited(domain, *rule, || d.entries(), &limit, *hits, report);
                     }

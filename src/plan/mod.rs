@@ -98,16 +98,26 @@ impl<'c> Limits<'c> {
         self.len() == 0
     }
 
+    /// Limit `i` as enforced, with its config form (`None` for an override).
+    ///
+    /// # Panics
+    /// When `i` is not below [`Limits::len`].
+    pub fn get(&self, i: usize) -> (Limit, Option<&'c ConfigLimit>) {
+        match *self {
+            Limits::Config { limits, algorithm } => {
+                let limit = &limits[i];
+                (limit.resolve(algorithm), Some(limit))
+            }
+            Limits::Override(limit) => {
+                assert_eq!(i, 0, "an override is one limit");
+                (limit, None)
+            }
+        }
+    }
+
     /// Each limit as enforced, with its config form (`None` for an override).
     pub fn iter(&self) -> impl Iterator<Item = (Limit, Option<&'c ConfigLimit>)> + '_ {
-        let (configured, single) = match *self {
-            Limits::Config { limits, algorithm } => (
-                Some(limits.iter().map(move |l| (l.resolve(algorithm), Some(l)))),
-                None,
-            ),
-            Limits::Override(limit) => (None, Some((limit, None))),
-        };
-        configured.into_iter().flatten().chain(single)
+        (0..self.len()).map(|i| self.get(i))
     }
 
     /// The name a status echoes for each limit: the config's, empty for an override.
@@ -247,6 +257,16 @@ impl<'c> Plan<'c> {
             } = resolved
             {
                 let mode = resolved.mode();
+                if let Limits::Override(limit) = limits {
+                    checks.push(Check {
+                        key: self.key(key),
+                        limit: *limit,
+                        hits: *hits,
+                        mode,
+                        descriptor,
+                    });
+                    continue;
+                }
                 checks.extend(self.limit_keys(limits, key).map(|(limit, _, key)| Check {
                     key,
                     limit,

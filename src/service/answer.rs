@@ -146,12 +146,12 @@ impl Response {
                     remaining: u32::MAX,
                     ..Status::default()
                 },
-                Resolved::Limited { limits, key, .. } => {
+                Resolved::Limited { limits, .. } => {
                     let (mine, others) = rest.split_at(limits.len().min(rest.len()));
                     rest = others;
                     let over = mine.iter().any(|r| r.over);
                     verdicts.push((descriptor, resolved.mode(), over));
-                    status(plan, resolved, limits, key, mine)
+                    status(resolved, limits, mine)
                 }
             })
             .collect();
@@ -176,36 +176,37 @@ impl Response {
 }
 
 /// A limited descriptor's status from its limits' `reports`.
-fn status<'c>(
-    plan: &Plan<'c>,
-    resolved: &Resolved<'c>,
-    limits: &Limits<'c>,
-    key: &std::ops::Range<usize>,
-    reports: &[Report],
-) -> Status {
-    let bound = binding(reports);
-    let report = reports.get(bound).copied().unwrap_or_default();
+fn status(resolved: &Resolved<'_>, limits: &Limits<'_>, reports: &[Report]) -> Status {
     let over = reports.iter().any(|r| r.over);
-    let mut current = None;
-    let mut all_limits = Vec::new();
-    for (i, ((limit, config, _), report)) in plan.limit_keys(limits, key).zip(reports).enumerate() {
-        let echoed = CurrentLimit::of(&limit, config);
-        if limits.len() > 1 {
-            all_limits.push(LimitStatus {
-                limit: echoed.clone(),
-                over: report.over,
-                remaining: report.remaining,
-                reset: report.reset,
-                binding: i == bound,
-            });
-        }
-        if i == bound {
-            current = Some(echoed);
-        }
+    let over_limit = over && !resolved.mode().is_shadow();
+    if let [report] = reports {
+        // One limit, nearly every descriptor: its own numbers.
+        let (limit, config) = limits.get(0);
+        return Status {
+            over_limit,
+            current_limit: Some(CurrentLimit::of(&limit, config)),
+            remaining: report.remaining,
+            reset: Some(report.reset),
+            all_limits: Vec::new(),
+        };
     }
+    let bound = binding(reports);
+    let all_limits: Vec<LimitStatus> = limits
+        .iter()
+        .zip(reports)
+        .enumerate()
+        .map(|(i, ((limit, config), report))| LimitStatus {
+            limit: CurrentLimit::of(&limit, config),
+            over: report.over,
+            remaining: report.remaining,
+            reset: report.reset,
+            binding: i == bound,
+        })
+        .collect();
+    let report = reports.get(bound).copied().unwrap_or_default();
     Status {
-        over_limit: over && !resolved.mode().is_shadow(),
-        current_limit: current,
+        over_limit,
+        current_limit: all_limits.get(bound).map(|l| l.limit.clone()),
         remaining: report.remaining,
         reset: Some(report.reset),
         all_limits,
