@@ -128,6 +128,7 @@ impl<'b> KeyWriter<'b> {
     }
 
     /// Appends one part (a level's key or its counted value).
+    #[inline]
     pub fn push(&mut self, part: &str) {
         Self::part(self.buffer, part);
     }
@@ -135,6 +136,7 @@ impl<'b> KeyWriter<'b> {
     /// Appends `part` to `out` as one length-prefixed part: what [`KeyWriter::push`]
     /// writes, for parts written ahead of time (a listed limit's, see
     /// [`crate::rules::ConfigLimit::key_part`]).
+    #[inline]
     pub fn part(out: &mut String, part: &str) {
         // This runs for every key and value of every request: digits pushed one by one up
         // to 99 (nearly every part), `itoa` beyond, never `write!`.

@@ -347,7 +347,7 @@ proptest! {
                 cached: false,
             });
             prop_assert!(s.consumed().1.reset >= S && s.consumed().1.reset <= unit.nanos());
-            prop_assert_eq!(s.consumed().0, State::FixedWindow { start, count: after, period: unit.seconds() });
+            prop_assert_eq!(s.consumed().0, State::FixedWindow { start, count: after, period: unit.seconds() as u32 });
             state = Some(s.settle(s.over()).0);
         }
     }

@@ -29,8 +29,9 @@ pub enum State {
         debt: u128,
         /// When `debt` was computed.
         at: Nanos,
-        /// The period the debt is scaled by, in nanoseconds.
-        period: Nanos,
+        /// The period the debt is scaled by, in seconds (whole seconds always: a unit
+        /// times a multiplier; 32 bits keep this state, the most common, in 32 bytes).
+        period: u32,
     },
     /// Fixed window: `count` hits in the window starting at `start` (Unix seconds).
     FixedWindow {
@@ -39,7 +40,7 @@ pub enum State {
         /// Hits counted in that window, denied ones included.
         count: u64,
         /// The window's length in seconds.
-        period: u64,
+        period: u32,
     },
     /// Sliding window: admitted hits per sub-window, newest first.
     SlidingWindow {
@@ -47,8 +48,8 @@ pub enum State {
         newest: u64,
         /// `counts[i]`: hits admitted in sub-window `newest - i`.
         counts: [u32; SLIDING_SUBWINDOWS + 1],
-        /// The window's period in nanoseconds (a reload that changes it starts afresh).
-        period: Nanos,
+        /// The window's period in seconds (a reload that changes it starts afresh).
+        period: u32,
     },
 }
 
@@ -129,7 +130,7 @@ impl Bucket {
         let state = State::TokenBucket {
             debt,
             at: self.now,
-            period: self.period,
+            period: period_seconds(self.period),
         };
         (state, report)
     }
@@ -164,7 +165,7 @@ impl Step {
             Fates::TokenBucket(b) => State::TokenBucket {
                 debt: b.debt + b.take.unwrap_or(0),
                 at: b.now,
-                period: b.period,
+                period: period_seconds(b.period),
             },
             Fates::FixedWindow(state, _) => *state,
             Fates::SlidingWindow(w) => w.state(w.passes()),
@@ -215,12 +216,12 @@ fn token_bucket(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> 
             at,
             period: old,
         }) => {
-            let debt = if old == period {
+            let debt = if u64::from(old) * NANOS_PER_SEC == period {
                 debt
             } else {
                 // Same tokens missing, in the new period's scale. Whole tokens and the
                 // remainder separately: `debt * token` alone can pass u128::MAX.
-                let old = u128::from(old.max(1));
+                let old = u128::from(old.max(1)) * u128::from(NANOS_PER_SEC);
                 debt / old * token + debt % old * token / old
             };
             let refilled = u128::from(now.saturating_sub(at)) * rpu;
@@ -266,7 +267,7 @@ fn fixed_window(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> 
             start: s,
             count,
             period,
-        }) if s == start && period == window => count,
+        }) if s == start && u64::from(period) == window => count,
         _ => 0,
     };
     let after = before.saturating_add(hits);
@@ -282,7 +283,7 @@ fn fixed_window(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> 
     let state = State::FixedWindow {
         start,
         count: after,
-        period: window,
+        period: period_seconds(window * NANOS_PER_SEC),
     };
     Step(Fates::FixedWindow(state, report))
 }
@@ -300,15 +301,22 @@ impl State {
                     .min(u128::from(u64::MAX)) as u64
             }
             State::FixedWindow { start, period, .. } => {
-                ((start + period) * NANOS_PER_SEC).saturating_sub(now)
+                ((start + u64::from(period)) * NANOS_PER_SEC).saturating_sub(now)
             }
             State::SlidingWindow {
                 newest,
                 counts,
                 period,
-            } => sliding::empty_at(newest, &counts, period).saturating_sub(now),
+            } => sliding::empty_at(newest, &counts, u64::from(period) * NANOS_PER_SEC)
+                .saturating_sub(now),
         }
     }
+}
+
+/// A period of `nanos` (whole seconds, at most [`crate::rules::MAX_PERIOD_SECONDS`]) in
+/// seconds, as states keep it.
+pub(crate) fn period_seconds(nanos: Nanos) -> u32 {
+    u32::try_from(nanos / NANOS_PER_SEC).unwrap_or(u32::MAX)
 }
 
 pub(crate) fn ceil_div(a: u128, b: u128) -> Nanos {

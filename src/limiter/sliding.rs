@@ -11,8 +11,8 @@
 //! count: against an exact log of every request, a request may be refused up to a tenth of
 //! a period early, never admitted early.
 
-use super::{Report, State};
-use crate::clock::Nanos;
+use super::{Report, State, period_seconds};
+use crate::clock::{NANOS_PER_SEC, Nanos};
 use crate::rules::{Limit, SLIDING_SUBWINDOWS};
 
 /// Counters per window: the current sub-window and the S before it.
@@ -74,7 +74,7 @@ impl Window {
                 newest,
                 counts,
                 period: p,
-            }) if p == period => {
+            }) if u64::from(p) * NANOS_PER_SEC == period => {
                 // A clock that went back keeps counting in the newest sub-window seen.
                 let newest_now = current.max(newest);
                 (newest_now, shifted(&counts, newest_now - newest))
@@ -109,7 +109,7 @@ impl Window {
         State::SlidingWindow {
             newest: self.newest,
             counts,
-            period: self.period,
+            period: period_seconds(self.period),
         }
     }
 
@@ -273,7 +273,8 @@ mod tests {
             counts.iter().map(|&c| u64::from(c)).sum::<u64>(),
             25_000_000
         );
-        // Eleven 4-byte counters and two 8-byte numbers, whatever the limit.
+        // Eleven 4-byte counters, the newest sub-window and the period, whatever the
+        // limit.
         assert_eq!(std::mem::size_of::<State>(), 64);
     }
 

@@ -71,7 +71,7 @@ fn bucket(debt: u128, at: Nanos, unit: Unit) -> State {
     State::TokenBucket {
         debt,
         at,
-        period: unit.nanos(),
+        period: unit.seconds() as u32,
     }
 }
 
@@ -79,7 +79,7 @@ fn window(start_s: u64, count: u64, unit: Unit) -> State {
     State::FixedWindow {
         start: start_s,
         count,
-        period: unit.seconds(),
+        period: unit.seconds() as u32,
     }
 }
 

@@ -102,6 +102,7 @@ impl<'c> Limits<'c> {
     ///
     /// # Panics
     /// When `i` is not below [`Limits::len`].
+    #[inline]
     pub fn get(&self, i: usize) -> (Limit, Option<&'c ConfigLimit>) {
         match *self {
             Limits::Config { limits, algorithm } => {
@@ -229,6 +230,7 @@ impl<'c> Plan<'c> {
     /// Each limit of a limited descriptor with its bucket key, in config order: the
     /// descriptor's own key for a single limit, that key and the limit's
     /// [`ConfigLimit::key_part`] for each of a list.
+    #[inline]
     pub fn limit_keys<'p>(
         &'p self,
         limits: &'p Limits<'c>,

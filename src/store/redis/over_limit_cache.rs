@@ -120,7 +120,7 @@ impl OverLimitCache {
                     debt: u128::from(debt) * scale.debt_nanos,
                     // The script computed the debt as of the quantum it read.
                     at: truncated(now, scale.q),
-                    period: limit.period_nanos(),
+                    period: limiter::period_seconds(limit.period_nanos()),
                 };
                 let one = limiter::step(Some(&state), &limit, 1, now);
                 let ttl = if limit.requests_per_unit == 0 {
