@@ -1,5 +1,6 @@
 //! `examples/istio/` stays deployable, checked without Kubernetes: the manifests parse and
-//! agree with each other; the ConfigMap is `config/trading.yaml` and passes `meshlimit
+//! agree with each other; the ConfigMap is `config/trading.yaml` and
+//! `config/trading_caps.yaml` and passes `meshlimit
 //! validate`; the Deployment's command line serves it, answers the probe and limits the
 //! descriptors the EnvoyFilter makes Envoy send; and the fragments the EnvoyFilter injects
 //! form a config a real Envoy accepts.
@@ -294,20 +295,22 @@ fn deployment_service_and_probes_agree() {
 }
 
 #[tokio::test]
-async fn the_configmap_is_config_trading_yaml_and_validates() {
+async fn the_configmap_is_config_trading_files_and_validates() {
     let configmap = the("ConfigMap");
     let data = at(&configmap, "/data").as_object().unwrap();
     assert_eq!(
         data.keys().collect::<Vec<_>>(),
-        ["trading.yaml"],
+        ["trading.yaml", "trading_caps.yaml"],
         "ConfigMap keys"
     );
-    let expected = read(&repo().join("config/trading.yaml"));
-    assert!(
-        data["trading.yaml"] == expected.as_str(),
-        "examples/istio/10-configmap.yaml's trading.yaml is not config/trading.yaml: \
-         copy the file in again (indented by 4 spaces)"
-    );
+    for file in ["trading.yaml", "trading_caps.yaml"] {
+        let expected = read(&repo().join("config").join(file));
+        assert!(
+            data[file] == expected.as_str(),
+            "examples/istio/10-configmap.yaml's {file} is not config/{file}: \
+             copy the file in again (indented by 4 spaces)"
+        );
+    }
 
     let dir = configmap_dir();
     let config = dir.path().display().to_string();
