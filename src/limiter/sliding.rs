@@ -175,6 +175,7 @@ mod tests {
     use super::*;
     use crate::clock::NANOS_PER_SEC as S;
     use crate::limiter::step;
+    use crate::limiter::tests::hit;
     use crate::rules::{Algorithm, Unit};
 
     /// 2026-01-01T00:00:00Z: aligned to every sub-window of the periods used here.
@@ -189,14 +190,6 @@ mod tests {
             burst: requests_per_unit,
             algorithm: Algorithm::SlidingWindow,
         }
-    }
-
-    /// One enforced request of `hits` at `now`, kept in `state`.
-    fn hit(state: &mut Option<State>, limit: &Limit, hits: u64, now: Nanos) -> Report {
-        let s = step(state.as_ref(), limit, hits, now);
-        let (next, report) = s.settle(s.over());
-        *state = Some(next);
-        report
     }
 
     #[test]

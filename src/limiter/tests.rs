@@ -32,7 +32,7 @@ fn fw(requests_per_unit: u32, unit: Unit) -> Limit {
 
 /// A request with this one descriptor in enforce mode: its own verdict decides, and the
 /// settled state is stored back.
-fn hit(state: &mut Option<State>, limit: &Limit, hits: u64, now: Nanos) -> Report {
+pub(super) fn hit(state: &mut Option<State>, limit: &Limit, hits: u64, now: Nanos) -> Report {
     let s = step(state.as_ref(), limit, hits, now);
     let (next, report) = s.settle(s.over());
     *state = Some(next);

@@ -87,12 +87,7 @@ impl Inner {
             *bucket = Some(step.consumed_state());
             steps.push(step);
         }
-        let denied = limiter::request_denied(
-            checks
-                .iter()
-                .zip(&steps)
-                .map(|(c, s)| (c.descriptor, c.mode, s.over())),
-        );
+        let denied = denied(checks, &steps);
 
         // Pass 2: settle. A denied request replays from the stored states (still in the
         // buckets) without consumption, which matters only when a bucket repeats; each check
@@ -134,6 +129,17 @@ impl Inner {
         }
         reports
     }
+}
+
+/// Whether a request of `checks`, evaluated as `steps`, is denied (see
+/// [`limiter::request_denied`]).
+pub(super) fn denied(checks: &[Check<'_>], steps: &[Step]) -> bool {
+    limiter::request_denied(
+        checks
+            .iter()
+            .zip(steps)
+            .map(|(c, s)| (c.descriptor, c.mode, s.over())),
+    )
 }
 
 /// What a request keeps of each of its checks while deciding.

@@ -48,12 +48,7 @@ impl Inner {
                 limiter::step(state.as_ref(), &check.limit, check.hits, now)
             })
             .collect();
-        let denied = limiter::request_denied(
-            checks
-                .iter()
-                .zip(&steps)
-                .map(|(c, s)| (c.descriptor, c.mode, s.over())),
-        );
+        let denied = super::batch::denied(checks, &steps);
         let mut reports = Reports::with_capacity(checks.len());
         for ((check, &slot), step) in checks.iter().zip(&slots).zip(&steps) {
             // Each limit keeps its own verdict, which decided the request.
