@@ -88,7 +88,7 @@ pub struct LimitStatus {
 
 impl Status {
     /// Every limit that applied, in config order: [`Status::all_limits`], or the status's
-    /// own limit when it had one.
+    /// own limit when it had one (whose `over` is then the status's, after shadow mode).
     pub fn each_limit(&self) -> Vec<LimitStatus> {
         if !self.all_limits.is_empty() {
             return self.all_limits.clone();
