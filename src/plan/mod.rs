@@ -259,16 +259,6 @@ impl<'c> Plan<'c> {
             } = resolved
             {
                 let mode = resolved.mode();
-                if let Limits::Override(limit) = limits {
-                    checks.push(Check {
-                        key: self.key(key),
-                        limit: *limit,
-                        hits: *hits,
-                        mode,
-                        descriptor,
-                    });
-                    continue;
-                }
                 checks.extend(self.limit_keys(limits, key).map(|(limit, _, key)| Check {
                     key,
                     limit,
