@@ -52,14 +52,19 @@ pub(super) fn values(statuses: &[Status]) -> Option<(String, String)> {
     (!policies.is_empty()).then_some((policies, limits))
 }
 
-/// The name a limit of descriptor `descriptor` goes by before de-duplication: its own,
-/// else one made of the descriptor's index and the period, stable across requests of the
-/// same shape.
+/// Longest policy name kept from a config `name`: every limit of up to 64 descriptors may
+/// be in one answer, and Envoy refuses responses whose headers pass its limit (60 KiB by
+/// default), so one long name must not multiply into that.
+const MAX_NAME: usize = 64;
+
+/// The name a limit of descriptor `descriptor` goes by before de-duplication: its own (at
+/// most [`MAX_NAME`] characters), else one made of the descriptor's index and the period,
+/// stable across requests of the same shape.
 fn policy_name(descriptor: usize, limit: &CurrentLimit) -> String {
     if limit.name.is_empty() {
         format!("d{descriptor}-{}s", limit.period_seconds())
     } else {
-        sf::printable(&limit.name)
+        sf::printable(&limit.name).chars().take(MAX_NAME).collect()
     }
 }
 

@@ -244,6 +244,18 @@ fn names_that_sanitise_alike_are_told_apart() {
 }
 
 #[test]
+fn long_names_are_cut_and_still_told_apart() {
+    let long = "n".repeat(500);
+    let statuses = [
+        single(limit(&long, 1, Unit::Second, 1), 0, 0, false),
+        single(limit(&format!("{long}x"), 1, Unit::Second, 1), 0, 0, false),
+    ];
+    let (policies, _) = values(&statuses).expect("limited");
+    let cut = "n".repeat(64);
+    assert_eq!(policies, format!("\"{cut}\";q=1;w=1, \"{cut}-2\";q=1;w=1"));
+}
+
+#[test]
 fn huge_windows_stay_valid_integers() {
     let statuses = [single(
         limit("forever", u32::MAX, Unit::Year, u32::MAX),
