@@ -283,7 +283,7 @@ fn fixed_window(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> 
     let state = State::FixedWindow {
         start,
         count: after,
-        period: period_seconds(window * NANOS_PER_SEC),
+        period: period_seconds(limit.period_nanos()),
     };
     Step(Fates::FixedWindow(state, report))
 }

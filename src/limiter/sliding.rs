@@ -101,11 +101,11 @@ impl Window {
 
     /// The state to keep: with the hits counted when `consume`.
     pub(super) fn state(&self, consume: bool) -> State {
-        let mut counts = self.counts;
-        if consume {
-            // Passing means counted + hits ≤ limit, a u32.
-            counts[0] = counts[0].saturating_add(u32::try_from(self.hits).unwrap_or(u32::MAX));
-        }
+        self.state_with(self.counts_after(consume))
+    }
+
+    /// This window's state holding `counts`.
+    fn state_with(&self, counts: [u32; SLOTS]) -> State {
         State::SlidingWindow {
             newest: self.newest,
             counts,
@@ -113,12 +113,19 @@ impl Window {
         }
     }
 
+    /// The counters to keep: with the hits counted when `consume`.
+    fn counts_after(&self, consume: bool) -> [u32; SLOTS] {
+        let mut counts = self.counts;
+        if consume {
+            // Passing means counted + hits ≤ limit, a u32.
+            counts[0] = counts[0].saturating_add(u32::try_from(self.hits).unwrap_or(u32::MAX));
+        }
+        counts
+    }
+
     /// State and report, the hits taken when `consume` (the request passed).
     pub(super) fn outcome(&self, consume: bool) -> (State, Report) {
-        let state = self.state(consume);
-        let State::SlidingWindow { counts, .. } = state else {
-            unreachable!("a window's state is a window")
-        };
+        let counts = self.counts_after(consume);
         let counted = self.counted + if consume { self.hits } else { 0 };
         let over = !self.passes();
         let reset = if over {
@@ -133,7 +140,7 @@ impl Window {
             count: counted,
             cached: false,
         };
-        (state, report)
+        (self.state_with(counts), report)
     }
 
     /// For a request that does not pass: the time until it would.
