@@ -9,6 +9,7 @@
 
 use std::fmt::Write;
 
+use crate::bucket_key::BucketKey;
 use crate::clock::NANOS_PER_SEC;
 use crate::error::RequestError;
 use crate::limiter::Report;
@@ -125,11 +126,8 @@ pub async fn explain(
                             flags(rule)
                         );
                     }
-                    let _ = writeln!(out, "  bucket: {bucket}");
-                    if redis {
-                        let _ = writeln!(out, "  redis key: {}", bucket.redis_key());
-                    }
-                    let _ = writeln!(out, "  state now: {}", state_of(0, limit.algorithm));
+                    let now = state_of(0, limit.algorithm);
+                    bucket_lines(&mut out, "  ", &bucket, redis, &now);
                     continue;
                 }
                 if let Some(rule) = rule {
@@ -145,11 +143,8 @@ pub async fn explain(
                 for (i, (limit, config, bucket)) in each.enumerate() {
                     let label = config.map_or_else(String::new, |c| c.label());
                     let _ = writeln!(out, "  limit {label}: {}", describe(&limit));
-                    let _ = writeln!(out, "    bucket: {bucket}");
-                    if redis {
-                        let _ = writeln!(out, "    redis key: {}", bucket.redis_key());
-                    }
-                    let _ = writeln!(out, "    state now: {}", state_of(i, limit.algorithm));
+                    let now = state_of(i, limit.algorithm);
+                    bucket_lines(&mut out, "    ", &bucket, redis, &now);
                     if i == bound && !reports.is_empty() {
                         let why = if reports.iter().any(|r| r.over) {
                             "of the limits refusing, the longest wait"
@@ -264,6 +259,16 @@ fn describe(limit: &Limit) -> String {
             limit.algorithm.name()
         )
     }
+}
+
+/// A bucket's lines, each after `indent`: its key, its Redis key on a Redis store, and
+/// its state `now`.
+fn bucket_lines(out: &mut String, indent: &str, bucket: &BucketKey<'_>, redis: bool, now: &str) {
+    let _ = writeln!(out, "{indent}bucket: {bucket}");
+    if redis {
+        let _ = writeln!(out, "{indent}redis key: {}", bucket.redis_key());
+    }
+    let _ = writeln!(out, "{indent}state now: {now}");
 }
 
 /// A limit's state as a peek reports it.

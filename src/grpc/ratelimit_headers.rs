@@ -34,7 +34,7 @@ pub(super) fn values(statuses: &[Status]) -> Option<(String, String)> {
     let mut limits = String::new();
     let mut names = Names::default();
     for (descriptor, status) in statuses.iter().enumerate() {
-        for limit in status.each_limit() {
+        for limit in status.each_limit().iter() {
             let name = names.claim(policy_name(descriptor, &limit.limit));
             if !policies.is_empty() {
                 policies.push_str(", ");

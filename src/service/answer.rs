@@ -7,6 +7,8 @@
 //! one with the longest wait; when none refuses, the one with the fewest requests left
 //! (the first in config order on a tie).
 
+use std::borrow::Cow;
+
 use crate::clock::Nanos;
 use crate::limiter::{self, Report};
 use crate::plan::{Limits, Plan, Resolved};
@@ -89,20 +91,20 @@ pub struct LimitStatus {
 impl Status {
     /// Every limit that applied, in config order: [`Status::all_limits`], or the status's
     /// own limit when it had one (whose `over` is then the status's, after shadow mode).
-    pub fn each_limit(&self) -> Vec<LimitStatus> {
+    /// Borrowed when the status lists them, so that headers built per request copy no
+    /// names.
+    pub fn each_limit(&self) -> Cow<'_, [LimitStatus]> {
         if !self.all_limits.is_empty() {
-            return self.all_limits.clone();
+            return Cow::Borrowed(&self.all_limits);
         }
-        self.current_limit
-            .iter()
-            .map(|limit| LimitStatus {
-                limit: limit.clone(),
-                over: self.over_limit,
-                remaining: self.remaining,
-                reset: self.reset.unwrap_or(0),
-                binding: true,
-            })
-            .collect()
+        let own = self.current_limit.iter().map(|limit| LimitStatus {
+            limit: limit.clone(),
+            over: self.over_limit,
+            remaining: self.remaining,
+            reset: self.reset.unwrap_or(0),
+            binding: true,
+        });
+        Cow::Owned(own.collect())
     }
 }
 

@@ -40,8 +40,8 @@ async fn one(service: &Service, domain: &str, entries: &[(&str, &str)]) -> Statu
 fn limits(status: &Status) -> Vec<(String, bool, u32, u64)> {
     status
         .each_limit()
-        .into_iter()
-        .map(|l| (l.limit.name, l.over, l.remaining, l.reset))
+        .iter()
+        .map(|l| (l.limit.name.clone(), l.over, l.remaining, l.reset))
         .collect()
 }
 
