@@ -1,7 +1,9 @@
 use std::hint::black_box;
 
-use criterion::{Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, Throughput};
 use meshlimit::request::Descriptor;
+use meshlimit::service::Service;
 
 use crate::fixture::{ready, service, three_descriptor_requests};
 
@@ -15,14 +17,7 @@ pub fn three_descriptors(c: &mut Criterion) {
         ("three_descriptors", true),
         ("three_descriptors_no_metrics", false),
     ] {
-        let service = service(with_metrics);
-        let mut i = 0;
-        group.bench_function(name, |b| {
-            b.iter(|| {
-                i = (i + 1) % requests.len();
-                black_box(ready(service.should_rate_limit("bench", &requests[i], 1)).unwrap());
-            })
-        });
+        round_robin(&mut group, name, &service(with_metrics), &requests);
     }
     group.finish();
 }
@@ -46,13 +41,7 @@ pub fn per_descriptor(c: &mut Criterion) {
             })
             .collect();
         group.throughput(Throughput::Elements(n as u64));
-        let mut i = 0;
-        group.bench_function(n.to_string(), |b| {
-            b.iter(|| {
-                i = (i + 1) % requests.len();
-                black_box(ready(service.should_rate_limit("bench", &requests[i], 1)).unwrap());
-            })
-        });
+        round_robin(&mut group, &n.to_string(), &service, &requests);
     }
     group.finish();
 }
@@ -71,13 +60,23 @@ pub fn limits(c: &mut Criterion) {
         let requests: Vec<Vec<Descriptor>> = (0..1024)
             .map(|i| vec![Descriptor::new(&[(key, &format!("caller-{i}"))])])
             .collect();
-        let mut i = 0;
-        group.bench_function(name, |b| {
-            b.iter(|| {
-                i = (i + 1) % requests.len();
-                black_box(ready(service.should_rate_limit("bench", &requests[i], 1)).unwrap());
-            })
-        });
+        round_robin(&mut group, name, &service, &requests);
     }
     group.finish();
+}
+
+/// Bench `name`: `requests` in turn through `service`, one per iteration.
+fn round_robin(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    service: &Service,
+    requests: &[Vec<Descriptor>],
+) {
+    let mut i = 0;
+    group.bench_function(name, |b| {
+        b.iter(|| {
+            i = (i + 1) % requests.len();
+            black_box(ready(service.should_rate_limit("bench", &requests[i], 1)).unwrap());
+        })
+    });
 }

@@ -7,21 +7,14 @@
 use meshlimit::limiter::{Report, State, step};
 use meshlimit::rules::{Algorithm, Limit, Unit};
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
+
+#[path = "common/proptest_config.rs"]
+mod proptest_config;
+use proptest_config::config;
 
 const S: u64 = 1_000_000_000;
 /// 2026-01-01T00:00:00Z.
 const T0: u64 = 1_767_225_600 * S;
-
-fn config() -> ProptestConfig {
-    ProptestConfig {
-        cases: 256,
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
-            "proptest-regressions",
-        ))),
-        ..ProptestConfig::default()
-    }
-}
 
 fn unit() -> impl Strategy<Value = Unit> {
     prop_oneof![
