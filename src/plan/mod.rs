@@ -10,6 +10,7 @@
 //! store [`Check`], its bucket key written into one buffer shared by the whole request.
 
 mod buffers;
+mod limits;
 
 use std::collections::HashSet;
 use std::ops::Range;
@@ -26,6 +27,7 @@ use crate::request_limits::RequestLimits;
 use crate::rules::{Algorithm, ConfigLimit, Limit, Mode, Rule, Unit};
 use crate::store::Check;
 use buffers::Buffers;
+pub use limits::Limits;
 
 /// What a plan takes from the service rather than from the request or the config.
 #[derive(Debug, Clone, Copy, Default)]
@@ -68,63 +70,6 @@ pub enum Resolved<'c> {
         /// Hits to take; 0 checks without consuming.
         hits: u64,
     },
-}
-
-/// The limits of a limited descriptor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Limits<'c> {
-    /// A config rule's, `algorithm` filling those that name none.
-    Config {
-        /// The rule's limits, in config order.
-        limits: &'c [ConfigLimit],
-        /// The server's default algorithm.
-        algorithm: Algorithm,
-    },
-    /// A limit sent in the request: one, in place of the config's.
-    Override(Limit),
-}
-
-impl<'c> Limits<'c> {
-    /// How many there are.
-    pub fn len(&self) -> usize {
-        match self {
-            Limits::Config { limits, .. } => limits.len(),
-            Limits::Override(_) => 1,
-        }
-    }
-
-    /// Never: a limited descriptor has at least one limit.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Limit `i` as enforced, with its config form (`None` for an override).
-    ///
-    /// # Panics
-    /// When `i` is not below [`Limits::len`].
-    #[inline]
-    pub fn get(&self, i: usize) -> (Limit, Option<&'c ConfigLimit>) {
-        match *self {
-            Limits::Config { limits, algorithm } => {
-                let limit = &limits[i];
-                (limit.resolve(algorithm), Some(limit))
-            }
-            Limits::Override(limit) => {
-                assert_eq!(i, 0, "an override is one limit");
-                (limit, None)
-            }
-        }
-    }
-
-    /// Each limit as enforced, with its config form (`None` for an override).
-    pub fn iter(&self) -> impl Iterator<Item = (Limit, Option<&'c ConfigLimit>)> + '_ {
-        (0..self.len()).map(|i| self.get(i))
-    }
-
-    /// The name a status echoes for each limit: the config's, empty for an override.
-    pub fn name(config: Option<&ConfigLimit>) -> &str {
-        config.map_or("", |l| l.name.as_str())
-    }
 }
 
 impl<'c> Resolved<'c> {
