@@ -20,7 +20,7 @@ pub(super) struct Scale {
     /// Microseconds per quantum of time: the script reads the clock in whole quanta.
     pub(super) q: u64,
     /// Scaled units one token is worth.
-    token: u64,
+    pub(super) token: u64,
     /// Scaled units refilled per quantum.
     rate: u64,
     /// The bucket's capacity (its burst) in scaled units.

@@ -1,0 +1,189 @@
+//! The over-limit cache: when Redis says a bucket cannot pass, its state is kept as a
+//! snapshot taken at the moment the request was *sent*, and later requests run
+//! [`limiter::step`] on it. Redis' state can only have less refill than the snapshot assumes
+//! and more consumption (other replicas), so a request the snapshot refuses Redis would
+//! refuse too; one it would admit goes to Redis.
+//!
+//! A sliding window is kept only while it refuses even one hit, and only until one hit
+//! could pass: until then no replica can add to its counts, so the snapshot is exactly what
+//! Redis holds. Every limit of a descriptor has a bucket key of its own, so each snapshot
+//! lasts as long as its own limit refuses (a daily cap's snapshot ends when the day rolls,
+//! whatever a per-second limit of the same descriptor says), and a request is refused here
+//! only when every one of its checks is.
+//!
+//! Times are taken as the script reads the caller's clock ([`TimeSource::Caller`]), in
+//! whole microseconds (whole quanta for token buckets): a snapshot never lasts past the
+//! instant Redis would admit, not even by a fraction of a microsecond.
+//!
+//! [`TimeSource::Caller`]: super::TimeSource::Caller
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use foldhash::fast::RandomState;
+use moka::ops::compute::Op;
+
+use super::reply::{After, Outcome};
+use crate::clock::Nanos;
+use crate::limiter;
+use crate::rules::Limit;
+use crate::store::{Check, Reports};
+
+mod blocked;
+#[cfg(test)]
+mod tests;
+
+use blocked::{Blocked, after_us, bucket_state};
+
+/// Over-limit snapshots by bucket key (the bucket's text, as the embedded store keys it).
+pub(super) struct OverLimitCache {
+    /// The snapshots, each expiring when its bucket may pass again (or at `max_ttl`).
+    entries: moka::sync::Cache<Arc<str>, Blocked, RandomState>,
+    /// Longest a snapshot answers for its bucket (`RedisOptions::cache_ttl`): a bound on
+    /// how long a replica trusts a state other replicas may have changed.
+    max_ttl: Duration,
+}
+
+impl OverLimitCache {
+    /// An empty cache of at most `capacity` snapshots, each kept at most `max_ttl`.
+    pub(super) fn new(capacity: u64, max_ttl: Duration) -> Self {
+        Self {
+            entries: moka::sync::Cache::builder()
+                .max_capacity(capacity)
+                .expire_after(BlockedExpiry)
+                .build_with_hasher(RandomState::default()),
+            max_ttl,
+        }
+    }
+
+    /// The reports for `checks` at `now` when a snapshot is sure that every one of them
+    /// is over its limit; `None` as soon as one may pass.
+    pub(super) fn refuse(&self, checks: &[Check<'_>], now: Nanos) -> Option<Reports> {
+        checks
+            .iter()
+            .map(|check| {
+                self.entries
+                    .get(check.key.as_str())
+                    .and_then(|b| b.refuses(check, now))
+            })
+            .collect()
+    }
+
+    /// Keeps what Redis' `outcome` for `check` (sent at `now`) says of the future: an
+    /// over-limit bucket stays over until it refills, a full fixed window until it ends, a
+    /// sliding window refusing one hit until one could pass. A bucket Redis did not refuse
+    /// is forgotten.
+    pub(super) fn learn(&self, check: &Check<'_>, outcome: &Outcome, now: Nanos) {
+        if !outcome.over {
+            self.forget_if_passed_since(check, outcome, now);
+            return;
+        }
+        let limit = check.limit;
+        let blocked = match outcome.after {
+            After::TokenBucket { debt, .. } => {
+                let state = bucket_state(&limit, debt, now);
+                let one = limiter::step(Some(&state), &limit, 1, now);
+                let ttl = if limit.requests_per_unit == 0 {
+                    self.max_ttl
+                } else {
+                    Duration::from_nanos(one.unconsumed().1.reset).min(self.max_ttl)
+                };
+                if !one.over() || ttl.is_zero() {
+                    return;
+                }
+                Blocked::Bucket { limit, state, ttl }
+            }
+            // Only once over: from then on every hit, and every check, is over until the
+            // window ends (at the limit exactly, a check still passes).
+            After::FixedWindow { count, ends_in_us } if ends_in_us > 0 => Blocked::Window {
+                limit,
+                count,
+                until: after_us(now, ends_in_us),
+                ttl: Duration::from_micros(ends_in_us).min(self.max_ttl),
+            },
+            After::FixedWindow { .. } => return,
+            After::SlidingWindow {
+                count,
+                one_passes_in_us,
+            } => match self.sliding(limit, count, one_passes_in_us, now) {
+                Some(blocked) => blocked,
+                None => return,
+            },
+        };
+        self.entries.insert(check.key.as_str().into(), blocked);
+    }
+
+    /// Forgets the snapshot of `check`'s bucket when Redis' admission `passed` (sent at
+    /// `now`) may have come after it: the snapshot missed the hits it took, so its reports
+    /// would show room and waits the bucket no longer has (a check of more hits refused,
+    /// then one that passed). A snapshot Redis decided *after* the admission is kept:
+    /// concurrent requests' replies are read in any order, and dropping it would send
+    /// every request for a bucket known to be over back to Redis.
+    fn forget_if_passed_since(&self, check: &Check<'_>, passed: &Outcome, now: Nanos) {
+        let key = check.key.as_str();
+        // The common case, nothing kept, costs one lookup and no lock.
+        if !self.entries.contains_key(key) {
+            return;
+        }
+        self.entries
+            .entry(Arc::from(key))
+            .and_compute_with(|kept| match kept {
+                Some(kept) if !kept.value().decided_after(check, passed, now) => Op::Remove,
+                _ => Op::Nop,
+            });
+    }
+
+    /// The snapshot of a sliding window that Redis says refuses one hit for
+    /// `one_passes_in_us` (0: one hit could pass, nothing to keep).
+    fn sliding(
+        &self,
+        limit: Limit,
+        count: u64,
+        one_passes_in_us: u64,
+        now: Nanos,
+    ) -> Option<Blocked> {
+        if one_passes_in_us == 0 {
+            return None;
+        }
+        let ttl = if limit.requests_per_unit == 0 {
+            self.max_ttl // never passes
+        } else {
+            Duration::from_micros(one_passes_in_us).min(self.max_ttl)
+        };
+        Some(Blocked::Sliding {
+            limit,
+            count,
+            until: after_us(now, one_passes_in_us),
+            ttl,
+        })
+    }
+
+    /// Expiry and eviction upkeep; see [`super::RedisStore::maintain`].
+    pub(super) fn run_pending_tasks(&self) {
+        self.entries.run_pending_tasks();
+    }
+}
+
+/// Expires each snapshot after its own [`Blocked::ttl`].
+struct BlockedExpiry;
+
+impl moka::Expiry<Arc<str>, Blocked> for BlockedExpiry {
+    fn expire_after_create(
+        &self,
+        _: &Arc<str>,
+        value: &Blocked,
+        _: std::time::Instant,
+    ) -> Option<Duration> {
+        Some(value.ttl())
+    }
+
+    fn expire_after_update(
+        &self,
+        _: &Arc<str>,
+        value: &Blocked,
+        _: std::time::Instant,
+        _: Option<Duration>,
+    ) -> Option<Duration> {
+        Some(value.ttl())
+    }
+}
