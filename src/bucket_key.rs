@@ -38,10 +38,15 @@ impl<'a> BucketKey<'a> {
     }
 
     /// The descriptor's own key: the whole text but for a limit of a list. The embedded
-    /// store places a descriptor's buckets by it, so that all the limits of one descriptor
-    /// sit under one lock.
+    /// store keeps all the limits of one descriptor in one bucket under it.
     pub fn descriptor_part(&self) -> &'a str {
         &self.0[..self.1]
+    }
+
+    /// For a limit of a list, its part (what follows the descriptor's key); empty
+    /// otherwise.
+    pub fn limit_part(&self) -> &'a str {
+        &self.0[self.1..]
     }
 
     /// Whether this is the key of a limit of a list (see [`BucketKey::listed`]).

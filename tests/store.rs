@@ -5,6 +5,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use meshlimit::bucket_key::BucketKey;
 use meshlimit::clock::{Clock, ManualClock};
 use meshlimit::rules::{Algorithm, Limit, Mode, Unit};
 use meshlimit::store::{Bounds, Check, MemoryStore};
@@ -378,4 +379,81 @@ fn a_caller_interleaved_with_a_flood_keeps_its_limit() {
         traffic.flood(290);
     }
     assert_eq!(passed, 100, "of 300 requests during a flood of 87,000 keys");
+}
+
+/// A limit of a `rate_limits` list: `key` is the descriptor's key (its first
+/// `descriptor_len` bytes) then the limit's part.
+fn listed(key: &str, descriptor_len: usize, limit: Limit) -> Check<'_> {
+    Check {
+        key: BucketKey::listed(key, descriptor_len),
+        ..one(key, limit)
+    }
+}
+
+/// A list's limits are one bucket: counted once, kept across a reload that adds a limit,
+/// apart from a one-limit bucket of the same descriptor, and evicted and expired together.
+#[test]
+fn a_lists_limits_are_one_bucket() {
+    let clock = ManualClock::new(support::START);
+    let store = MemoryStore::new(2, Arc::new(clock.clone()));
+    let now = support::START;
+    let per_hour = limit(1, Algorithm::TokenBucket);
+    let per_day = Limit {
+        unit: Unit::Day,
+        ..limit(10, Algorithm::FixedWindow)
+    };
+    let both = [
+        listed("1:d7:n=hourly", 3, per_hour),
+        listed("1:d6:n=daily", 3, per_day),
+    ];
+    assert!(store.check(&both, now).iter().all(|r| !r.over));
+    assert_eq!(store.len(), 1);
+    let bytes = store.stats().bytes;
+
+    // A reload adds a third limit: still one bucket, a little bigger, and the hourly limit
+    // still spent.
+    let mut three = both.to_vec();
+    three.push(listed("1:d5:p=1m", 3, limit(5, Algorithm::SlidingWindow)));
+    let reports = store.check(&three, now);
+    assert_eq!(
+        reports.iter().map(|r| r.over).collect::<Vec<_>>(),
+        [true, false, false]
+    );
+    assert_eq!(store.len(), 1);
+    assert!(store.stats().bytes > bytes);
+    // Denied: the daily window counted the hit (Go-exact), the sliding window did not.
+    assert_eq!(store.peek(&three[1], now).count, 2);
+    assert_eq!(store.peek(&three[2], now).remaining, 5);
+
+    // The same descriptor with one limit (another reload) is a bucket of its own.
+    store.check(&[one("1:d", per_hour)], now);
+    assert_eq!(store.len(), 2);
+    assert!(
+        store.peek(&three[0], now).over,
+        "the list's state is untouched"
+    );
+
+    // A third bucket evicts the least recently used: the whole list at once, its limits
+    // restarting from full (a weakening eviction: the hourly bucket was not full again).
+    store.check(&[one("1:e", per_hour)], now);
+    assert_eq!(store.len(), 2);
+    assert_eq!(store.stats().evictions_weakened, 1);
+    assert!(!store.peek(&three[0], now).over);
+    assert_eq!(store.peek(&three[1], now).count, 0, "none counted");
+
+    // Kept again (evicting "1:d"), then idle only once every limit is: the hour refills
+    // before the day ends (START is midnight).
+    assert!(store.check(&both, now).iter().all(|r| !r.over));
+    clock.advance(Duration::from_secs(3600));
+    store.maintain();
+    assert!(!store.peek(&both[1], clock.now()).over);
+    assert_eq!(
+        store.peek(&both[1], clock.now()).count,
+        1,
+        "kept for the day"
+    );
+    clock.advance(Duration::from_secs(86_400));
+    store.maintain();
+    assert!(store.is_empty());
+    assert_eq!(store.stats().bytes, 0);
 }

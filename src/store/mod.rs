@@ -26,7 +26,10 @@ pub struct Check<'a> {
     /// How an over-limit verdict counts towards the request's fate.
     pub mode: Mode,
     /// The index of the request descriptor the check belongs to: a descriptor with several
-    /// limits has one check per limit, and is over when any of them is.
+    /// limits has one check per limit, and is over when any of them is. The checks of one
+    /// descriptor's limits share its key ([`BucketKey::descriptor_part`]).
+    ///
+    /// [`BucketKey::descriptor_part`]: crate::bucket_key::BucketKey::descriptor_part
     pub descriptor: usize,
 }
 

@@ -15,15 +15,13 @@
 //! have to hold every lock while validating and writing, which is most of the work here,
 //! and would retry under contention.
 
-use std::hash::BuildHasher;
-
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
 use parking_lot::MutexGuard;
 use smallvec::SmallVec;
 
-use super::shard::Buckets;
-use super::{Inner, SHARDS};
+use super::shard::{Buckets, Place};
+use super::{Inner, SHARDS, shard_index};
 use crate::clock::Nanos;
 use crate::limiter::{self, Report, State, Step};
 use crate::store::{Check, Reports};
@@ -41,12 +39,12 @@ impl Inner {
         let mut pending: SmallVec<[Pending; 4]> = checks
             .iter()
             .map(|c| {
-                let hash = self.hasher.hash_one(c.key.as_str());
+                let hash = self.hash(&c.key);
                 Pending {
                     hash,
-                    shard: self.shard_of(&c.key, hash),
+                    shard: shard_index(hash),
                     first: 0,
-                    slot: 0,
+                    place: Place { slot: 0, limit: 0 },
                     state: None,
                 }
             })
@@ -61,20 +59,20 @@ impl Inner {
         let mut guards: SmallVec<[MutexGuard<'_, Buckets>; 4]> =
             shards.iter().map(|s| self.shards[s].0.lock()).collect();
 
-        let mut created = false;
+        let (mut created, mut grown) = (false, 0);
         for (i, check) in checks.iter().enumerate() {
             let p = &mut pending[i];
             if p.first != i {
                 continue;
             }
             let buckets = &mut guards[shards.rank(p.shard)];
-            let touched =
-                buckets.touch(check.key.as_str(), p.hash, self.usage.current(), |bytes| {
-                    self.usage.created(bytes)
-                });
+            let touched = buckets.touch(&check.key, p.hash, self.usage.current(), |bytes| {
+                self.usage.created(bytes)
+            });
             created |= touched.created;
-            p.slot = touched.slot;
-            p.state = buckets.slot(touched.slot).state;
+            grown += touched.grown;
+            p.place = touched.place;
+            p.state = *buckets.kept_mut(touched.place).state;
         }
 
         // Pass 1: as if the request passes, each check seeing the hits of earlier checks on
@@ -96,7 +94,7 @@ impl Inner {
         if denied {
             for (i, p) in pending.iter_mut().enumerate() {
                 if p.first == i {
-                    p.state = guards[shards.rank(p.shard)].slot(p.slot).state;
+                    p.state = *guards[shards.rank(p.shard)].kept_mut(p.place).state;
                 }
             }
             for (i, check) in checks.iter().enumerate() {
@@ -115,18 +113,16 @@ impl Inner {
         }
         for (i, (check, p)) in checks.iter().zip(&pending).enumerate() {
             if p.first == i {
-                let bucket = guards[shards.rank(p.shard)].slot_mut(p.slot);
-                bucket.state = p.state;
-                bucket.requests_per_unit = check.limit.requests_per_unit;
+                guards[shards.rank(p.shard)]
+                    .kept_mut(p.place)
+                    .keep(p.state, &check.limit);
             }
         }
         for (index, buckets) in shards.iter().zip(&guards) {
             self.publish(index, buckets);
         }
         drop(guards);
-        if created {
-            self.enforce_bounds(now);
-        }
+        self.grown(created, grown, now);
         reports
     }
 }
@@ -151,8 +147,8 @@ struct Pending {
     shard: usize,
     /// The index of the first check with the same key (its own, for most).
     first: usize,
-    /// For a first check: its bucket's slot.
-    slot: u32,
+    /// For a first check: where its bucket's state lives.
+    place: Place,
     /// For a first check: its bucket's state as the request's checks use it.
     state: Option<State>,
 }

@@ -105,6 +105,11 @@ impl Usage {
         self.creations.fetch_add(1, Relaxed) + 1
     }
 
+    /// Counts `bytes` added to a bucket held (a limit of a list seen for the first time).
+    pub(super) fn grew(&self, bytes: u64) {
+        self.bytes.fetch_add(bytes, Relaxed);
+    }
+
     /// Counts a bucket of `bytes` gone.
     pub(super) fn removed(&self, bytes: u64) {
         self.buckets.fetch_sub(1, Relaxed);

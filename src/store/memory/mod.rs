@@ -5,7 +5,9 @@
 //! kept in recency order (see [`shard`]). A one-descriptor decision takes one lock, the
 //! shard of its key; a request with several descriptors takes the locks of all its shards
 //! (see [`batch`]). N concurrent requests against a limit L let exactly L through, and a
-//! denied request takes no token from any bucket.
+//! denied request takes no token from any bucket. The limits of a `rate_limits` list are
+//! kept together in one bucket, under the descriptor's key (see [`cell`]): they are looked
+//! up, aged and evicted together, and count as one bucket.
 //!
 //! # Bounds and eviction
 //! The store holds at most [`Bounds::buckets`] buckets and [`Bounds::bytes`] bytes (keys
@@ -24,12 +26,13 @@
 //!
 //! # Expiry
 //! [`MemoryStore::maintain`] (about once a second) drops every bucket that is idle by the
-//! store's clock: full again, or its window over. Such a bucket is indistinguishable from
+//! store's clock: full again, or its window over (every limit of it, for a list). Such a bucket is indistinguishable from
 //! no bucket at all, so dropping it loses nothing, and it is not counted as an eviction.
 //! Slots freed by evictions and expiry are reused; the shards' tables do not shrink.
 
 mod batch;
 mod bounds;
+mod cell;
 mod listed;
 mod shard;
 
@@ -142,10 +145,7 @@ impl MemoryStore {
             if buckets.len() == 0 {
                 continue;
             }
-            let gone = buckets.remove_idle(|slot| {
-                slot.state
-                    .is_none_or(|s| s.idle_in(now, slot.requests_per_unit) == 0)
-            });
+            let gone = buckets.remove_idle(|slot| slot.idle(now));
             inner.publish(index, &buckets);
             drop(buckets);
             for bucket in &gone {
@@ -168,13 +168,9 @@ impl MemoryStore {
     /// What `check` would report at `now` for one more hit, changing nothing (a bucket
     /// that does not exist is full and stays absent; recency is not refreshed).
     pub fn peek(&self, check: &Check<'_>, now: Nanos) -> Report {
-        let hash = self.inner.hasher.hash_one(check.key.as_str());
-        let buckets = self.inner.shards[self.inner.shard_of(&check.key, hash)]
-            .0
-            .lock();
-        let state = buckets
-            .find(check.key.as_str(), hash)
-            .and_then(|slot| buckets.slot(slot).state);
+        let hash = self.inner.hash(&check.key);
+        let buckets = self.inner.shards[shard_index(hash)].0.lock();
+        let state = buckets.lookup(&check.key, hash);
         drop(buckets);
         limiter::step(state.as_ref(), &check.limit, 0, now)
             .unconsumed()
@@ -194,36 +190,39 @@ impl std::fmt::Debug for MemoryStore {
 impl Inner {
     /// One descriptor: one lock, held for the lookup and the arithmetic.
     fn check_one(&self, check: &Check<'_>, now: Nanos) -> Report {
-        let hash = self.hasher.hash_one(check.key.as_str());
-        let index = self.shard_of(&check.key, hash);
+        let hash = self.hash(&check.key);
+        let index = shard_index(hash);
         let mut buckets = self.shards[index].0.lock();
-        let touched = buckets.touch(check.key.as_str(), hash, self.usage.current(), |bytes| {
+        let touched = buckets.touch(&check.key, hash, self.usage.current(), |bytes| {
             self.usage.created(bytes)
         });
-        let bucket = buckets.slot_mut(touched.slot);
-        let step = limiter::step(bucket.state.as_ref(), &check.limit, check.hits, now);
+        let kept = buckets.kept_mut(touched.place);
+        let step = limiter::step(kept.state.as_ref(), &check.limit, check.hits, now);
         let denied = limiter::request_denied([(0, check.mode, step.over())]);
         let (state, report) = step.settle(denied);
-        bucket.state = Some(state);
-        bucket.requests_per_unit = check.limit.requests_per_unit;
+        kept.keep(Some(state), &check.limit);
         if touched.reordered {
             self.publish(index, &buckets);
         }
         drop(buckets);
-        if touched.created {
-            self.enforce_bounds(now);
-        }
+        self.grown(touched.created, touched.grown, now);
         report
     }
 
-    /// The shard of `key`, whose hash is `hash`: the hash's, but for a limit of a
-    /// `rate_limits` list, that of its descriptor's key, so that every limit of a
-    /// descriptor is under one lock.
-    fn shard_of(&self, key: &BucketKey<'_>, hash: u64) -> usize {
-        if key.is_listed() {
-            shard_index(self.hasher.hash_one(key.descriptor_part()))
-        } else {
-            shard_index(hash)
+    /// The store's hash of `key`'s bucket: of its descriptor's key, which a list's limits
+    /// share (see [`cell`]). It places the bucket in a shard and in the shard's table.
+    fn hash(&self, key: &BucketKey<'_>) -> u64 {
+        self.hasher.hash_one(key.descriptor_part())
+    }
+
+    /// After a decision that `created` a bucket or added `grown` bytes of listed limits to
+    /// one: the bounds, kept.
+    fn grown(&self, created: bool, grown: u64, now: Nanos) {
+        if grown > 0 {
+            self.usage.grew(grown);
+        }
+        if created || grown > 0 {
+            self.enforce_bounds(now);
         }
     }
 

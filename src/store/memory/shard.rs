@@ -14,6 +14,8 @@
 
 use hashbrown::HashTable;
 
+use super::cell::{Cell, Kept, ONE};
+use crate::bucket_key::BucketKey;
 use crate::clock::Nanos;
 use crate::limiter::State;
 
@@ -26,7 +28,8 @@ const FREE: u32 = u32::MAX - 1;
 /// The oldest stamp of a shard that holds no bucket: never chosen for eviction.
 pub(super) const EMPTY: u64 = u64::MAX;
 
-/// Bytes a bucket costs besides its key: its slot (80 bytes), its share of the index (4
+/// Bytes a bucket costs besides its key (and a list's limits, `cell::listed_limit_bytes`):
+/// its slot (112 bytes), its share of the index (4
 /// bytes and a control byte at a load factor between 7/16 and 7/8), the allocator's header
 /// and rounding of the key's allocation, and the slack of tables that grow by doubling.
 /// Measured on the release binary: 600,000 buckets with 71-byte keys added 210 bytes each
@@ -38,23 +41,23 @@ pub(super) const BUCKET_OVERHEAD: u64 = size_of::<Slot>() as u64 + 64;
 pub(super) struct Gone {
     /// The bucket's key, to be dropped once the shard's lock is released.
     pub(super) key: Box<str>,
-    /// Its state when it went.
-    pub(super) state: Option<State>,
-    /// `requests_per_unit` of the last limit applied to it.
-    pub(super) requests_per_unit: u32,
+    /// What it kept when it went.
+    cell: Cell,
+    /// The rate of a one-limit bucket's last limit.
+    one_rate: u32,
 }
 
 impl Gone {
     /// Bytes the bucket counted for.
     pub(super) fn bytes(&self) -> u64 {
-        bucket_bytes(&self.key)
+        bucket_bytes(&self.key) + self.cell.bytes()
     }
 
-    /// Whether forgetting the bucket at `now` changes a future decision: it was not full
-    /// again (or its window not over), so its caller's limit restarts from full.
+    /// Whether forgetting the bucket at `now` changes a future decision: one of its limits
+    /// was not full again (or its window not over), so its caller's limit restarts from
+    /// full.
     pub(super) fn weakens(&self, now: Nanos) -> bool {
-        self.state
-            .is_some_and(|s| s.idle_in(now, self.requests_per_unit) > 0)
+        !self.cell.idle(now, self.one_rate)
     }
 }
 
@@ -66,20 +69,29 @@ pub(super) fn bucket_bytes(key: &str) -> u64 {
 /// A bucket, or a free slot.
 #[derive(Debug)]
 pub(super) struct Slot {
-    /// The bucket's key (empty for a free slot, which then allocates nothing).
+    /// The bucket's key: the descriptor's key (`BucketKey::descriptor_part`); empty for a
+    /// free slot, which then allocates nothing.
     key: Box<str>,
     /// The store's hash of `key`: table lookups and growth never hash again.
     hash: u64,
-    /// The bucket's state; `None` until its first decision is kept.
-    pub(super) state: Option<State>,
-    /// `requests_per_unit` of the last limit applied, to know when the bucket is idle.
-    pub(super) requests_per_unit: u32,
+    /// The bucket's state, or its limits' states for a listed descriptor.
+    cell: Cell,
+    /// `requests_per_unit` of the last limit applied to a one-limit bucket, to know when it
+    /// is idle (a listed limit's is in the cell).
+    one_rate: u32,
     /// The store's creation count when the bucket was last used.
     stamp: u64,
     /// Towards the least recently used end; [`FREE`] marks a free slot.
     prev: u32,
     /// Towards the most recently used end; the next free slot for a free one.
     next: u32,
+}
+
+impl Slot {
+    /// Whether every limit of the bucket is idle at `now`: full again, or its window over.
+    pub(super) fn idle(&self, now: Nanos) -> bool {
+        self.cell.idle(now, self.one_rate)
+    }
 }
 
 /// The buckets of one shard. Not synchronised: the store keeps each behind a mutex.
@@ -99,13 +111,24 @@ pub(super) struct Buckets {
     oldest_stamp: u64,
 }
 
+/// Where a check's state lives: its bucket's slot and, for a limit of a list, the limit's
+/// index in it ([`ONE`] otherwise).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Place {
+    pub(super) slot: u32,
+    pub(super) limit: u32,
+}
+
 /// The outcome of [`Buckets::touch`].
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Touched {
-    /// The bucket's slot.
-    pub(super) slot: u32,
+    /// The check's place.
+    pub(super) place: Place,
     /// Whether the bucket was created by this use.
     pub(super) created: bool,
+    /// Bytes of a listed limit added to a bucket that existed (one created with the
+    /// bucket is in its creation's bytes).
+    pub(super) grown: u64,
     /// Whether the shard's recency order changed (a creation, or a bucket moved to the
     /// recent end): only then may its oldest stamp have changed.
     pub(super) reordered: bool,
@@ -134,56 +157,93 @@ impl Buckets {
         self.oldest_stamp
     }
 
-    /// The slot of `key`'s bucket, if held.
-    pub(super) fn find(&self, key: &str, hash: u64) -> Option<u32> {
+    /// The slot of the bucket with `key` (a descriptor's key, `listed` or not), if held.
+    /// A listed descriptor's bucket and a one-limit bucket never share a slot, even with
+    /// the same text (a reload that turned one into the other).
+    #[inline]
+    fn find(&self, key: &str, listed: bool, hash: u64) -> Option<u32> {
         let slots = &self.slots;
         self.index
             .find(hash, |&i| {
                 let slot = &slots[i as usize];
-                slot.hash == hash && *slot.key == *key
+                slot.hash == hash
+                    && *slot.key == *key
+                    && matches!(slot.cell, Cell::Listed(_)) == listed
             })
             .copied()
     }
 
-    /// A held bucket's slot.
-    pub(super) fn slot(&self, slot: u32) -> &Slot {
-        &self.slots[slot as usize]
+    /// The state of the bucket of `key` (hashed `hash`), if held and decided.
+    pub(super) fn lookup(&self, key: &BucketKey<'_>, hash: u64) -> Option<State> {
+        let cell =
+            &self.slots[self.find(key.descriptor_part(), key.is_listed(), hash)? as usize].cell;
+        let limit = if key.is_listed() {
+            cell.find(key.limit_part(), 0)?
+        } else {
+            ONE
+        };
+        *cell.get(limit)?
     }
 
-    /// A held bucket's slot, to keep a decision's outcome.
-    pub(super) fn slot_mut(&mut self, slot: u32) -> &mut Slot {
-        &mut self.slots[slot as usize]
+    /// The bucket at `place` (from [`Buckets::touch`] or [`Buckets::place_in`] under the
+    /// same lock), to decide on and keep the outcome.
+    pub(super) fn kept_mut(&mut self, place: Place) -> Kept<'_> {
+        let slot = &mut self.slots[place.slot as usize];
+        slot.cell.at_mut(place.limit, &mut slot.one_rate)
     }
 
-    /// Uses `key`'s bucket, creating it (full) if absent, and makes it the most recently
-    /// used. `current` is the store's creation count now; `create` is called only to create
-    /// the bucket, with the bytes it counts for, and returns the new count (its stamp).
+    /// The place of another limit `key` of the listed descriptor in `slot` (just
+    /// touched), added if absent, and the bytes that added. `hint`: where the limit
+    /// probably is (its position in its list).
+    pub(super) fn place_in(&mut self, slot: u32, key: &BucketKey<'_>, hint: usize) -> (Place, u64) {
+        let (limit, grown) = self.slots[slot as usize].cell.limit(key.limit_part(), hint);
+        (Place { slot, limit }, grown)
+    }
+
+    /// Uses the bucket of `key` (hashed `hash`, see [`super::Inner::hash`]), creating it
+    /// (full) if absent, and makes it the most recently used. For a limit of a list, the
+    /// bucket is its descriptor's, and the limit is added to it if absent. `current` is the
+    /// store's creation count now; `create` is called only to create the bucket, with the
+    /// bytes it counts for, and returns the new count (its stamp).
     pub(super) fn touch(
         &mut self,
-        key: &str,
+        key: &BucketKey<'_>,
         hash: u64,
         current: u64,
         create: impl FnOnce(u64) -> u64,
     ) -> Touched {
-        if let Some(slot) = self.find(key, hash) {
+        let (text, listed) = (key.descriptor_part(), key.is_listed());
+        if let Some(slot) = self.find(text, listed, hash) {
             let reordered = self.slots[slot as usize].stamp != current;
             if reordered {
                 self.unlink(slot);
                 self.slots[slot as usize].stamp = current;
                 self.link_newest(slot);
             }
+            let (place, grown) = if listed {
+                self.place_in(slot, key, 0)
+            } else {
+                (Place { slot, limit: ONE }, 0)
+            };
             return Touched {
-                slot,
+                place,
                 created: false,
+                grown,
                 reordered,
             };
         }
-        let stamp = create(bucket_bytes(key));
+        let mut cell = if listed {
+            Cell::Listed(Vec::new())
+        } else {
+            Cell::One(None)
+        };
+        let (limit, limit_bytes) = cell.limit(key.limit_part(), 0);
+        let stamp = create(bucket_bytes(text) + limit_bytes);
         let bucket = Slot {
-            key: Box::from(key),
+            key: Box::from(text),
             hash,
-            state: None,
-            requests_per_unit: 0,
+            cell,
+            one_rate: 0,
             stamp,
             prev: NIL,
             next: NIL,
@@ -207,8 +267,9 @@ impl Buckets {
             .insert_unique(hash, slot, |&i| slots[i as usize].hash);
         self.link_newest(slot);
         Touched {
-            slot,
+            place: Place { slot, limit },
             created: true,
+            grown: 0,
             reordered: true,
         }
     }
@@ -244,8 +305,9 @@ impl Buckets {
         self.free = slot;
         Gone {
             key: std::mem::take(&mut freed.key),
-            state: freed.state.take(),
-            requests_per_unit: freed.requests_per_unit,
+            // A free slot keeps nothing, and allocates nothing.
+            cell: std::mem::replace(&mut freed.cell, Cell::One(None)),
+            one_rate: freed.one_rate,
         }
     }
 
@@ -288,14 +350,20 @@ mod tests {
     use std::hash::BuildHasher;
 
     use super::*;
+    use crate::rules::{Algorithm, Limit, Unit};
+    use crate::store::memory::cell;
 
     fn hash(key: &str) -> u64 {
         foldhash::fast::FixedState::with_seed(7).hash_one(key)
     }
 
     fn touch(buckets: &mut Buckets, key: &str, current: &mut u64) -> Touched {
+        touch_key(buckets, key.into(), current)
+    }
+
+    fn touch_key(buckets: &mut Buckets, key: BucketKey<'_>, current: &mut u64) -> Touched {
         let mut count = *current;
-        let touched = buckets.touch(key, hash(key), count, |_| {
+        let touched = buckets.touch(&key, hash(key.descriptor_part()), count, |_| {
             count += 1;
             count
         });
@@ -330,13 +398,56 @@ mod tests {
         let mut buckets = Buckets::new();
         let mut count = 0;
         for key in ["a", "b", "c", "d"] {
-            touch(&mut buckets, key, &mut count);
+            let place = touch(&mut buckets, key, &mut count).place;
+            if matches!(key, "b" | "d") {
+                // A second's worth of debt at 1/s: not full again before 1 s.
+                let owing = State::TokenBucket {
+                    debt: 1_000_000_000,
+                    at: 0,
+                    period: 1,
+                };
+                let per_second = Limit {
+                    requests_per_unit: 1,
+                    unit: Unit::Second,
+                    multiplier: 1,
+                    burst: 1,
+                    algorithm: Algorithm::TokenBucket,
+                };
+                buckets.kept_mut(place).keep(Some(owing), &per_second);
+            }
         }
-        let gone = buckets.remove_idle(|s| matches!(&*s.key, "a" | "c"));
+        let gone = buckets.remove_idle(|slot| slot.idle(0));
         assert_eq!(gone.len(), 2);
         assert_eq!(buckets.len(), 2);
-        assert!(buckets.find("a", hash("a")).is_none());
-        assert_eq!(&*buckets.pop_oldest().unwrap().key, "b");
+        assert!(buckets.lookup(&"a".into(), hash("a")).is_none());
+        let b = buckets.pop_oldest().unwrap();
+        assert_eq!(&*b.key, "b");
+        assert!(b.weakens(0) && !b.weakens(1_000_000_000));
         assert_eq!(&*buckets.pop_oldest().unwrap().key, "d");
+    }
+
+    /// "1:d" + "5:p=1s" and "1:d" + "5:p=1d": two limits of descriptor "1:d".
+    #[test]
+    fn a_descriptors_limits_share_one_bucket_apart_from_a_one_limit_bucket() {
+        let (per_second, daily) = ("1:d5:p=1s", "1:d5:p=1d");
+        let mut buckets = Buckets::new();
+        let mut count = 0;
+        let first = touch_key(&mut buckets, BucketKey::listed(per_second, 3), &mut count);
+        let second = touch_key(&mut buckets, BucketKey::listed(daily, 3), &mut count);
+        assert!(first.created && !second.created);
+        assert_eq!(second.grown, cell::listed_limit_bytes("5:p=1d"));
+        assert_eq!(first.place.slot, second.place.slot);
+        assert_eq!((first.place.limit, second.place.limit), (0, 1));
+        // The same text with one limit (a reload that dropped the list) is another bucket.
+        let one = touch(&mut buckets, "1:d", &mut count);
+        assert!(one.created && one.place.slot != first.place.slot);
+        assert_eq!(buckets.len(), 2);
+        let listed = buckets.pop_oldest().unwrap();
+        assert_eq!(
+            listed.bytes(),
+            bucket_bytes("1:d")
+                + cell::listed_limit_bytes("5:p=1s")
+                + cell::listed_limit_bytes("5:p=1d")
+        );
     }
 }

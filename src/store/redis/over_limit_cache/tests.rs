@@ -170,11 +170,9 @@ fn an_admission_decided_before_the_snapshot_keeps_it() {
     assert!(cache.refuse(&[check(limit, 3)], later).is_none());
 }
 
-#[test]
-fn a_window_is_forgotten_only_by_an_admission_counting_more() {
-    let (cache, limit) = (cache(), window(3));
-    cache.learn(&check(limit, 1), &over(3, 300), T0);
-    let passed = |count| Outcome {
+/// What Redis says of a sliding window that admitted a hit, `count` counted.
+fn window_passed(count: u64) -> Outcome {
+    Outcome {
         over: false,
         remaining: 0,
         reset: 0,
@@ -182,12 +180,18 @@ fn a_window_is_forgotten_only_by_an_admission_counting_more() {
             count,
             one_passes_in_us: 0,
         },
-    };
+    }
+}
+
+#[test]
+fn a_window_is_forgotten_only_by_an_admission_counting_more() {
+    let (cache, limit) = (cache(), window(3));
+    cache.learn(&check(limit, 1), &over(3, 300), T0);
     // The third hit's admission, read after the refusal it preceded.
-    cache.learn(&check(limit, 1), &passed(3), T0);
+    cache.learn(&check(limit, 1), &window_passed(3), T0);
     assert!(cache.refuse(&[check(limit, 1)], T0 + 20 * MS).is_some());
     // Counting more than the snapshot, it came after (the limit reloaded and back).
-    cache.learn(&check(limit, 1), &passed(4), T0 + 10 * MS);
+    cache.learn(&check(limit, 1), &window_passed(4), T0 + 10 * MS);
     assert!(cache.refuse(&[check(limit, 1)], T0 + 20 * MS).is_none());
 }
 
@@ -195,15 +199,6 @@ fn a_window_is_forgotten_only_by_an_admission_counting_more() {
 fn an_admission_under_another_limit_forgets_the_snapshot() {
     let (cache, limit) = (cache(), window(3));
     cache.learn(&check(limit, 1), &over(3, 300), T0);
-    let passed = Outcome {
-        over: false,
-        remaining: 0,
-        reset: 0,
-        after: After::SlidingWindow {
-            count: 1,
-            one_passes_in_us: 0,
-        },
-    };
-    cache.learn(&check(window(5), 1), &passed, T0 + 10 * MS);
+    cache.learn(&check(window(5), 1), &window_passed(1), T0 + 10 * MS);
     assert!(cache.refuse(&[check(limit, 1)], T0 + 20 * MS).is_none());
 }
