@@ -16,9 +16,11 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use serde_json::{Value, json};
 use support::process::{self, Meshlimit};
 use tempfile::TempDir;
+use tonic::transport::Channel;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -60,6 +62,22 @@ fn the(kind: &str) -> Value {
         .map(|(_, doc)| doc)
         .collect();
     assert_eq!(found.len(), 1, "want exactly one {kind} in examples/istio");
+    found.pop().unwrap()
+}
+
+/// The EnvoyFilter of the trading host (40-envoyfilter.yaml) and of the capped one
+/// (50-envoyfilter-caps.yaml), by name.
+const TRADING: &str = "meshlimit-trading";
+const CAPS: &str = "meshlimit-trading-caps";
+
+/// The EnvoyFilter named `name`.
+fn envoy_filter(name: &str) -> Value {
+    let mut found: Vec<Value> = manifests()
+        .into_iter()
+        .map(|(_, doc)| doc)
+        .filter(|doc| doc["kind"] == "EnvoyFilter" && doc["metadata"]["name"] == name)
+        .collect();
+    assert_eq!(found.len(), 1, "want exactly one EnvoyFilter {name}");
     found.pop().unwrap()
 }
 
@@ -170,10 +188,12 @@ fn every_manifest_parses_and_says_what_it_is() {
     ] {
         assert!(kinds.contains(kind), "no {kind} in examples/istio");
     }
-    assert_eq!(
-        text(&the("EnvoyFilter"), "/apiVersion"),
-        "networking.istio.io/v1alpha3"
-    );
+    for name in [TRADING, CAPS] {
+        assert_eq!(
+            text(&envoy_filter(name), "/apiVersion"),
+            "networking.istio.io/v1alpha3"
+        );
+    }
     // Everything of meshlimit's own lives in the example's namespace.
     let namespace = the("Namespace");
     for kind in ["ConfigMap", "Deployment", "Service"] {
@@ -356,17 +376,38 @@ async fn the_deployment_serves_the_envoyfilters_descriptors() {
     );
 
     // A gRPC call of a user to backtesting (5/min, burst 1), through the EnvoyFilter.
-    let headers = BTreeMap::from([
-        ("x-user-id", "alice"),
-        (":path", "/backtesting.BacktestingService/Run"),
-    ]);
-    let filter = the("EnvoyFilter");
+    let request = envoy_filter_request(
+        &envoy_filter(TRADING),
+        "/backtesting.BacktestingService/Run",
+    );
+    let mut client = server.client().await;
+    let mut answers = Vec::new();
+    for _ in 0..2 {
+        let (code, limit) = limit_of(&mut client, &request).await;
+        assert_eq!(limit, "backtesting_run");
+        answers.push(code);
+    }
+    assert_eq!(answers, [Code::Ok as i32, Code::OverLimit as i32]);
+
+    // An order through the capped host: its rule has two limits; the binding one, with
+    // the fewest requests left, is the per-second bucket.
+    let request = envoy_filter_request(&envoy_filter(CAPS), "/trading.TradingService/SubmitOrder");
+    assert_eq!(request.domain, "trading_caps");
+    let (code, limit) = limit_of(&mut client, &request).await;
+    assert_eq!((code, limit.as_str()), (Code::Ok as i32, "submit_order"));
+    assert!(server.terminate().await.success(), "clean exit on SIGTERM");
+}
+
+/// The request the EnvoyFilter's filter and route actions make Envoy send for user alice
+/// calling `path`.
+fn envoy_filter_request(filter: &Value, path: &str) -> RateLimitRequest {
+    let headers = BTreeMap::from([("x-user-id", "alice"), (":path", path)]);
     let domain = text(
-        &patch(&filter, "HTTP_FILTER"),
+        &patch(filter, "HTTP_FILTER"),
         "/patch/value/typed_config/domain",
     )
     .to_string();
-    let route = patch(&filter, "HTTP_ROUTE");
+    let route = patch(filter, "HTTP_ROUTE");
     let limits = list(&route, "/patch/value/route/rate_limits");
     assert_eq!(limits.len(), 1, "one descriptor per request");
     let entries = list(&limits[0], "/actions")
@@ -376,36 +417,36 @@ async fn the_deployment_serves_the_envoyfilters_descriptors() {
             value: headers[text(action, "/request_headers/header_name")].to_string(),
         })
         .collect();
-    let request = RateLimitRequest {
+    RateLimitRequest {
         domain,
         descriptors: vec![RateLimitDescriptor {
             entries,
             ..Default::default()
         }],
         hits_addend: 0,
-    };
-    let mut client = server.client().await;
-    let mut answers = Vec::new();
-    for _ in 0..2 {
-        let answer = client
-            .should_rate_limit(request.clone())
-            .await
-            .expect("ShouldRateLimit")
-            .into_inner();
-        let limit = answer.statuses[0]
-            .current_limit
-            .as_ref()
-            .unwrap_or_else(|| {
-                panic!(
-                    "no limit for {request:?}: the EnvoyFilter's domain or descriptor keys \
-                 miss the ConfigMap's rules"
-                )
-            });
-        assert_eq!(limit.name, "backtesting_run");
-        answers.push(answer.overall_code);
     }
-    assert_eq!(answers, [Code::Ok as i32, Code::OverLimit as i32]);
-    assert!(server.terminate().await.success(), "clean exit on SIGTERM");
+}
+
+/// The overall code of one ShouldRateLimit call, and the name of its descriptor's limit.
+async fn limit_of(
+    client: &mut RateLimitServiceClient<Channel>,
+    request: &RateLimitRequest,
+) -> (i32, String) {
+    let answer = client
+        .should_rate_limit(request.clone())
+        .await
+        .expect("ShouldRateLimit")
+        .into_inner();
+    let limit = answer.statuses[0]
+        .current_limit
+        .as_ref()
+        .unwrap_or_else(|| {
+            panic!(
+                "no limit for {request:?}: the EnvoyFilter's domain or descriptor keys \
+                 miss the ConfigMap's rules"
+            )
+        });
+    (answer.overall_code, limit.name.clone())
 }
 
 /// `base` with `patch` merged in the way Istio's MERGE does (proto merge): maps merge
@@ -422,16 +463,25 @@ fn proto_merge(base: &mut Value, patch: &Value) {
     }
 }
 
-/// A complete Envoy config around the EnvoyFilter's patch values: a listener whose HTTP
-/// connection manager has [`filter`, router], a route to a stand-in upstream with
-/// `route_patch` merged in, and the clusters [`cluster`, upstream].
-fn envoy_config(filter: &Value, route_patch: &Value, cluster: &Value) -> Value {
+/// A complete Envoy config around EnvoyFilter patch values: a listener whose HTTP
+/// connection manager has [`filters`…, router], a route to a stand-in upstream with
+/// `route_patches` merged in, and the clusters [`cluster`, upstream].
+fn envoy_config(filters: &[&Value], route_patches: &[&Value], cluster: &Value) -> Value {
     let mut route = json!({
         "name": "default",
         "match": { "prefix": "/" },
         "route": { "cluster": "backend" }
     });
-    proto_merge(&mut route, route_patch);
+    for patch in route_patches {
+        proto_merge(&mut route, patch);
+    }
+    let router = json!({
+        "name": "envoy.filters.http.router",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+        }
+    });
+    let http_filters: Vec<&Value> = filters.iter().copied().chain([&router]).collect();
     json!({
         "static_resources": {
             "listeners": [{
@@ -451,12 +501,7 @@ fn envoy_config(filter: &Value, route_patch: &Value, cluster: &Value) -> Value {
                                     "routes": [route]
                                 }]
                             },
-                            "http_filters": [filter, {
-                                "name": "envoy.filters.http.router",
-                                "typed_config": {
-                                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
-                                }
-                            }]
+                            "http_filters": http_filters
                         }
                     }]
                 }]
@@ -507,16 +552,45 @@ fn misspell(v: &Value, from: &str, to: &str) -> Value {
     }
 }
 
-/// The EnvoyFilter's three patch values: (HTTP filter, cluster, route).
+/// The value of `filter`'s patch applied to `apply_to`.
+fn patch_value(filter: &Value, apply_to: &str) -> Value {
+    at(&patch(filter, apply_to), "/patch/value").clone()
+}
+
+/// The trading EnvoyFilter's three patch values: (HTTP filter, cluster, route).
 fn patch_values() -> (Value, Value, Value) {
-    let filter = the("EnvoyFilter");
-    let value = |apply_to: &str| at(&patch(&filter, apply_to), "/patch/value").clone();
+    let filter = envoy_filter(TRADING);
+    let value = |apply_to: &str| patch_value(&filter, apply_to);
     (value("HTTP_FILTER"), value("CLUSTER"), value("HTTP_ROUTE"))
+}
+
+/// The rate-limit filter's `typed_config` and the route's `rate_limits` of
+/// `examples/envoy/envoy.yaml`'s listener `name`.
+fn example_listener(name: &str) -> (Value, Value) {
+    let example: Value =
+        serde_saphyr::from_str(&read(&repo().join("examples/envoy/envoy.yaml"))).unwrap();
+    let listener = list(&example, "/static_resources/listeners")
+        .iter()
+        .find(|l| l["name"] == name)
+        .unwrap_or_else(|| panic!("examples/envoy has a {name} listener"));
+    let hcm = at(listener, "/filter_chains/0/filters/0/typed_config");
+    let filter = list(hcm, "/http_filters")
+        .iter()
+        .find(|f| f["name"] == "envoy.filters.http.ratelimit")
+        .expect("a rate-limit filter in examples/envoy");
+    (
+        at(filter, "/typed_config").clone(),
+        at(
+            hcm,
+            "/route_config/virtual_hosts/0/routes/0/route/rate_limits",
+        )
+        .clone(),
+    )
 }
 
 #[test]
 fn the_envoyfilter_patches_fit_together() {
-    let filter = the("EnvoyFilter");
+    let filter = envoy_filter(TRADING);
     let labels = at(&filter, "/spec/workloadSelector/labels")
         .as_object()
         .unwrap();
@@ -585,67 +659,148 @@ fn the_envoyfilter_patches_fit_together() {
 #[test]
 fn the_envoyfilter_repeats_examples_envoy() {
     let (filter_value, _, route_value) = patch_values();
-    let example: Value =
-        serde_saphyr::from_str(&read(&repo().join("examples/envoy/envoy.yaml"))).unwrap();
-    let trading = list(&example, "/static_resources/listeners")
-        .iter()
-        .find(|l| l["name"] == "trading")
-        .expect("examples/envoy has a trading listener");
-    let hcm = at(trading, "/filter_chains/0/filters/0/typed_config");
-    let example_filter = list(hcm, "/http_filters")
-        .iter()
-        .find(|f| f["name"] == "envoy.filters.http.ratelimit")
-        .expect("a rate-limit filter in examples/envoy");
+    let (example_filter, example_limits) = example_listener("trading");
     assert_eq!(
         at(&filter_value, "/typed_config"),
-        at(example_filter, "/typed_config"),
+        &example_filter,
         "the rate-limit filter differs from examples/envoy/envoy.yaml's trading listener"
     );
     assert_eq!(
         at(&route_value, "/route/rate_limits"),
-        at(
-            hcm,
-            "/route_config/virtual_hosts/0/routes/0/route/rate_limits"
-        ),
+        &example_limits,
         "the route actions differ from examples/envoy/envoy.yaml's trading route"
+    );
+}
+
+/// The capped host's EnvoyFilter: on the same gateway, a second rate-limit filter at stage
+/// 1 with its own host's routes at stage 1 (so each request is asked about once), calling
+/// the trading EnvoyFilter's cluster; otherwise `examples/envoy/envoy.yaml`'s
+/// trading_caps listener.
+#[test]
+fn the_caps_envoyfilter_is_a_second_stage_on_the_same_gateway() {
+    let (trading, caps) = (envoy_filter(TRADING), envoy_filter(CAPS));
+    assert_eq!(
+        at(&caps, "/spec/workloadSelector"),
+        at(&trading, "/spec/workloadSelector")
+    );
+    assert_eq!(
+        list(&caps, "/spec/configPatches").len(),
+        2,
+        "no cluster of its own"
+    );
+    let (http_filter, route) = (patch(&caps, "HTTP_FILTER"), patch(&caps, "HTTP_ROUTE"));
+    for (p, operation) in [(&http_filter, "INSERT_BEFORE"), (&route, "MERGE")] {
+        assert_eq!(text(p, "/match/context"), "GATEWAY");
+        assert_eq!(text(p, "/patch/operation"), operation);
+        let same = patch(&trading, text(p, "/applyTo"));
+        let vhost = "/match/routeConfiguration/vhost/name";
+        if p.pointer(vhost).is_some() {
+            assert_ne!(text(p, vhost), text(&same, vhost), "a host of its own");
+            assert_eq!(
+                at(p, "/match/routeConfiguration/vhost/route"),
+                at(&same, "/match/routeConfiguration/vhost/route")
+            );
+        } else {
+            assert_eq!(at(p, "/match"), at(&same, "/match"));
+        }
+    }
+
+    let (filter_value, route_value) = (
+        patch_value(&caps, "HTTP_FILTER"),
+        patch_value(&caps, "HTTP_ROUTE"),
+    );
+    assert_eq!(
+        text(
+            &filter_value,
+            "/typed_config/rate_limit_service/grpc_service/envoy_grpc/cluster_name"
+        ),
+        text(&patch_value(&trading, "CLUSTER"), "/name"),
+        "the filter calls the trading EnvoyFilter's cluster"
+    );
+    // Stage 1 on both sides; the trading filter and routes stay at stage 0.
+    let stage = |v: &Value, pointer: &str| v.pointer(pointer).and_then(Value::as_u64).unwrap_or(0);
+    assert_eq!(stage(&filter_value, "/typed_config/stage"), 1);
+    let limits = list(&route_value, "/route/rate_limits");
+    assert!(limits.iter().all(|l| stage(l, "/stage") == 1));
+    let (trading_filter, _, trading_route) = patch_values();
+    assert_eq!(stage(&trading_filter, "/typed_config/stage"), 0);
+    assert!(
+        list(&trading_route, "/route/rate_limits")
+            .iter()
+            .all(|l| stage(l, "/stage") == 0)
+    );
+
+    // Without the stage, examples/envoy's trading_caps listener.
+    let (example_filter, example_limits) = example_listener("trading_caps");
+    let unstaged = |v: &Value| {
+        let mut v = v.clone();
+        v.as_object_mut().expect("an object").remove("stage");
+        v
+    };
+    assert_eq!(
+        unstaged(at(&filter_value, "/typed_config")),
+        example_filter,
+        "the rate-limit filter differs from examples/envoy/envoy.yaml's trading_caps listener"
+    );
+    assert_eq!(
+        Value::Array(limits.iter().map(unstaged).collect()),
+        example_limits,
+        "the route actions differ from examples/envoy/envoy.yaml's trading_caps route"
     );
 }
 
 #[test]
 fn envoy_accepts_the_envoyfilter_patches() {
     let (filter, cluster, route) = patch_values();
-    let out = envoy_validate(&envoy_config(&filter, &route, &cluster));
-    assert!(
-        out.status.success(),
-        "envoy --mode validate rejected the EnvoyFilter's fragments:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let caps = envoy_filter(CAPS);
+    let (caps_filter, caps_route) = (
+        patch_value(&caps, "HTTP_FILTER"),
+        patch_value(&caps, "HTTP_ROUTE"),
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("' OK"));
+    // Each EnvoyFilter on its own, and both on one gateway (their routes merged into one,
+    // as a gateway serving both hosts on one route would).
+    for config in [
+        envoy_config(&[&filter], &[&route], &cluster),
+        envoy_config(&[&caps_filter], &[&caps_route], &cluster),
+        envoy_config(&[&filter, &caps_filter], &[&route, &caps_route], &cluster),
+    ] {
+        let out = envoy_validate(&config);
+        assert!(
+            out.status.success(),
+            "envoy --mode validate rejected the EnvoyFilters' fragments:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("' OK"));
+    }
 
     // Each fragment is really checked: one misspelt field in any of them is refused.
     let broken = [
         (
             "failure_mode_denyy",
             envoy_config(
-                &misspell(&filter, "failure_mode_deny", "failure_mode_denyy"),
-                &route,
+                &[&misspell(
+                    &filter,
+                    "failure_mode_deny",
+                    "failure_mode_denyy",
+                )],
+                &[&route],
                 &cluster,
             ),
         ),
         (
             "descriptor_kee",
             envoy_config(
-                &filter,
-                &misspell(&route, "descriptor_key", "descriptor_kee"),
+                &[&filter],
+                &[&misspell(&route, "descriptor_key", "descriptor_kee")],
                 &cluster,
             ),
         ),
         (
             "http2_protocol_optionz",
             envoy_config(
-                &filter,
-                &route,
+                &[&filter],
+                &[&route],
                 &misspell(&cluster, "http2_protocol_options", "http2_protocol_optionz"),
             ),
         ),
