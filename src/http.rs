@@ -84,7 +84,8 @@ const INDEX: &str = "meshlimit operator endpoints:
   /json         POST a RateLimitRequest as JSON: 200 OK, 429 over limit, 400 bad request
   /rlconfig     the loaded rules, the config version and the last reload error
   /explain      ?domain=D&descriptor=k=v,k2=v2 (repeatable), or POST a /json body:
-                how that request would be decided, consuming nothing
+                how that request would be decided, consuming nothing;
+                ?domain=D&bucket=k=v,k2=v2: the rule a quota bucket id resolves to
 ";
 
 /// The router for every operator endpoint, guarded by the admin token if there is one.
@@ -309,7 +310,8 @@ fn rule_line(out: &mut String, rule: &Rule, service: &Service) {
     out.push('\n');
 }
 
-/// `GET /explain?domain=D&descriptor=k=v,k2=v2[&descriptor=...]`.
+/// `GET /explain?domain=D&descriptor=k=v,k2=v2[&descriptor=...]`, or
+/// `?domain=D&bucket=k=v,k2=v2` for a quota bucket id.
 async fn explain_query(State(op): State<Operator>, RawQuery(query): RawQuery) -> Response {
     let pairs: Vec<(String, String)> =
         match serde_urlencoded::from_str(query.as_deref().unwrap_or("")) {
@@ -318,14 +320,26 @@ async fn explain_query(State(op): State<Operator>, RawQuery(query): RawQuery) ->
         };
     let mut domain = String::new();
     let mut descriptors = Vec::new();
+    let mut bucket = None;
     for (name, value) in pairs {
         match name.as_str() {
             "domain" => domain = value,
             "descriptor" => descriptors.push(parse_descriptor(&value)),
+            "bucket" if bucket.is_none() => bucket = Some(parse_descriptor(&value).entries),
+            "bucket" => return bad_request("one bucket per explanation"),
             other => return bad_request(format!("unknown parameter {other:?}")),
         }
     }
-    explain(&op, &domain, &descriptors).await
+    match bucket {
+        Some(_) if !descriptors.is_empty() => {
+            bad_request("either descriptors or a bucket, not both")
+        }
+        Some(id) => match explain::explain_bucket(&op.service, &domain, &id) {
+            Ok(text) => text.into_response(),
+            Err(e) => bad_request(e),
+        },
+        None => explain(&op, &domain, &descriptors).await,
+    }
 }
 
 /// `POST /explain` with a `/json` request body.

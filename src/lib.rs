@@ -55,6 +55,7 @@ pub mod plan;
 pub mod reload;
 pub mod request;
 pub mod request_limits;
+pub mod rlqs;
 pub mod rules;
 pub mod service;
 pub mod store;

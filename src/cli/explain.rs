@@ -19,8 +19,13 @@ pub struct ExplainArgs {
     #[arg(long)]
     domain: String,
     /// One descriptor as `key=value,key2=value2`; repeat for several.
-    #[arg(long, required = true)]
+    #[arg(long, required_unless_present = "bucket")]
     descriptor: Vec<String>,
+    /// Instead of descriptors, a quota bucket id (Envoy's rate limit quota service) as
+    /// `key=value,key2=value2`, in any order: the rule it resolves to and the quota it
+    /// hands out.
+    #[arg(long, conflicts_with = "descriptor")]
+    bucket: Option<String>,
     /// Algorithm for rules that do not set one (as `serve --algorithm`).
     #[arg(long, env = "MESHLIMIT_ALGORITHM", value_enum, default_value_t = AlgorithmArg::from(defaults::ALGORITHM))]
     algorithm: AlgorithmArg,
@@ -40,6 +45,16 @@ impl ExplainArgs {
             Ok(service) => service,
             Err(e) => return fail(e),
         };
+        if let Some(bucket) = &self.bucket {
+            let id = crate::http::parse_descriptor(bucket).entries;
+            return match crate::explain::explain_bucket(&service, &self.domain, &id) {
+                Ok(text) => {
+                    print!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
+            };
+        }
         let descriptors: Vec<_> = self
             .descriptor
             .iter()

@@ -7,6 +7,7 @@
 //! Nothing matched stops the walk with no limit: there is no backtracking and no fallback
 //! to a parent's limit, and a limit applies only at the request's last entry.
 
+mod bucket;
 mod pattern;
 
 use std::collections::HashMap;
@@ -17,6 +18,7 @@ use hashbrown::HashTable;
 
 use crate::bucket_key::KeyWriter;
 use crate::rules::Rule;
+pub use bucket::BucketWalk;
 use pattern::Pattern;
 
 /// One level of a domain's tree.
@@ -93,17 +95,24 @@ impl Level {
     }
 
     /// The entry with this composite key, if any.
+    #[cfg(test)]
     fn get(&self, composite: &str) -> Option<&Entry> {
         self.exact.get(composite).map(|&i| &self.entries[i].1)
     }
 
-    /// The entry whose composite key is `key_value`, if any.
-    fn get_pair(&self, key: &str, value: &str) -> Option<&Entry> {
+    /// The index of the entry whose composite key is `key_value`, if any.
+    fn pair_index(&self, key: &str, value: &str) -> Option<usize> {
         let hash = self.hasher.hash_one((key, value));
         let split = self
             .pairs
             .find(hash, |s| s.pair(&self.entries) == (key, value))?;
-        Some(&self.entries[split.index as usize].1)
+        Some(split.index as usize)
+    }
+
+    /// The entry whose composite key is `key_value`, if any.
+    #[cfg(test)]
+    fn get_pair(&self, key: &str, value: &str) -> Option<&Entry> {
+        self.pair_index(key, value).map(|i| &self.entries[i].1)
     }
 
     fn lookup(&self, key: &str, value: &str, scratch: &mut String) -> Option<&Entry> {
@@ -117,17 +126,29 @@ impl Level {
         value: &str,
         scratch: &mut String,
     ) -> Option<(&'a Entry, Matched<'a>)> {
-        if let Some(node) = self.get_pair(key, value) {
-            return Some((node, Matched::Exact));
+        self.lookup_at(key, value, scratch)
+            .map(|(index, how)| (&self.entries[index].1, how))
+    }
+
+    /// The index in file order of the entry `key`=`value` matches, and which way.
+    fn lookup_at<'a>(
+        &'a self,
+        key: &str,
+        value: &str,
+        scratch: &mut String,
+    ) -> Option<(usize, Matched<'a>)> {
+        if let Some(index) = self.pair_index(key, value) {
+            return Some((index, Matched::Exact));
         }
         let mut written = false;
         for &(ref pattern, index) in &self.wildcards {
             if pattern.matches_pair(key, value, scratch, &mut written) {
-                let (composite, node) = &self.entries[index];
-                return Some((node, Matched::Wildcard(composite)));
+                return Some((index, Matched::Wildcard(&self.entries[index].0)));
             }
         }
-        self.get(key).map(|node| (node, Matched::ValueLess))
+        self.exact
+            .get(key)
+            .map(|&index| (index, Matched::ValueLess))
     }
 
     /// Calls `visit` with every node below this level and the composite keys of the

@@ -7,6 +7,8 @@
 //! apply to a longer request, a request must end exactly at an entry with a
 //! `rate_limit`, and the walk never backtracks. The text says so where it matters.
 
+mod bucket;
+
 use std::fmt::Write;
 
 use crate::bucket_key::BucketKey;
@@ -19,6 +21,7 @@ use crate::request::{Descriptor, RequestDescriptor};
 use crate::rules::{Algorithm, Limit, Mode, Rule};
 use crate::service::{Service, binding};
 use crate::store::Store;
+pub use bucket::{BucketError, explain_bucket};
 
 /// Most entries listed where the text shows what a level offers.
 const LISTED: usize = 12;
@@ -169,23 +172,13 @@ fn walk(out: &mut String, steps: &[WalkStep<'_>]) {
         let last = i + 1 == steps.len();
         match step.matched {
             Some(how) => {
-                let how = match how {
-                    Matched::Exact => format!("exact entry \"{}_{}\"", step.key, step.value),
-                    Matched::Wildcard(pattern) => {
-                        format!(
-                            "wildcard entry \"{pattern}\" (first matching wildcard in file order)"
-                        )
-                    }
-                    Matched::ValueLess => {
-                        format!("value-less entry \"{}\" (any value)", step.key)
-                    }
-                };
-                let here = if step.rule.is_some() {
-                    "; has a rate_limit"
-                } else {
-                    "; no rate_limit of its own"
-                };
-                let _ = writeln!(out, "    {}. {entry}: matched {how}{here}", i + 1);
+                let _ = writeln!(
+                    out,
+                    "    {}. {entry}: matched {}{}",
+                    i + 1,
+                    matched(step, how),
+                    has_rule(step)
+                );
                 if last && step.rule.is_none() {
                     let _ = writeln!(
                         out,
@@ -228,6 +221,26 @@ fn walk(out: &mut String, steps: &[WalkStep<'_>]) {
         if step.rule.is_some() {
             parent_rule = step.rule;
         }
+    }
+}
+
+/// The entry a walk's step matched, and how.
+fn matched(step: &WalkStep<'_>, how: Matched<'_>) -> String {
+    match how {
+        Matched::Exact => format!("exact entry \"{}_{}\"", step.key, step.value),
+        Matched::Wildcard(pattern) => {
+            format!("wildcard entry \"{pattern}\" (first matching wildcard in file order)")
+        }
+        Matched::ValueLess => format!("value-less entry \"{}\" (any value)", step.key),
+    }
+}
+
+/// Whether the entry a step matched has a limit, as a clause.
+fn has_rule(step: &WalkStep<'_>) -> &'static str {
+    if step.rule.is_some() {
+        "; has a rate_limit"
+    } else {
+        "; no rate_limit of its own"
     }
 }
 
