@@ -48,10 +48,10 @@ async fn a_bucket_in_any_order_resolves_to_its_rule_and_quota() {
             text.contains("rule: trading.user_id.method_/trading.TradingService/SubmitOrder"),
             "{text}"
         );
-        // 100/s burst 10, in whole-second fills: one fill (100) is more than the burst.
+        // 100/s burst 10: 100 tokens a second, 10 at most.
         assert!(
             text.contains(
-                "quota: token_bucket max_tokens 100, tokens_per_fill 100, fill_interval 1s"
+                "quota: token_bucket max_tokens 10, tokens_per_fill 100, fill_interval 1s"
             ),
             "{text}"
         );
@@ -129,9 +129,9 @@ async fn the_operator_endpoint_explains_buckets_too() {
         text.contains("rule: trading.user_id.method_/config.ConfigService/Update"),
         "{text}"
     );
-    // 10/s burst 2: 10 every second.
+    // 10/s burst 2: 10 every second, 2 at most.
     assert!(
-        text.contains("max_tokens 10, tokens_per_fill 10, fill_interval 1s"),
+        text.contains("max_tokens 2, tokens_per_fill 10, fill_interval 1s"),
         "{text}"
     );
     for bad in [

@@ -8,11 +8,12 @@
 //!   a `rate_limits` list; a fixed or sliding window's rate too), holding its burst (a
 //!   window's whole limit, which it can admit at once).
 //!
-//! Envoy 1.40 does not enforce a token bucket filled more often than once a second, so the
-//! rate is written as whole tokens per whole seconds, in lowest terms: 100 per second is
-//! 100 tokens every second, 5 per minute 1 every 12 seconds, 7 per minute 7 every minute.
-//! A bucket cannot hold less than one fill, so when a fill is larger than the burst (100
-//! per second, burst 10) it holds one fill.
+//! Envoy 1.40 reads a token bucket as a rate, `tokens_per_fill` over `fill_interval` taken
+//! in whole seconds (its `AtomicTokenBucketImpl` refills continuously, capped at
+//! `max_tokens`); an interval under a second divides by zero and the bucket is not
+//! enforced. So the rate is written as whole tokens per whole seconds, in lowest terms:
+//! 100 per second is 100 tokens every second, 5 per minute 1 every 12 seconds, 7 per
+//! minute 7 every minute; `max_tokens` is the burst, whatever the fill.
 
 use crate::rules::{Algorithm, Limit, Mode, Rule};
 
@@ -65,7 +66,7 @@ fn token_bucket(limit: &Limit) -> Quota {
         Algorithm::FixedWindow | Algorithm::SlidingWindow => rate,
     };
     Quota::TokenBucket {
-        max_tokens: burst.max(tokens_per_fill),
+        max_tokens: burst.max(1),
         tokens_per_fill,
         fill_interval_seconds: period / common,
     }
@@ -128,10 +129,10 @@ mod tests {
     #[test]
     fn the_trading_limits_as_whole_second_fills() {
         use Algorithm::TokenBucket as Tb;
-        // submit_order 100/s burst 10: a fill of 100 a second is more than the burst.
+        // submit_order 100/s burst 10.
         assert_eq!(
             of(vec![limit(100, Unit::Second, 1, 10, Tb)]),
-            bucket(100, 100, 1)
+            bucket(10, 100, 1)
         );
         // backtesting.run 5/min burst 1: one every 12 s.
         assert_eq!(of(vec![limit(5, Unit::Minute, 1, 1, Tb)]), bucket(1, 1, 12));
