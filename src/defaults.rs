@@ -81,6 +81,10 @@ pub const NEAR_LIMIT_RATIO: f32 = 0.8;
 /// metric labels before the rest share one overflow series.
 pub const MAX_METRIC_VALUES: usize = 1000;
 
+/// `--rlqs-assignment-ttl-ms`: how long a quota assignment holds in Envoy without being
+/// renewed; past it, Envoy applies the bucket's `expired_assignment_behavior`.
+pub const RLQS_ASSIGNMENT_TTL: Duration = Duration::from_secs(10);
+
 /// `--drain-delay-ms`: after the shutdown signal, how long health checks fail while
 /// everything still serves, so that load balancers stop sending before connections close.
 pub const DRAIN_DELAY: Duration = Duration::from_secs(1);

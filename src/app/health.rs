@@ -14,9 +14,12 @@ use crate::store::Store;
 /// The full gRPC name of the rate-limit service, as health checks ask for it.
 const RLS_SERVICE_NAME: &str = <crate::grpc::RateLimitServer as tonic::server::NamedService>::NAME;
 
+/// The full gRPC name of the rate limit quota service.
+const RLQS_SERVICE_NAME: &str = <crate::rlqs::service::Server as tonic::server::NamedService>::NAME;
+
 /// The names gRPC health answers for: overall (""), the Go server's `ratelimit`, and
-/// the full service name.
-const HEALTH_NAMES: [&str; 3] = ["", HEALTH_SERVICE_NAME, RLS_SERVICE_NAME];
+/// the full names of both services.
+const HEALTH_NAMES: [&str; 4] = ["", HEALTH_SERVICE_NAME, RLS_SERVICE_NAME, RLQS_SERVICE_NAME];
 
 /// Sets every name of [`HEALTH_NAMES`] to `SERVING` or `NOT_SERVING`.
 pub(super) async fn set_grpc_health(reporter: &HealthReporter, serving: bool) {

@@ -15,6 +15,7 @@ use crate::admin_token::AdminToken;
 use crate::grpc::Rls;
 use crate::http::{self, Health};
 use crate::net::{self, ConnectionOptions, Connections, Protocols, TlsFiles, TlsSource};
+use crate::rlqs::{QuotaService, Registry};
 
 /// The sockets a server answers on, bound by the caller.
 #[derive(Debug)]
@@ -138,6 +139,17 @@ pub async fn serve(
             tokio::time::sleep(delay).await;
         }
     };
+    let quotas = Arc::new(Registry::new(
+        service.config().clone(),
+        settings.algorithm,
+        settings.rlqs_unmatched,
+    ));
+    let quota_refresh = spawn_quota_refresh(quotas.clone());
+    let quota_service = QuotaService::new(
+        quotas,
+        settings.request_limits,
+        settings.rlqs_assignment_ttl,
+    );
     let routes = tonic::service::Routes::new(health_service)
         .add_service(
             Rls::new(service)
@@ -145,6 +157,7 @@ pub async fn serve(
                 .with_draft_fields(settings.draft_headers)
                 .into_server(),
         )
+        .add_service(quota_service.into_server())
         .prepare();
     let grpc_options = ConnectionOptions {
         max_age: settings.grpc_max_connection_age,
@@ -164,6 +177,7 @@ pub async fn serve(
     ))
     .await;
     maintenance.abort();
+    quota_refresh.abort();
     if let Some(watch) = token_watch {
         watch.abort();
     }
@@ -176,6 +190,18 @@ pub async fn serve(
     grpc_result.map_err(|join| Error::Http(std::io::Error::other(join)))?;
     info!("meshlimit stopped");
     Ok(())
+}
+
+/// Every second: the quota service follows config reloads (buckets whose rule changed are
+/// assigned again on their streams). Runs until aborted.
+fn spawn_quota_refresh(registry: Arc<Registry>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            registry.refresh();
+        }
+    })
 }
 
 /// The ports serving operator endpoints, and the TLS of the main one.

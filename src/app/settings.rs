@@ -1,6 +1,7 @@
 //! What `meshlimit serve` needs, whatever it was parsed from, with the command line's
 //! defaults.
 
+use crate::rlqs::Unmatched;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -74,6 +75,10 @@ pub struct Settings {
     /// values, and most unknown domains with a series of their own, so that callers
     /// cannot grow the metrics without bound.
     pub max_metric_values: usize,
+    /// What the quota service assigns a bucket that matches no rule (`--rlqs-unmatched`).
+    pub rlqs_unmatched: Unmatched,
+    /// The time to live of every quota assignment (`--rlqs-assignment-ttl-ms`).
+    pub rlqs_assignment_ttl: Duration,
 }
 
 impl Settings {
@@ -104,6 +109,8 @@ impl Settings {
             request_limits: RequestLimits::default(),
             admin_token_file: None,
             max_metric_values: defaults::MAX_METRIC_VALUES,
+            rlqs_unmatched: Unmatched::Allow,
+            rlqs_assignment_ttl: defaults::RLQS_ASSIGNMENT_TTL,
         }
     }
 }

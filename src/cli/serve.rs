@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use super::values::{
-    AlgorithmArg, FailureArg, LogFormat, RateLimitHeadersArg, StoreKind, at_least_one,
-    metrics_path, millis, ratio,
+    AlgorithmArg, FailureArg, LogFormat, RateLimitHeadersArg, StoreKind, UnmatchedArg,
+    at_least_one, metrics_path, millis, ratio,
 };
 use crate::app::{self, Listeners};
 use crate::{defaults, gocompat};
@@ -191,6 +191,15 @@ pub struct Serve {
     /// domains counted under their own name.
     #[arg(long, env = "MESHLIMIT_MAX_METRIC_VALUES", default_value_t = defaults::MAX_METRIC_VALUES)]
     pub(crate) max_metric_values: usize,
+    /// Rate limit quota service (StreamRateLimitQuotas): what a bucket matching no rule is
+    /// assigned, ALLOW_ALL or DENY_ALL.
+    #[arg(long, env = "MESHLIMIT_RLQS_UNMATCHED", value_enum, default_value_t = UnmatchedArg::Allow)]
+    pub(crate) rlqs_unmatched: UnmatchedArg,
+    /// Rate limit quota service: the time to live of every assignment (milliseconds);
+    /// renewed on each report, so that a dead meshlimit hands control to the Envoy
+    /// bucket's expired_assignment_behavior.
+    #[arg(long, env = "MESHLIMIT_RLQS_ASSIGNMENT_TTL_MS", default_value_t = millis(defaults::RLQS_ASSIGNMENT_TTL))]
+    pub(crate) rlqs_assignment_ttl_ms: u64,
 }
 
 impl Serve {

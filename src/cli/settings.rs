@@ -60,6 +60,8 @@ impl Serve {
             },
             admin_token_file: self.admin_token_file,
             max_metric_values: self.max_metric_values,
+            rlqs_unmatched: self.rlqs_unmatched.into(),
+            rlqs_assignment_ttl: Duration::from_millis(self.rlqs_assignment_ttl_ms),
             ..Settings::new(config)
         }
     }

@@ -50,6 +50,22 @@ pub(crate) enum RateLimitHeadersArg {
     Draft,
 }
 
+/// `--rlqs-unmatched`: how quota buckets matching no rule are answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum UnmatchedArg {
+    Allow,
+    Deny,
+}
+
+impl From<UnmatchedArg> for crate::rlqs::Unmatched {
+    fn from(arg: UnmatchedArg) -> Self {
+        match arg {
+            UnmatchedArg::Allow => Self::Allow,
+            UnmatchedArg::Deny => Self::Deny,
+        }
+    }
+}
+
 /// `--algorithm`, the flag's spelling of [`Algorithm`].
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum AlgorithmArg {

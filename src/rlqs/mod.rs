@@ -1,11 +1,16 @@
 //! Envoy's Rate Limit Quota Service (RLQS, `envoy.service.rate_limit_quota.v3`): Envoy
 //! enforces quota in the proxy and asks the server, per bucket, what to enforce.
 //!
-//! So far: what a bucket's rule hands out as a whole ([`quota`]); the bucket ids are
-//! matched against the config by [`crate::matcher::BucketWalk`]. The stream service, the
-//! split of a rule's quota among the Envoys reporting a bucket, and its state are issue 12's
-//! remaining work.
+//! A bucket id is matched against the config like a descriptor
+//! ([`crate::matcher::BucketWalk`]); its rule's whole quota ([`quota`]) is split among the
+//! Envoys reporting the bucket ([`share`]), on this replica ([`registry`]), and sent on
+//! their streams ([`service`]).
 
 pub mod quota;
+pub mod registry;
+pub mod service;
+pub mod share;
 
 pub use quota::{Quota, quota_of};
+pub use registry::{Registry, Unmatched};
+pub use service::QuotaService;

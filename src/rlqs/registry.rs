@@ -1,0 +1,358 @@
+//! The quota service's state on one replica: the open streams, the buckets they report,
+//! each reporter's demand and what it was assigned.
+//!
+//! Every change goes through one lock, held for bookkeeping only (no await): a report,
+//! a stream's end, a config reload. Each computes the bucket's shares again
+//! ([`super::share`]) and queues the assignments that changed on the streams concerned;
+//! the reporting stream always gets its buckets' assignments again, which renews their
+//! time to live (an identical strategy only extends it in Envoy). Queues are bounded: a
+//! stream that does not read loses answers, never the server's memory.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+use tracing::warn;
+
+use super::quota::{Quota, quota_of};
+use super::share::{Share, settle, split};
+use crate::config::{Config, SharedConfig};
+use crate::rules::Algorithm;
+use crate::throttle::Throttle;
+
+/// One stream's identity.
+pub type StreamId = u64;
+
+/// Most buckets one stream may report; reports of more are refused (logged).
+pub const MAX_BUCKETS_PER_STREAM: usize = 4096;
+
+/// A bucket: its domain and its id's entries, sorted by key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BucketKey {
+    /// The stream's domain.
+    pub domain: String,
+    /// The id's entries, sorted.
+    pub id: Vec<(String, String)>,
+}
+
+/// One bucket's usage in a report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Usage {
+    /// Which bucket.
+    pub id: Vec<(String, String)>,
+    /// Seconds the counts cover (0 for a bucket's first report).
+    pub seconds: u64,
+    /// Requests Envoy let through.
+    pub allowed: u64,
+    /// Requests Envoy refused.
+    pub denied: u64,
+}
+
+/// What a bucket is assigned for one stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Assignment {
+    /// `blanket_rule`: `ALLOW_ALL` (true) or `DENY_ALL`.
+    Blanket(bool),
+    /// A token bucket.
+    TokenBucket(Share),
+}
+
+/// How buckets that match no rule are answered (`--rlqs-unmatched`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unmatched {
+    /// `ALLOW_ALL`.
+    Allow,
+    /// `DENY_ALL`.
+    Deny,
+}
+
+/// Assignments for one stream, by bucket.
+pub type Assignments = Vec<(BucketKey, Assignment)>;
+
+/// Where a stream's assignments go.
+pub type Outbox = mpsc::Sender<Assignments>;
+
+/// The service's state; see the module docs.
+pub struct Registry {
+    state: Mutex<State>,
+    config: SharedConfig,
+    default_algorithm: Algorithm,
+    unmatched: Unmatched,
+    /// Logs refused buckets at most once a minute.
+    refused: Throttle,
+}
+
+#[derive(Default)]
+struct State {
+    next: StreamId,
+    streams: HashMap<StreamId, Stream>,
+    buckets: HashMap<BucketKey, Bucket>,
+    /// The config the buckets' quotas were read from.
+    seen: Option<Arc<Config>>,
+}
+
+struct Stream {
+    outbox: Outbox,
+    buckets: HashSet<BucketKey>,
+}
+
+struct Bucket {
+    /// The matching rule's whole quota; `None`: no rule matches.
+    quota: Option<Quota>,
+    /// The streams reporting it, in a stable order.
+    reporters: BTreeMap<StreamId, Reporter>,
+}
+
+#[derive(Default)]
+struct Reporter {
+    /// Requests per second, smoothed; `None` until a report covers some time.
+    demand: Option<f64>,
+    assigned: Option<Assignment>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (streams, buckets) = self.counts();
+        f.debug_struct("Registry")
+            .field("streams", &streams)
+            .field("buckets", &buckets)
+            .field("unmatched", &self.unmatched)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Registry {
+    /// An empty registry reading rules from `config`.
+    pub fn new(config: SharedConfig, default_algorithm: Algorithm, unmatched: Unmatched) -> Self {
+        Self {
+            state: Mutex::new(State::default()),
+            config,
+            default_algorithm,
+            unmatched,
+            refused: Throttle::new(Duration::from_secs(60)),
+        }
+    }
+
+    /// Registers a stream whose assignments go to `outbox`.
+    pub fn open(&self, outbox: Outbox) -> StreamId {
+        let mut state = self.state.lock();
+        state.next += 1;
+        let id = state.next;
+        state.streams.insert(
+            id,
+            Stream {
+                outbox,
+                buckets: HashSet::new(),
+            },
+        );
+        id
+    }
+
+    /// A report of `usages` in `domain` from `stream`: demands updated, shares computed
+    /// again, assignments queued.
+    pub fn report(&self, stream: StreamId, domain: &str, usages: Vec<Usage>) {
+        let config = self.config.load_full();
+        let mut state = self.state.lock();
+        if let Some(reloaded) = state.follow(&config, self) {
+            state.send(reloaded);
+        }
+        let mut changed: HashSet<BucketKey> = HashSet::new();
+        for usage in usages {
+            let mut id = usage.id;
+            id.sort_unstable();
+            let key = BucketKey {
+                domain: domain.to_string(),
+                id,
+            };
+            let Some(entry) = state.streams.get_mut(&stream) else {
+                return;
+            };
+            if !entry.buckets.contains(&key) {
+                if entry.buckets.len() >= MAX_BUCKETS_PER_STREAM {
+                    if let Some(suppressed) = self.refused.allow() {
+                        warn!(
+                            domain,
+                            limit = MAX_BUCKETS_PER_STREAM,
+                            suppressed,
+                            "a quota stream reports more buckets than it may; the others get no assignment"
+                        );
+                    }
+                    continue;
+                }
+                entry.buckets.insert(key.clone());
+            }
+            let quota = self.quota(&config, &key);
+            let bucket = state.buckets.entry(key.clone()).or_insert_with(|| Bucket {
+                quota,
+                reporters: BTreeMap::new(),
+            });
+            let reporter = bucket.reporters.entry(stream).or_default();
+            if usage.seconds > 0 {
+                let rps =
+                    (usage.allowed.saturating_add(usage.denied)) as f64 / usage.seconds as f64;
+                reporter.demand = Some(match reporter.demand {
+                    Some(before) => (before + rps) / 2.0,
+                    None => rps,
+                });
+            }
+            changed.insert(key);
+        }
+        let mut outgoing = state.rebalance(changed.iter(), self.unmatched);
+        // The reporting stream gets every bucket it reported, changed or not: that renews
+        // the assignments' time to live.
+        let mine = outgoing.entry(stream).or_default();
+        for key in &changed {
+            if let Some(assigned) = state
+                .buckets
+                .get(key)
+                .and_then(|b| b.reporters.get(&stream))
+                .and_then(|r| r.assigned)
+            {
+                if !mine.iter().any(|(k, _)| k == key) {
+                    mine.push((key.clone(), assigned));
+                }
+            }
+        }
+        state.send(outgoing);
+    }
+
+    /// A stream ended: its shares go back to the other reporters of its buckets.
+    pub fn close(&self, stream: StreamId) {
+        let mut state = self.state.lock();
+        let Some(gone) = state.streams.remove(&stream) else {
+            return;
+        };
+        for key in &gone.buckets {
+            if let Some(bucket) = state.buckets.get_mut(key) {
+                bucket.reporters.remove(&stream);
+                if bucket.reporters.is_empty() {
+                    state.buckets.remove(key);
+                }
+            }
+        }
+        let outgoing = state.rebalance(gone.buckets.iter(), self.unmatched);
+        state.send(outgoing);
+    }
+
+    /// Follows a config reload: buckets whose rule changed are assigned again. Called
+    /// about once a second.
+    pub fn refresh(&self) {
+        let config = self.config.load_full();
+        let mut state = self.state.lock();
+        if let Some(outgoing) = state.follow(&config, self) {
+            state.send(outgoing);
+        }
+    }
+
+    /// Open streams and buckets, for the operator page and metrics.
+    pub fn counts(&self) -> (usize, usize) {
+        let state = self.state.lock();
+        (state.streams.len(), state.buckets.len())
+    }
+
+    /// The whole quota of the rule `key` matches, if any.
+    fn quota(&self, config: &Config, key: &BucketKey) -> Option<Quota> {
+        let tree = config.domain(&key.domain)?;
+        let id: Vec<(&str, &str)> = key
+            .id
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let rule = tree.walk_bucket(&id, 0).rule?;
+        Some(quota_of(rule, self.default_algorithm))
+    }
+}
+
+impl State {
+    /// After a reload (`config` not the one seen): every bucket's quota read again, and the
+    /// assignments that changed; `None` when the config is the one seen.
+    fn follow(
+        &mut self,
+        config: &Arc<Config>,
+        registry: &Registry,
+    ) -> Option<HashMap<StreamId, Assignments>> {
+        if self
+            .seen
+            .as_ref()
+            .is_some_and(|seen| Arc::ptr_eq(seen, config))
+        {
+            return None;
+        }
+        self.seen = Some(config.clone());
+        let mut changed = Vec::new();
+        for (key, bucket) in &mut self.buckets {
+            let quota = registry.quota(config, key);
+            if quota != bucket.quota {
+                bucket.quota = quota;
+                changed.push(key.clone());
+            }
+        }
+        Some(self.rebalance(changed.iter(), registry.unmatched))
+    }
+
+    /// The assignments of `keys`' buckets computed again; those that changed, by stream.
+    fn rebalance<'k>(
+        &mut self,
+        keys: impl Iterator<Item = &'k BucketKey>,
+        unmatched: Unmatched,
+    ) -> HashMap<StreamId, Assignments> {
+        let mut outgoing: HashMap<StreamId, Assignments> = HashMap::new();
+        for key in keys {
+            let Some(bucket) = self.buckets.get_mut(key) else {
+                continue;
+            };
+            let fresh: Vec<Assignment> = match bucket.quota {
+                None => {
+                    vec![Assignment::Blanket(unmatched == Unmatched::Allow); bucket.reporters.len()]
+                }
+                Some(Quota::AllowAll) => vec![Assignment::Blanket(true); bucket.reporters.len()],
+                Some(Quota::DenyAll) => vec![Assignment::Blanket(false); bucket.reporters.len()],
+                Some(quota) => {
+                    let demands: Vec<Option<f64>> =
+                        bucket.reporters.values().map(|r| r.demand).collect();
+                    split(quota, &demands)
+                        .into_iter()
+                        .zip(bucket.reporters.values())
+                        .map(|(share, reporter)| {
+                            let current = match reporter.assigned {
+                                Some(Assignment::TokenBucket(s)) => Some(s),
+                                _ => None,
+                            };
+                            let share = settle(current, share);
+                            if share.max_tokens == 0 {
+                                Assignment::Blanket(false)
+                            } else {
+                                Assignment::TokenBucket(share)
+                            }
+                        })
+                        .collect()
+                }
+            };
+            for ((&stream, reporter), assignment) in bucket.reporters.iter_mut().zip(fresh) {
+                if reporter.assigned != Some(assignment) {
+                    reporter.assigned = Some(assignment);
+                    outgoing
+                        .entry(stream)
+                        .or_default()
+                        .push((key.clone(), assignment));
+                }
+            }
+        }
+        outgoing
+    }
+
+    /// Queues `outgoing` on the streams' outboxes, without waiting: a full outbox (a
+    /// stream that does not read) drops the message; the next report renews it.
+    fn send(&self, outgoing: HashMap<StreamId, Assignments>) {
+        for (stream, assignments) in outgoing {
+            if assignments.is_empty() {
+                continue;
+            }
+            if let Some(entry) = self.streams.get(&stream) {
+                let _ = entry.outbox.try_send(assignments);
+            }
+        }
+    }
+}
