@@ -31,7 +31,8 @@ descriptors:
 
 /// The Envoy config of `../shared/docs/examples/envoy-rlqs.yaml` (checked with Envoy 1.40)
 /// on the given ports: a listener answering 200, the quota filter in domain `edge` with a
-/// bucket per `x-user-id`, reporting every second, allowing all until assigned.
+/// bucket per `x-user-id`, reporting every second, allowing all until assigned and once an
+/// assignment has expired.
 fn envoy_config(ports: &EnvoyPorts, rlqs: SocketAddr) -> String {
     format!(
         r#"
@@ -90,6 +91,8 @@ static_resources:
                                     header_name: x-user-id
                           reporting_interval: 1s
                           no_assignment_behavior:
+                            fallback_rate_limit: {{blanket_rule: ALLOW_ALL}}
+                          expired_assignment_behavior:
                             fallback_rate_limit: {{blanket_rule: ALLOW_ALL}}
           - name: envoy.filters.http.router
             typed_config:
@@ -386,4 +389,33 @@ async fn a_quiet_envoy_beside_a_saturated_one_is_not_refused() {
         quiet.1, 0,
         "the quiet Envoy's requests all passed: {quiet:?}"
     );
+}
+
+/// meshlimit killed: its assignments run out their time to live and Envoy falls back to
+/// the bucket's `expired_assignment_behavior` (here ALLOW_ALL): a spent user passes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_meshlimit_hands_control_to_envoys_expiry_behaviour() {
+    let config = config_dir(EDGE);
+    let (server, envoy) = start(config.path(), &["--rlqs-assignment-ttl-ms", "1000"]).await;
+    passed_until_refused(&envoy, "ivan", 200).await;
+    assert_eq!(status(&envoy, "ivan").await, 429);
+    drop(server); // SIGKILL
+    support::eventually_async(15, "ivan allowed once the assignment expired", || async {
+        status(&envoy, "ivan").await == 200
+    })
+    .await;
+}
+
+/// SIGTERM with Envoys connected: the quota streams end when the drain starts, so that
+/// the drain does not wait for its whole timeout (60 s here; the harness allows 20).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drain_ends_quota_streams() {
+    let config = config_dir(EDGE);
+    let (server, envoy) = start(
+        config.path(),
+        &["--drain-delay-ms", "0", "--drain-timeout-ms", "60000"],
+    )
+    .await;
+    passed_until_refused(&envoy, "judy", 200).await;
+    assert!(server.terminate().await.success());
 }

@@ -127,6 +127,9 @@ pub async fn serve(
         &http_stop_rx,
     );
 
+    // Quota streams last as long as their Envoy: they are ended when the drain starts,
+    // so that it does not wait for them.
+    let (close_quotas, quota_closing) = watch::channel(false);
     let grpc_stop = {
         let health = health.clone();
         let reporter = reporter.clone();
@@ -137,6 +140,7 @@ pub async fn serve(
             health.set(false);
             set_grpc_health(&reporter, false).await;
             tokio::time::sleep(delay).await;
+            let _ = close_quotas.send(true);
         }
     };
     let quotas = Arc::new(Registry::new(
@@ -149,6 +153,7 @@ pub async fn serve(
         quotas,
         settings.request_limits,
         settings.rlqs_assignment_ttl,
+        quota_closing,
     );
     let routes = tonic::service::Routes::new(health_service)
         .add_service(

@@ -17,7 +17,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
 use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, UInt32Value};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tonic::codegen::tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -40,16 +40,24 @@ pub struct QuotaService {
     registry: Arc<Registry>,
     limits: RequestLimits,
     ttl: Duration,
+    /// Turns true when the server drains: open streams end, new ones are refused.
+    closing: watch::Receiver<bool>,
 }
 
 impl QuotaService {
     /// Serves `registry`, refusing bucket ids over `limits` (as descriptors), assigning
-    /// for `ttl` at a time.
-    pub fn new(registry: Arc<Registry>, limits: RequestLimits, ttl: Duration) -> Self {
+    /// for `ttl` at a time, until `closing` turns true.
+    pub fn new(
+        registry: Arc<Registry>,
+        limits: RequestLimits,
+        ttl: Duration,
+        closing: watch::Receiver<bool>,
+    ) -> Self {
         Self {
             registry,
             limits,
             ttl,
+            closing,
         }
     }
 
@@ -82,6 +90,10 @@ impl RateLimitQuotaService for QuotaService {
         &self,
         request: Request<Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<Response<Outgoing>, Status> {
+        let mut closing = self.closing.clone();
+        if *closing.borrow_and_update() {
+            return Err(Status::unavailable("meshlimit is shutting down"));
+        }
         let mut reports = request.into_inner();
         let (responses, outgoing) = mpsc::channel(OUTBOX);
         let (assignments, mut queued) = mpsc::channel::<Assignments>(OUTBOX);
@@ -105,9 +117,14 @@ impl RateLimitQuotaService for QuotaService {
         tokio::spawn(async move {
             let mut domain: Option<String> = None;
             loop {
-                let report = match reports.message().await {
-                    Ok(Some(report)) => report,
-                    Ok(None) | Err(_) => break,
+                let report = tokio::select! {
+                    report = reports.message() => match report {
+                        Ok(Some(report)) => report,
+                        Ok(None) | Err(_) => break,
+                    },
+                    // The drain: the stream ends (OK), Envoy reconnects elsewhere and its
+                    // assignments run out their time to live meanwhile.
+                    _ = closing.changed() => break,
                 };
                 let domain = match &domain {
                     Some(domain) => domain.clone(),
