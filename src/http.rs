@@ -77,6 +77,8 @@ pub struct Operator {
     pub metrics_path: String,
     /// The token guarding every endpoint but health, metrics and `/`; `None`: no guard.
     pub admin_token: Option<Arc<AdminToken>>,
+    /// The rate limit quota service's state, for `/rlqs`.
+    pub quotas: Arc<crate::rlqs::Registry>,
 }
 
 const INDEX: &str = "meshlimit operator endpoints:
@@ -86,6 +88,7 @@ const INDEX: &str = "meshlimit operator endpoints:
   /explain      ?domain=D&descriptor=k=v,k2=v2 (repeatable), or POST a /json body:
                 how that request would be decided, consuming nothing;
                 ?domain=D&bucket=k=v,k2=v2: the rule a quota bucket id resolves to
+  /rlqs         the quota service's open streams, buckets and assignments
 ";
 
 /// The router for every operator endpoint, guarded by the admin token if there is one.
@@ -164,6 +167,7 @@ fn endpoints(operator: Operator) -> Router {
         .route("/json", post(json_endpoint))
         .route("/rlconfig", get(rlconfig))
         .route("/explain", get(explain_query).post(explain_json))
+        .route("/rlqs", get(rlqs_page))
         .route("/metrics", get(scrape));
     let routed = [
         "/",
@@ -171,10 +175,16 @@ fn endpoints(operator: Operator) -> Router {
         "/json",
         "/rlconfig",
         "/explain",
+        "/rlqs",
         "/metrics",
     ];
     let router = with_metrics_path(router, &routed, &operator);
     router.with_state(operator)
+}
+
+/// `GET /rlqs`: the quota service's streams, buckets and assignments.
+async fn rlqs_page(State(op): State<Operator>) -> String {
+    crate::rlqs::page::page(&op.quotas)
 }
 
 /// `GET /metrics`: the service's statistics for Prometheus (see [`crate::metrics`]).

@@ -177,6 +177,38 @@ async fn an_assignment_follows_the_first_report_and_envoy_enforces_it() {
     let passed = passed_until_refused(&envoy, "bob", 200).await;
     assert!(passed >= 3, "{passed} passed");
     assert!(server.is_running());
+
+    // The operator page and the metrics show the stream, its buckets and assignments.
+    let (status, page) = support::http_get(server.http, "/rlqs").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("1 open streams, 2 buckets"), "{page}");
+    assert!(page.contains("domain \"edge\", 2 buckets"), "{page}");
+    assert!(
+        page.contains("bucket edge {name=per_user, user_id=alice}: rule quota token_bucket max_tokens 3, 1 per 1200s"),
+        "{page}"
+    );
+    assert!(
+        page.contains("assigned token_bucket max_tokens 3, 1000 per 1200000s"),
+        "{page}"
+    );
+    let (_, metrics) = support::http_get(server.http, "/metrics").await;
+    for line in ["meshlimit_rlqs_streams 1", "meshlimit_rlqs_buckets 2"] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+    }
+    let counter = |metrics: &str, name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in:\n{metrics}"))
+    };
+    assert!(counter(&metrics, "meshlimit_rlqs_reports_total") >= 2);
+    assert!(counter(&metrics, "meshlimit_rlqs_assignments_total") >= 2);
+    // Envoy reports its refusals with its next report, within a second.
+    support::eventually_async(10, "Envoy's refusals in the metrics", || async {
+        let (_, metrics) = support::http_get(server.http, "/metrics").await;
+        counter(&metrics, "meshlimit_rlqs_denied_total") >= 5
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

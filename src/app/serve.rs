@@ -82,6 +82,12 @@ pub async fn serve(
     let grpc_tls = load_tls(settings.grpc_tls.clone(), Protocols::Grpc)?;
     let http_tls = load_tls(settings.http_tls.clone(), Protocols::Http)?;
 
+    let quotas = Arc::new(Registry::new(
+        service.config().clone(),
+        settings.algorithm,
+        settings.rlqs_unmatched,
+    ));
+    metrics.follow_quotas(quotas.clone());
     let operator = http::Operator {
         health: health.clone(),
         service: service.clone(),
@@ -90,6 +96,7 @@ pub async fn serve(
         config_path: settings.config.clone(),
         metrics_path: settings.metrics_path.clone(),
         admin_token: admin_token.clone(),
+        quotas: quotas.clone(),
     };
     let token_watch = admin_token.map(AdminToken::watch);
     let also: Vec<String> = listeners
@@ -143,11 +150,6 @@ pub async fn serve(
             let _ = close_quotas.send(true);
         }
     };
-    let quotas = Arc::new(Registry::new(
-        service.config().clone(),
-        settings.algorithm,
-        settings.rlqs_unmatched,
-    ));
     let quota_refresh = spawn_quota_refresh(quotas.clone());
     let quota_service = QuotaService::new(
         quotas,

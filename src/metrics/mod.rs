@@ -78,6 +78,7 @@ mod domains;
 mod hits;
 mod limits;
 mod render;
+mod rlqs;
 mod rules;
 mod text;
 mod value_to_metric;
@@ -140,6 +141,8 @@ pub struct Metrics {
     rebuilding: Mutex<()>,
     /// The servers' connection counters, once [`Metrics::follow_connections`] was called.
     connections: Mutex<Option<Arc<crate::net::Connections>>>,
+    /// The quota service, once [`Metrics::follow_quotas`] was called.
+    quotas: Mutex<Option<Arc<crate::rlqs::Registry>>>,
     /// Most series a detailed-metric rule creates for request values (see [`detailed`]),
     /// and most unknown domains with a series of their own (see [`domains`]).
     max_metric_values: AtomicUsize,
@@ -177,6 +180,7 @@ impl Metrics {
             table: ArcSwap::from_pointee(table),
             rebuilding: Mutex::new(()),
             connections: Mutex::new(None),
+            quotas: Mutex::new(None),
             max_metric_values: AtomicUsize::new(defaults::MAX_METRIC_VALUES),
             unknown_domains: Mutex::new(UnknownDomains::default()),
         }
@@ -203,6 +207,11 @@ impl Metrics {
     /// now on.
     pub fn follow_connections(&self, connections: Arc<crate::net::Connections>) {
         *self.connections.lock() = Some(connections);
+    }
+
+    /// Reports the quota service's counts from now on (`meshlimit_rlqs_*`).
+    pub fn follow_quotas(&self, quotas: Arc<crate::rlqs::Registry>) {
+        *self.quotas.lock() = Some(quotas);
     }
 
     /// One `ShouldRateLimit` call answered, with `error` if it failed. `elapsed` runs from

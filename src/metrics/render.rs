@@ -37,6 +37,9 @@ impl Metrics {
         if let Some(connections) = self.connections.lock().as_ref() {
             connections::render(&mut out, connections);
         }
+        if let Some(quotas) = self.quotas.lock().as_ref() {
+            super::rlqs::render(&mut out, quotas);
+        }
         out
     }
 

@@ -6,6 +6,7 @@
 //! Envoys reporting the bucket ([`share`]), on this replica ([`registry`]), and sent on
 //! their streams ([`service`]).
 
+pub mod page;
 pub mod quota;
 pub mod registry;
 pub mod service;

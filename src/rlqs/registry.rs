@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -82,6 +83,48 @@ pub struct Registry {
     unmatched: Unmatched,
     /// Logs refused buckets at most once a minute.
     refused: Throttle,
+    /// Counters for the metrics.
+    stats: Stats,
+}
+
+/// What the quota service counted since it started (`meshlimit_rlqs_*`).
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Usage reports received (messages).
+    pub reports: AtomicU64,
+    /// Assignments queued on streams (one per bucket and stream).
+    pub assignments: AtomicU64,
+    /// Requests Envoys reported they let through.
+    pub allowed: AtomicU64,
+    /// Requests Envoys reported they refused.
+    pub denied: AtomicU64,
+    /// Buckets refused because their stream had [`MAX_BUCKETS_PER_STREAM`].
+    pub refused_buckets: AtomicU64,
+    /// Assignment messages dropped because a stream did not read its earlier ones.
+    pub dropped: AtomicU64,
+}
+
+/// One bucket as the operator page shows it.
+#[derive(Debug, Clone)]
+pub struct BucketView {
+    /// Which bucket.
+    pub key: BucketKey,
+    /// The matching rule's whole quota, `None` when unmatched.
+    pub quota: Option<Quota>,
+    /// Each reporting stream: its demand (requests per second) and assignment.
+    pub reporters: Vec<(StreamId, Option<f64>, Option<Assignment>)>,
+}
+
+/// The registry as the operator page shows it: every stream (id, domain, buckets) and
+/// the first buckets in key order.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// Open streams: id, domain (empty before its first report), buckets reported.
+    pub streams: Vec<(StreamId, String, usize)>,
+    /// The first buckets, sorted.
+    pub buckets: Vec<BucketView>,
+    /// Buckets in all.
+    pub total_buckets: usize,
 }
 
 #[derive(Default)]
@@ -95,6 +138,8 @@ struct State {
 
 struct Stream {
     outbox: Outbox,
+    /// The stream's domain, from its first report.
+    domain: Option<String>,
     buckets: HashSet<BucketKey>,
 }
 
@@ -132,6 +177,7 @@ impl Registry {
             default_algorithm,
             unmatched,
             refused: Throttle::new(Duration::from_secs(60)),
+            stats: Stats::default(),
         }
     }
 
@@ -144,6 +190,7 @@ impl Registry {
             id,
             Stream {
                 outbox,
+                domain: None,
                 buckets: HashSet::new(),
             },
         );
@@ -153,10 +200,14 @@ impl Registry {
     /// A report of `usages` in `domain` from `stream`: demands updated, shares computed
     /// again, assignments queued.
     pub fn report(&self, stream: StreamId, domain: &str, usages: Vec<Usage>) {
+        self.stats.reports.fetch_add(1, Relaxed);
         let config = self.config.load_full();
         let mut state = self.state.lock();
         if let Some(reloaded) = state.follow(&config, self) {
-            state.send(reloaded);
+            state.send(reloaded, &self.stats);
+        }
+        if let Some(entry) = state.streams.get_mut(&stream) {
+            entry.domain.get_or_insert_with(|| domain.to_string());
         }
         let mut changed: HashSet<BucketKey> = HashSet::new();
         for usage in usages {
@@ -171,6 +222,7 @@ impl Registry {
             };
             if !entry.buckets.contains(&key) {
                 if entry.buckets.len() >= MAX_BUCKETS_PER_STREAM {
+                    self.stats.refused_buckets.fetch_add(1, Relaxed);
                     if let Some(suppressed) = self.refused.allow() {
                         warn!(
                             domain,
@@ -188,6 +240,8 @@ impl Registry {
                 quota,
                 reporters: BTreeMap::new(),
             });
+            self.stats.allowed.fetch_add(usage.allowed, Relaxed);
+            self.stats.denied.fetch_add(usage.denied, Relaxed);
             let reporter = bucket.reporters.entry(stream).or_default();
             if usage.seconds > 0 {
                 let rps =
@@ -215,7 +269,7 @@ impl Registry {
                 }
             }
         }
-        state.send(outgoing);
+        state.send(outgoing, &self.stats);
     }
 
     /// A stream ended: its shares go back to the other reporters of its buckets.
@@ -233,7 +287,7 @@ impl Registry {
             }
         }
         let outgoing = state.rebalance(gone.buckets.iter(), self.unmatched);
-        state.send(outgoing);
+        state.send(outgoing, &self.stats);
     }
 
     /// Follows a config reload: buckets whose rule changed are assigned again. Called
@@ -242,7 +296,50 @@ impl Registry {
         let config = self.config.load_full();
         let mut state = self.state.lock();
         if let Some(outgoing) = state.follow(&config, self) {
-            state.send(outgoing);
+            state.send(outgoing, &self.stats);
+        }
+    }
+
+    /// What the service counted.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The streams and the first `most` buckets, for the operator page.
+    pub fn snapshot(&self, most: usize) -> Snapshot {
+        let state = self.state.lock();
+        let mut streams: Vec<(StreamId, String, usize)> = state
+            .streams
+            .iter()
+            .map(|(&id, s)| (id, s.domain.clone().unwrap_or_default(), s.buckets.len()))
+            .collect();
+        streams.sort_unstable();
+        let mut keys: Vec<&BucketKey> = state.buckets.keys().collect();
+        let total_buckets = keys.len();
+        if most < keys.len() {
+            keys.select_nth_unstable(most);
+            keys.truncate(most);
+        }
+        keys.sort_unstable();
+        let buckets = keys
+            .into_iter()
+            .map(|key| {
+                let bucket = &state.buckets[key];
+                BucketView {
+                    key: key.clone(),
+                    quota: bucket.quota,
+                    reporters: bucket
+                        .reporters
+                        .iter()
+                        .map(|(&id, r)| (id, r.demand, r.assigned))
+                        .collect(),
+                }
+            })
+            .collect();
+        Snapshot {
+            streams,
+            buckets,
+            total_buckets,
         }
     }
 
@@ -345,13 +442,17 @@ impl State {
 
     /// Queues `outgoing` on the streams' outboxes, without waiting: a full outbox (a
     /// stream that does not read) drops the message; the next report renews it.
-    fn send(&self, outgoing: HashMap<StreamId, Assignments>) {
+    fn send(&self, outgoing: HashMap<StreamId, Assignments>, stats: &Stats) {
         for (stream, assignments) in outgoing {
             if assignments.is_empty() {
                 continue;
             }
             if let Some(entry) = self.streams.get(&stream) {
-                let _ = entry.outbox.try_send(assignments);
+                let count = assignments.len() as u64;
+                match entry.outbox.try_send(assignments) {
+                    Ok(()) => stats.assignments.fetch_add(count, Relaxed),
+                    Err(_) => stats.dropped.fetch_add(1, Relaxed),
+                };
             }
         }
     }
