@@ -9,6 +9,8 @@
 pub mod page;
 pub mod quota;
 pub mod registry;
+#[cfg(test)]
+mod registry_tests;
 pub mod service;
 pub mod share;
 

@@ -8,8 +8,7 @@
 //! time to live (an identical strategy only extends it in Envoy). Queues are bounded: a
 //! stream that does not read loses answers, never the server's memory.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
@@ -18,10 +17,14 @@ use tokio::sync::mpsc;
 use tracing::warn;
 
 use super::quota::{Quota, quota_of};
-use super::share::{Share, settle, split};
+use super::share::Share;
 use crate::config::{Config, SharedConfig};
 use crate::rules::Algorithm;
 use crate::throttle::Throttle;
+
+mod state;
+
+use state::{Bucket, State, Stream};
 
 /// One stream's identity.
 pub type StreamId = u64;
@@ -125,36 +128,6 @@ pub struct Snapshot {
     pub buckets: Vec<BucketView>,
     /// Buckets in all.
     pub total_buckets: usize,
-}
-
-#[derive(Default)]
-struct State {
-    next: StreamId,
-    streams: HashMap<StreamId, Stream>,
-    buckets: HashMap<BucketKey, Bucket>,
-    /// The config the buckets' quotas were read from.
-    seen: Option<Arc<Config>>,
-}
-
-struct Stream {
-    outbox: Outbox,
-    /// The stream's domain, from its first report.
-    domain: Option<String>,
-    buckets: HashSet<BucketKey>,
-}
-
-struct Bucket {
-    /// The matching rule's whole quota; `None`: no rule matches.
-    quota: Option<Quota>,
-    /// The streams reporting it, in a stable order.
-    reporters: BTreeMap<StreamId, Reporter>,
-}
-
-#[derive(Default)]
-struct Reporter {
-    /// Requests per second, smoothed; `None` until a report covers some time.
-    demand: Option<f64>,
-    assigned: Option<Assignment>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -359,101 +332,5 @@ impl Registry {
             .collect();
         let rule = tree.walk_bucket(&id, 0).rule?;
         Some(quota_of(rule, self.default_algorithm))
-    }
-}
-
-impl State {
-    /// After a reload (`config` not the one seen): every bucket's quota read again, and the
-    /// assignments that changed; `None` when the config is the one seen.
-    fn follow(
-        &mut self,
-        config: &Arc<Config>,
-        registry: &Registry,
-    ) -> Option<HashMap<StreamId, Assignments>> {
-        if self
-            .seen
-            .as_ref()
-            .is_some_and(|seen| Arc::ptr_eq(seen, config))
-        {
-            return None;
-        }
-        self.seen = Some(config.clone());
-        let mut changed = Vec::new();
-        for (key, bucket) in &mut self.buckets {
-            let quota = registry.quota(config, key);
-            if quota != bucket.quota {
-                bucket.quota = quota;
-                changed.push(key.clone());
-            }
-        }
-        Some(self.rebalance(changed.iter(), registry.unmatched))
-    }
-
-    /// The assignments of `keys`' buckets computed again; those that changed, by stream.
-    fn rebalance<'k>(
-        &mut self,
-        keys: impl Iterator<Item = &'k BucketKey>,
-        unmatched: Unmatched,
-    ) -> HashMap<StreamId, Assignments> {
-        let mut outgoing: HashMap<StreamId, Assignments> = HashMap::new();
-        for key in keys {
-            let Some(bucket) = self.buckets.get_mut(key) else {
-                continue;
-            };
-            let fresh: Vec<Assignment> = match bucket.quota {
-                None => {
-                    vec![Assignment::Blanket(unmatched == Unmatched::Allow); bucket.reporters.len()]
-                }
-                Some(Quota::AllowAll) => vec![Assignment::Blanket(true); bucket.reporters.len()],
-                Some(Quota::DenyAll) => vec![Assignment::Blanket(false); bucket.reporters.len()],
-                Some(quota) => {
-                    let demands: Vec<Option<f64>> =
-                        bucket.reporters.values().map(|r| r.demand).collect();
-                    split(quota, &demands)
-                        .into_iter()
-                        .zip(bucket.reporters.values())
-                        .map(|(share, reporter)| {
-                            let current = match reporter.assigned {
-                                Some(Assignment::TokenBucket(s)) => Some(s),
-                                _ => None,
-                            };
-                            let share = settle(current, share);
-                            if share.max_tokens == 0 {
-                                Assignment::Blanket(false)
-                            } else {
-                                Assignment::TokenBucket(share)
-                            }
-                        })
-                        .collect()
-                }
-            };
-            for ((&stream, reporter), assignment) in bucket.reporters.iter_mut().zip(fresh) {
-                if reporter.assigned != Some(assignment) {
-                    reporter.assigned = Some(assignment);
-                    outgoing
-                        .entry(stream)
-                        .or_default()
-                        .push((key.clone(), assignment));
-                }
-            }
-        }
-        outgoing
-    }
-
-    /// Queues `outgoing` on the streams' outboxes, without waiting: a full outbox (a
-    /// stream that does not read) drops the message; the next report renews it.
-    fn send(&self, outgoing: HashMap<StreamId, Assignments>, stats: &Stats) {
-        for (stream, assignments) in outgoing {
-            if assignments.is_empty() {
-                continue;
-            }
-            if let Some(entry) = self.streams.get(&stream) {
-                let count = assignments.len() as u64;
-                match entry.outbox.try_send(assignments) {
-                    Ok(()) => stats.assignments.fetch_add(count, Relaxed),
-                    Err(_) => stats.dropped.fetch_add(1, Relaxed),
-                };
-            }
-        }
     }
 }

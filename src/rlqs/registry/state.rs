@@ -1,0 +1,144 @@
+//! The registry's bookkeeping under its lock: streams, buckets, reporters, and computing a
+//! bucket's assignments again.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::super::quota::Quota;
+use super::super::share::{settle, split};
+use super::{Assignment, Assignments, BucketKey, Outbox, Registry, Stats, StreamId, Unmatched};
+use crate::config::Config;
+
+/// Everything the registry's lock guards.
+#[derive(Default)]
+pub(super) struct State {
+    /// The last stream id handed out.
+    pub(super) next: StreamId,
+    pub(super) streams: HashMap<StreamId, Stream>,
+    pub(super) buckets: HashMap<BucketKey, Bucket>,
+    /// The config the buckets' quotas were read from.
+    pub(super) seen: Option<Arc<Config>>,
+}
+
+/// An open stream.
+pub(super) struct Stream {
+    /// Where its assignments are queued.
+    pub(super) outbox: Outbox,
+    /// The stream's domain, from its first report.
+    pub(super) domain: Option<String>,
+    /// The buckets it reported.
+    pub(super) buckets: HashSet<BucketKey>,
+}
+
+/// A bucket some stream reports.
+pub(super) struct Bucket {
+    /// The matching rule's whole quota; `None`: no rule matches.
+    pub(super) quota: Option<Quota>,
+    /// The streams reporting it, in a stable order.
+    pub(super) reporters: BTreeMap<StreamId, Reporter>,
+}
+
+/// One stream's view of a bucket.
+#[derive(Default)]
+pub(super) struct Reporter {
+    /// Requests per second, smoothed; `None` until a report covers some time.
+    pub(super) demand: Option<f64>,
+    pub(super) assigned: Option<Assignment>,
+}
+
+impl State {
+    /// After a reload (`config` not the one seen): every bucket's quota read again, and the
+    /// assignments that changed; `None` when the config is the one seen.
+    pub(super) fn follow(
+        &mut self,
+        config: &Arc<Config>,
+        registry: &Registry,
+    ) -> Option<HashMap<StreamId, Assignments>> {
+        if self
+            .seen
+            .as_ref()
+            .is_some_and(|seen| Arc::ptr_eq(seen, config))
+        {
+            return None;
+        }
+        self.seen = Some(config.clone());
+        let mut changed = Vec::new();
+        for (key, bucket) in &mut self.buckets {
+            let quota = registry.quota(config, key);
+            if quota != bucket.quota {
+                bucket.quota = quota;
+                changed.push(key.clone());
+            }
+        }
+        Some(self.rebalance(changed.iter(), registry.unmatched))
+    }
+
+    /// The assignments of `keys`' buckets computed again; those that changed, by stream.
+    pub(super) fn rebalance<'k>(
+        &mut self,
+        keys: impl Iterator<Item = &'k BucketKey>,
+        unmatched: Unmatched,
+    ) -> HashMap<StreamId, Assignments> {
+        let mut outgoing: HashMap<StreamId, Assignments> = HashMap::new();
+        for key in keys {
+            let Some(bucket) = self.buckets.get_mut(key) else {
+                continue;
+            };
+            let fresh: Vec<Assignment> = match bucket.quota {
+                None => {
+                    vec![Assignment::Blanket(unmatched == Unmatched::Allow); bucket.reporters.len()]
+                }
+                Some(Quota::AllowAll) => vec![Assignment::Blanket(true); bucket.reporters.len()],
+                Some(Quota::DenyAll) => vec![Assignment::Blanket(false); bucket.reporters.len()],
+                Some(quota) => {
+                    let demands: Vec<Option<f64>> =
+                        bucket.reporters.values().map(|r| r.demand).collect();
+                    split(quota, &demands)
+                        .into_iter()
+                        .zip(bucket.reporters.values())
+                        .map(|(share, reporter)| {
+                            let current = match reporter.assigned {
+                                Some(Assignment::TokenBucket(s)) => Some(s),
+                                _ => None,
+                            };
+                            let share = settle(current, share);
+                            if share.max_tokens == 0 {
+                                Assignment::Blanket(false)
+                            } else {
+                                Assignment::TokenBucket(share)
+                            }
+                        })
+                        .collect()
+                }
+            };
+            for ((&stream, reporter), assignment) in bucket.reporters.iter_mut().zip(fresh) {
+                if reporter.assigned != Some(assignment) {
+                    reporter.assigned = Some(assignment);
+                    outgoing
+                        .entry(stream)
+                        .or_default()
+                        .push((key.clone(), assignment));
+                }
+            }
+        }
+        outgoing
+    }
+
+    /// Queues `outgoing` on the streams' outboxes, without waiting: a full outbox (a
+    /// stream that does not read) drops the message; the next report renews it.
+    pub(super) fn send(&self, outgoing: HashMap<StreamId, Assignments>, stats: &Stats) {
+        for (stream, assignments) in outgoing {
+            if assignments.is_empty() {
+                continue;
+            }
+            if let Some(entry) = self.streams.get(&stream) {
+                let count = assignments.len() as u64;
+                match entry.outbox.try_send(assignments) {
+                    Ok(()) => stats.assignments.fetch_add(count, Relaxed),
+                    Err(_) => stats.dropped.fetch_add(1, Relaxed),
+                };
+            }
+        }
+    }
+}
