@@ -1,19 +1,46 @@
-//! The runnable Envoy example stays valid for a real Envoy.
+//! The runnable Envoy examples stay valid for a real Envoy, and their meshlimit configs
+//! for meshlimit.
 
 mod support;
 
 use std::process::Command;
 
-#[test]
-fn the_example_envoy_config_validates() {
-    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/envoy/envoy.yaml");
+use support::process;
+
+fn envoy_validates(config: &str) {
     let out = Command::new(support::envoy_binary())
         .args(["--mode", "validate", "-c", config])
         .output()
         .expect("run envoy");
     assert!(
         out.status.success(),
-        "envoy --mode validate failed:\n{}{}",
+        "envoy --mode validate {config} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_example_envoy_config_validates() {
+    envoy_validates(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/envoy/envoy.yaml"
+    ));
+}
+
+/// `examples/envoy-rlqs`: its Envoy config as is (the RLQS tests run it on other ports),
+/// and its meshlimit config.
+#[tokio::test]
+async fn the_quota_example_validates() {
+    envoy_validates(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/envoy-rlqs/envoy.yaml"
+    ));
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/envoy-rlqs/config");
+    let out = process::run(&["validate", "--config", config]).await;
+    assert!(
+        out.status.success(),
+        "meshlimit validate {config}:\n{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );

@@ -29,93 +29,42 @@ descriptors:
         rate_limit: {unit: hour, requests_per_unit: 3}
 ";
 
-/// The Envoy config of `../shared/docs/examples/envoy-rlqs.yaml` (checked with Envoy 1.40)
-/// on the given ports: a listener answering 200, the quota filter in domain `edge` with a
-/// bucket per `x-user-id`, reporting every second, allowing all until assigned and once an
-/// assignment has expired.
+/// `examples/envoy-rlqs/envoy.yaml` (a listener answering 200, the quota filter in domain
+/// `edge` with a bucket per `x-user-id`, reporting every second, allowing all until
+/// assigned and once an assignment has expired) on the given ports, so that the example
+/// is what these tests run. For the test client, which reads until the connection closes,
+/// Envoy closes at once after an answer instead of waiting a second for the client.
 fn envoy_config(ports: &EnvoyPorts, rlqs: SocketAddr) -> String {
-    format!(
-        r#"
-static_resources:
-  listeners:
-  - name: ingress
-    address: {{socket_address: {{address: 127.0.0.1, port_value: {listener}}}}}
-    enable_reuse_port: false
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress
-          # The test client reads until the connection closes: close at once after the
-          # answer rather than wait a second for the client to close first.
-          delayed_close_timeout: 0s
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {{prefix: "/"}}
-                direct_response: {{status: 200, body: {{inline_string: "ok"}}}}
-          http_filters:
-          - name: envoy.filters.http.rate_limit_quota
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig
-              rlqs_server:
-                envoy_grpc: {{cluster_name: rlqs}}
-              domain: edge
-              bucket_matchers:
-                matcher_list:
-                  matchers:
-                  - predicate:
-                      single_predicate:
-                        input:
-                          name: hdr
-                          typed_config:
-                            "@type": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput
-                            header_name: x-user-id
-                        value_match: {{safe_regex: {{regex: ".+", google_re2: {{}}}}}}
-                    on_match:
-                      action:
-                        name: rate_limit_quota
-                        typed_config:
-                          "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings
-                          bucket_id_builder:
-                            bucket_id_builder:
-                              name: {{string_value: per_user}}
-                              user_id:
-                                custom_value:
-                                  name: user
-                                  typed_config:
-                                    "@type": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput
-                                    header_name: x-user-id
-                          reporting_interval: 1s
-                          no_assignment_behavior:
-                            fallback_rate_limit: {{blanket_rule: ALLOW_ALL}}
-                          expired_assignment_behavior:
-                            fallback_rate_limit: {{blanket_rule: ALLOW_ALL}}
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-  - name: rlqs
-    type: STATIC
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{http2_protocol_options: {{}}}}
-    load_assignment:
-      cluster_name: rlqs
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {rlqs_port}}}}}}}
-admin:
-  address: {{socket_address: {{address: 127.0.0.1, port_value: {admin}}}}}
-"#,
-        listener = ports.listeners[0],
-        admin = ports.admin,
-        rlqs_port = rlqs.port(),
-    )
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/envoy-rlqs/envoy.yaml"
+    );
+    let mut config = std::fs::read_to_string(path).expect("reading the example");
+    for (from, to) in [
+        (
+            "port_value: 10010}}",
+            format!(
+                "port_value: {}}}}}\n    enable_reuse_port: false",
+                ports.listeners[0]
+            ),
+        ),
+        (
+            "port_value: 9911}}",
+            format!("port_value: {}}}}}", ports.admin),
+        ),
+        (
+            "port_value: 8081}}",
+            format!("port_value: {}}}}}", rlqs.port()),
+        ),
+        (
+            "stat_prefix: ingress\n",
+            "stat_prefix: ingress\n          delayed_close_timeout: 0s\n".to_string(),
+        ),
+    ] {
+        assert_eq!(config.matches(from).count(), 1, "{from:?} once in {path}");
+        config = config.replace(from, &to);
+    }
+    config
 }
 
 fn config_dir(yaml: &str) -> TempDir {

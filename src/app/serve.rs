@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::health::{set_grpc_health, spawn_maintenance};
 use super::{Error, Settings, build_service};
@@ -88,6 +88,13 @@ pub async fn serve(
         settings.rlqs_unmatched,
     ));
     metrics.follow_quotas(quotas.clone());
+    if settings.redis.is_some() {
+        // Issue 12's remaining work: demand and shares in Redis.
+        warn!(
+            "the rate limit quota service keeps its shares on each replica: with several \
+             replicas, each splits a rule's whole quota among the Envoys connected to it"
+        );
+    }
     let operator = http::Operator {
         health: health.clone(),
         service: service.clone(),
