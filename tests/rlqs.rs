@@ -15,6 +15,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usag
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
 use support::envoy::{Envoy, EnvoyPorts};
 use support::process::Meshlimit;
+use support::redis::RedisServer;
 use tempfile::TempDir;
 
 /// Domain `edge`: a user's bucket `{name: per_user, user_id}` has 3 an hour, so nothing
@@ -399,4 +400,75 @@ async fn the_drain_ends_quota_streams() {
     .await;
     passed_until_refused(&envoy, "judy", 200).await;
     assert!(server.terminate().await.success());
+}
+
+/// The accuracy figure on Redis: two meshlimit replicas sharing one Redis, each with its own
+/// Envoy; the reporters of both replicas meet in Redis, so that together they stay within
+/// the rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_on_redis_together_stay_within_the_rule() {
+    let redis = RedisServer::start();
+    let config = config_dir(TWENTY);
+    let one = Meshlimit::start_on_redis(config.path(), &redis.url(), "error", 1000, &[]).await;
+    let two = Meshlimit::start_on_redis(config.path(), &redis.url(), "error", 1000, &[]).await;
+    let (grpc_one, grpc_two) = (one.grpc, two.grpc);
+    let first = Envoy::start(1, move |ports| envoy_config(ports, grpc_one)).await;
+    let second = Envoy::start(1, move |ports| envoy_config(ports, grpc_two)).await;
+    let seconds = 20;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+    let (a, b) = tokio::join!(
+        drive(first.listener(0), "kim", 4, Duration::ZERO, deadline),
+        drive(second.listener(0), "kim", 4, Duration::ZERO, deadline),
+    );
+    let admitted = a.0 + b.0;
+    let expected = 20 * seconds + 20;
+    println!("admitted {admitted} (first {a:?}, second {b:?}), expected {expected}");
+    assert!(
+        a.1 > 0 && b.1 > 0,
+        "both Envoys were saturated: {a:?} {b:?}"
+    );
+    assert!(
+        admitted * 10 >= expected * 9 && admitted * 10 <= expected * 11,
+        "admitted {admitted}, expected {expected} ± 10% (first {a:?}, second {b:?})"
+    );
+    // Each replica assigns its own Envoy half the rule, knowing the other from Redis.
+    for replica in [&one, &two] {
+        let (_, page) = support::http_get(replica.http, "/rlqs").await;
+        assert!(page.contains("user_id=kim"), "{page}");
+        assert!(page.contains("(10.00/s)"), "{page}");
+    }
+}
+
+/// Redis killed under `allow`: the buckets become ALLOW_ALL; under `error`, no assignment
+/// is renewed, so the one Envoy holds runs out its (here one minute) time to live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_follows_the_failure_policy() {
+    let mut redis = RedisServer::start();
+    let config = config_dir(EDGE);
+    let allow = Meshlimit::start_on_redis(config.path(), &redis.url(), "allow", 200, &[]).await;
+    let error = Meshlimit::start_on_redis(
+        config.path(),
+        &redis.url(),
+        "error",
+        200,
+        &["--rlqs-assignment-ttl-ms", "60000"],
+    )
+    .await;
+    let (grpc_allow, grpc_error) = (allow.grpc, error.grpc);
+    let allowing = Envoy::start(1, move |ports| envoy_config(ports, grpc_allow)).await;
+    let erring = Envoy::start(1, move |ports| envoy_config(ports, grpc_error)).await;
+    passed_until_refused(&allowing, "lena", 200).await;
+    passed_until_refused(&erring, "mona", 200).await;
+    redis.kill();
+    support::eventually_async(
+        15,
+        "lena allowed once Redis is down under allow",
+        || async { status(&allowing, "lena").await == 200 },
+    )
+    .await;
+    // Several reports later, mona's assignment still holds: nothing replaced it.
+    for _ in 0..5 {
+        assert_eq!(status(&erring, "mona").await, 429);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }

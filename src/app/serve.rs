@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::info;
 
 use super::health::{set_grpc_health, spawn_maintenance};
 use super::{Error, Settings, build_service};
@@ -86,15 +86,15 @@ pub async fn serve(
         service.config().clone(),
         settings.algorithm,
         settings.rlqs_unmatched,
+        service.store(),
+        service.clock().clone(),
+        settings.rlqs_assignment_ttl,
     ));
     metrics.follow_quotas(quotas.clone());
-    if settings.redis.is_some() {
-        // Issue 12's remaining work: demand and shares in Redis.
-        warn!(
-            "the rate limit quota service keeps its shares on each replica: with several \
-             replicas, each splits a rule's whole quota among the Envoys connected to it"
-        );
-    }
+    tokio::spawn({
+        let quotas = quotas.clone();
+        async move { quotas.warm_up().await }
+    });
     let operator = http::Operator {
         health: health.clone(),
         service: service.clone(),
@@ -206,14 +206,14 @@ pub async fn serve(
     Ok(())
 }
 
-/// Every second: the quota service follows config reloads (buckets whose rule changed are
-/// assigned again on their streams). Runs until aborted.
+/// Every second: the quota service follows config reloads and, on Redis, the other
+/// replicas' reporters (see [`Registry::refresh`]). Runs until aborted.
 fn spawn_quota_refresh(registry: Arc<Registry>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
         loop {
             tick.tick().await;
-            registry.refresh();
+            registry.refresh().await;
         }
     })
 }

@@ -9,9 +9,12 @@ use super::registry::{
     Assignment, Assignments, BucketKey, MAX_BUCKETS_PER_STREAM, Registry, Unmatched, Usage,
 };
 use super::share::Share;
+use crate::clock::SystemClock;
 use crate::config::{Config, SharedConfig};
 use crate::rules::Algorithm;
+use crate::store::{MemoryStore, Store};
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
 
 const EDGE: &str = "
 domain: edge
@@ -26,7 +29,16 @@ fn config(yaml: &str) -> Config {
 
 fn registry(yaml: &str) -> (Registry, SharedConfig) {
     let shared: SharedConfig = Arc::new(ArcSwap::from_pointee(config(yaml)));
-    let registry = Registry::new(shared.clone(), Algorithm::TokenBucket, Unmatched::Deny);
+    let clock = Arc::new(SystemClock);
+    let store = Store::Memory(MemoryStore::new(1000, clock.clone()));
+    let registry = Registry::new(
+        shared.clone(),
+        Algorithm::TokenBucket,
+        Unmatched::Deny,
+        &store,
+        clock,
+        Duration::from_secs(10),
+    );
     (registry, shared)
 }
 
@@ -62,36 +74,38 @@ fn rate(assignment: Assignment) -> f64 {
     }
 }
 
-#[test]
-fn two_streams_share_a_bucket_and_one_leaving_gives_its_share_back() {
+#[tokio::test]
+async fn two_streams_share_a_bucket_and_one_leaving_gives_its_share_back() {
     let (registry, _) = registry(EDGE);
     let (tx_a, mut rx_a) = mpsc::channel(16);
     let (tx_b, mut rx_b) = mpsc::channel(16);
     let (a, b) = (registry.open(tx_a), registry.open(tx_b));
-    registry.report(a, "edge", vec![usage("u", 0, 1)]);
+    registry.report(a, "edge", vec![usage("u", 0, 1)]).await;
     assert_eq!(rate(latest(&mut rx_a)[0].1), 20.0, "alone, the whole rate");
-    registry.report(b, "edge", vec![usage("u", 0, 1)]);
+    registry.report(b, "edge", vec![usage("u", 0, 1)]).await;
     let (share_a, share_b) = (rate(latest(&mut rx_a)[0].1), rate(latest(&mut rx_b)[0].1));
     assert_eq!((share_a, share_b), (10.0, 10.0));
-    registry.close(b);
+    registry.close(b).await;
     assert_eq!(rate(latest(&mut rx_a)[0].1), 20.0, "b's share came back");
     assert_eq!(registry.counts(), (1, 1));
-    registry.close(a);
+    registry.close(a).await;
     assert_eq!(registry.counts(), (0, 0));
 }
 
-#[test]
-fn a_reload_reassigns_and_an_unmatched_bucket_follows_the_policy() {
+#[tokio::test]
+async fn a_reload_reassigns_and_an_unmatched_bucket_follows_the_policy() {
     let (registry, shared) = registry(EDGE);
     let (tx, mut rx) = mpsc::channel(16);
     let stream = registry.open(tx);
-    registry.report(stream, "edge", vec![usage("u", 0, 1), usage("v", 0, 1)]);
+    registry
+        .report(stream, "edge", vec![usage("u", 0, 1), usage("v", 0, 1)])
+        .await;
     assert_eq!(latest(&mut rx).len(), 2);
     // Unchanged config: nothing to send.
-    registry.refresh();
+    registry.refresh().await;
     assert!(latest(&mut rx).is_empty());
     shared.store(Arc::new(config(&EDGE.replace("20}", "0}"))));
-    registry.refresh();
+    registry.refresh().await;
     let sent = latest(&mut rx);
     assert_eq!(sent.len(), 2);
     assert!(
@@ -100,33 +114,35 @@ fn a_reload_reassigns_and_an_unmatched_bucket_follows_the_policy() {
     );
     // The domain gone: unmatched, answered as --rlqs-unmatched says (deny here).
     shared.store(Arc::new(config("domain: other\ndescriptors: []\n")));
-    registry.refresh();
+    registry.refresh().await;
     assert!(latest(&mut rx).is_empty(), "DENY_ALL already");
     shared.store(Arc::new(config(EDGE)));
-    registry.refresh();
+    registry.refresh().await;
     assert!(latest(&mut rx).iter().all(|(_, a)| rate(*a) == 20.0));
 }
 
-#[test]
-fn a_stream_reporting_too_many_buckets_is_refused_the_rest() {
+#[tokio::test]
+async fn a_stream_reporting_too_many_buckets_is_refused_the_rest() {
     let (registry, _) = registry(EDGE);
     let (tx, _rx) = mpsc::channel(1);
     let stream = registry.open(tx);
     let many: Vec<Usage> = (0..=MAX_BUCKETS_PER_STREAM)
         .map(|i| usage(&i.to_string(), 0, 1))
         .collect();
-    registry.report(stream, "edge", many);
+    registry.report(stream, "edge", many).await;
     assert_eq!(registry.counts(), (1, MAX_BUCKETS_PER_STREAM));
     assert_eq!(registry.stats().refused_buckets.load(Relaxed), 1);
 }
 
-#[test]
-fn a_stream_that_does_not_read_loses_messages_not_memory() {
+#[tokio::test]
+async fn a_stream_that_does_not_read_loses_messages_not_memory() {
     let (registry, _) = registry(EDGE);
     let (tx, _rx) = mpsc::channel(1);
     let stream = registry.open(tx);
     for _ in 0..5 {
-        registry.report(stream, "edge", vec![usage("u", 1, 3)]);
+        registry
+            .report(stream, "edge", vec![usage("u", 1, 3)])
+            .await;
     }
     assert_eq!(registry.stats().dropped.load(Relaxed), 4);
     assert_eq!(registry.stats().reports.load(Relaxed), 5);

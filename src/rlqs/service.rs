@@ -139,14 +139,14 @@ impl RateLimitQuotaService for QuotaService {
                     None => domain.insert(report.domain.clone()).clone(),
                 };
                 match usages(report, &limits) {
-                    Ok(usages) => registry.report(stream, &domain, usages),
+                    Ok(usages) => registry.report(stream, &domain, usages).await,
                     Err(status) => {
                         let _ = responses.send(Err(status)).await;
                         break;
                     }
                 }
             }
-            registry.close(stream);
+            registry.close(stream).await;
             writer.abort();
         });
         Ok(Response::new(Outgoing(outgoing)))

@@ -57,9 +57,7 @@ pub fn split(quota: Quota, demands: &[Option<f64>]) -> Vec<Share> {
     if n == 0 {
         return Vec::new();
     }
-    let scale = GRAIN.div_ceil(tokens_per_fill.max(1));
-    let total = tokens_per_fill.saturating_mul(scale);
-    let interval = fill_interval_seconds.saturating_mul(u64::from(scale));
+    let (total, interval) = scaled(tokens_per_fill, fill_interval_seconds);
     // Demand in tokens per interval, with headroom.
     let wants: Vec<f64> = demands
         .iter()
@@ -79,6 +77,59 @@ pub fn split(quota: Quota, demands: &[Option<f64>]) -> Vec<Share> {
             fill_interval_seconds: interval,
         })
         .collect()
+}
+
+/// A rate of `tokens_per_fill` per `fill_interval_seconds` as the shares write it: tokens
+/// per an interval long enough to hold at least [`GRAIN`] of them.
+fn scaled(tokens_per_fill: u32, fill_interval_seconds: u64) -> (u32, u64) {
+    let scale = GRAIN.div_ceil(tokens_per_fill.max(1));
+    (
+        tokens_per_fill.saturating_mul(scale),
+        fill_interval_seconds.saturating_mul(u64::from(scale)),
+    )
+}
+
+/// The rule's whole rate as the shares write it (`tokens_per_fill` over their common
+/// interval) and its `max_tokens`; `None` for a blanket quota.
+pub fn totals(quota: Quota) -> Option<(u32, u32)> {
+    let Quota::TokenBucket {
+        max_tokens,
+        tokens_per_fill,
+        fill_interval_seconds,
+    } = quota
+    else {
+        return None;
+    };
+    Some((scaled(tokens_per_fill, fill_interval_seconds).0, max_tokens))
+}
+
+/// `shares` (of `quota`) cut down, in proportion, to what others already hold: `held` is
+/// the sum of the `tokens_per_fill` and of the `max_tokens` assigned to the bucket's
+/// reporters elsewhere. A newcomer so takes only what the others have given back: the
+/// sum of all assignments never passes the bound, even while replicas have not yet seen
+/// each other's latest shares.
+pub fn within(quota: Quota, held: (u64, u64), shares: &mut [Share]) {
+    let Quota::TokenBucket {
+        max_tokens,
+        tokens_per_fill,
+        fill_interval_seconds,
+    } = quota
+    else {
+        return;
+    };
+    let (total, _) = scaled(tokens_per_fill, fill_interval_seconds);
+    let free_rate = u64::from(total).saturating_sub(held.0);
+    let free_burst = u64::from(max_tokens).saturating_sub(held.1);
+    let rate: u64 = shares.iter().map(|s| u64::from(s.tokens_per_fill)).sum();
+    let burst: u64 = shares.iter().map(|s| u64::from(s.max_tokens)).sum();
+    for share in shares.iter_mut() {
+        if rate > free_rate {
+            share.tokens_per_fill = (u64::from(share.tokens_per_fill) * free_rate / rate) as u32;
+        }
+        if burst > free_burst {
+            share.max_tokens = (u64::from(share.max_tokens) * free_burst / burst) as u32;
+        }
+    }
 }
 
 /// `total` tokens split max-min fairly over `wants`, each at least a floor; the sum is at

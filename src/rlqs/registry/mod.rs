@@ -8,7 +8,8 @@
 //! time to live (an identical strategy only extends it in Envoy). Queues are bounded: a
 //! stream that does not read loses answers, never the server's memory.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
@@ -17,10 +18,15 @@ use tokio::sync::mpsc;
 use tracing::warn;
 
 use super::quota::{Quota, quota_of};
-use super::share::Share;
+use super::share::{Share, totals};
+use crate::bucket_key::REDIS_PREFIX;
+use crate::clock::Clock;
 use crate::config::{Config, SharedConfig};
 use crate::rules::Algorithm;
+use crate::store::Store;
+use crate::store::redis::{Demand, FailurePolicy, RedisStore};
 use crate::throttle::Throttle;
+use std::fmt::Write as _;
 
 mod state;
 
@@ -78,6 +84,40 @@ pub type Assignments = Vec<(BucketKey, Assignment)>;
 /// Where a stream's assignments go.
 pub type Outbox = mpsc::Sender<Assignments>;
 
+/// Where the reporters of every replica meet: the Redis store, this replica's name in it,
+/// and the failure policy for when it cannot answer.
+struct Shared {
+    store: RedisStore,
+    /// This replica's prefix of the fields it writes, its own (start time and process id).
+    replica: String,
+    /// Entries not written for this long are dropped: their replica is gone.
+    stale_ms: u64,
+    policy: FailurePolicy,
+}
+
+impl Shared {
+    /// The field of `stream` in a bucket's hash.
+    fn field(&self, stream: StreamId) -> String {
+        format!("{}/{stream}", self.replica)
+    }
+
+    fn is_mine(&self, field: &str) -> bool {
+        field
+            .strip_prefix(&self.replica)
+            .is_some_and(|rest| rest.starts_with('/'))
+    }
+
+    /// The Redis key of a bucket's hash: the domain in the hash tag (one slot per domain,
+    /// as the rate-limit buckets), then the id's entries, length-prefixed.
+    fn key(&self, key: &BucketKey) -> String {
+        let mut out = format!("{REDIS_PREFIX}{{q:{}}}", key.domain);
+        for (k, v) in &key.id {
+            let _ = write!(out, "{}:{k}{}:{v}", k.len(), v.len());
+        }
+        out
+    }
+}
+
 /// The service's state; see the module docs.
 pub struct Registry {
     state: Mutex<State>,
@@ -88,6 +128,12 @@ pub struct Registry {
     refused: Throttle,
     /// Counters for the metrics.
     stats: Stats,
+    /// The Redis store the shares are kept in, if any.
+    shared: Option<Shared>,
+    /// Wall-clock time, for the shared entries' ages.
+    clock: Arc<dyn Clock>,
+    /// Logs Redis outages at most once a minute.
+    outage_log: Throttle,
 }
 
 /// What the quota service counted since it started (`meshlimit_rlqs_*`).
@@ -143,7 +189,29 @@ impl std::fmt::Debug for Registry {
 
 impl Registry {
     /// An empty registry reading rules from `config`.
-    pub fn new(config: SharedConfig, default_algorithm: Algorithm, unmatched: Unmatched) -> Self {
+    ///
+    /// On the Redis store the reporters of every replica are counted in Redis (entries
+    /// older than `ttl`, at least 5 s, are taken for gone), so that the shares of all
+    /// replicas together stay within each rule; on the embedded store, this replica's
+    /// reporters share each rule alone.
+    pub fn new(
+        config: SharedConfig,
+        default_algorithm: Algorithm,
+        unmatched: Unmatched,
+        store: &Store,
+        clock: Arc<dyn Clock>,
+        ttl: Duration,
+    ) -> Self {
+        let shared = match store {
+            Store::Redis(redis) => Some(Shared {
+                store: redis.clone(),
+                // Unique on a host by the process id, across hosts by the start time.
+                replica: format!("{:x}.{}", clock.now(), std::process::id()),
+                stale_ms: ttl.max(Duration::from_secs(5)).as_millis() as u64,
+                policy: redis.failure_policy(),
+            }),
+            Store::Memory(_) => None,
+        };
         Self {
             state: Mutex::new(State::default()),
             config,
@@ -151,6 +219,26 @@ impl Registry {
             unmatched,
             refused: Throttle::new(Duration::from_secs(60)),
             stats: Stats::default(),
+            shared,
+            clock,
+            outage_log: Throttle::new(Duration::from_secs(60)),
+        }
+    }
+
+    /// On Redis: connects and loads the quota scripts ahead of the first report, whose
+    /// answer Envoy waits for while it lets every request of the new bucket through.
+    pub async fn warm_up(&self) {
+        if let Some(shared) = &self.shared {
+            let key = format!("{REDIS_PREFIX}{{q:}}warm-up");
+            let now_ms = self.clock.now() / 1_000_000;
+            let _ = shared
+                .store
+                .quota_demands(&key, &[], &[], now_ms, shared.stale_ms)
+                .await;
+            let _ = shared
+                .store
+                .quota_grant(&key, &[], (0, 0), now_ms, shared.stale_ms)
+                .await;
         }
     }
 
@@ -170,9 +258,36 @@ impl Registry {
         id
     }
 
-    /// A report of `usages` in `domain` from `stream`: demands updated, shares computed
-    /// again, assignments queued.
-    pub fn report(&self, stream: StreamId, domain: &str, usages: Vec<Usage>) {
+    /// A report of `usages` in `domain` from `stream`: demands updated (in Redis too, where
+    /// the shares are shared), shares computed again, assignments queued.
+    pub async fn report(&self, stream: StreamId, domain: &str, usages: Vec<Usage>) {
+        let changed = self.record(stream, domain, usages);
+        if let Some(shared) = &self.shared {
+            self.exchange(shared, &changed).await;
+        }
+        self.decide(Some(stream), &changed).await;
+    }
+
+    /// Writes this replica's reporters of `keys` to Redis and reads every replica's: one
+    /// script call per bucket.
+    async fn exchange(&self, shared: &Shared, keys: &[BucketKey]) {
+        let mine = self.local_demands(shared, keys);
+        let now_ms = self.clock.now() / 1_000_000;
+        let mut read = Vec::with_capacity(keys.len());
+        for (key, mine) in keys.iter().zip(&mine) {
+            read.push(
+                shared
+                    .store
+                    .quota_demands(&shared.key(key), mine, &[], now_ms, shared.stale_ms)
+                    .await,
+            );
+        }
+        self.absorb(shared, keys, read);
+    }
+
+    /// Bookkeeping of a report under the lock: the buckets it names (within the stream's
+    /// cap), their reporters' demands. Returns the buckets reported.
+    fn record(&self, stream: StreamId, domain: &str, usages: Vec<Usage>) -> Vec<BucketKey> {
         self.stats.reports.fetch_add(1, Relaxed);
         let config = self.config.load_full();
         let mut state = self.state.lock();
@@ -182,7 +297,7 @@ impl Registry {
         if let Some(entry) = state.streams.get_mut(&stream) {
             entry.domain.get_or_insert_with(|| domain.to_string());
         }
-        let mut changed: HashSet<BucketKey> = HashSet::new();
+        let mut changed: Vec<BucketKey> = Vec::new();
         for usage in usages {
             let mut id = usage.id;
             id.sort_unstable();
@@ -191,7 +306,7 @@ impl Registry {
                 id,
             };
             let Some(entry) = state.streams.get_mut(&stream) else {
-                return;
+                break;
             };
             if !entry.buckets.contains(&key) {
                 if entry.buckets.len() >= MAX_BUCKETS_PER_STREAM {
@@ -212,6 +327,8 @@ impl Registry {
             let bucket = state.buckets.entry(key.clone()).or_insert_with(|| Bucket {
                 quota,
                 reporters: BTreeMap::new(),
+                others: Vec::new(),
+                outage: None,
             });
             self.stats.allowed.fetch_add(usage.allowed, Relaxed);
             self.stats.denied.fetch_add(usage.denied, Relaxed);
@@ -224,53 +341,221 @@ impl Registry {
                     None => rps,
                 });
             }
-            changed.insert(key);
+            if !changed.contains(&key) {
+                changed.push(key);
+            }
         }
-        let mut outgoing = state.rebalance(changed.iter(), self.unmatched);
-        // The reporting stream gets every bucket it reported, changed or not: that renews
-        // the assignments' time to live.
-        let mine = outgoing.entry(stream).or_default();
-        for key in &changed {
-            if let Some(assigned) = state
-                .buckets
-                .get(key)
-                .and_then(|b| b.reporters.get(&stream))
-                .and_then(|r| r.assigned)
-            {
-                if !mine.iter().any(|(k, _)| k == key) {
-                    mine.push((key.clone(), assigned));
+        changed
+    }
+
+    /// This replica's reporters of each of `keys`, as the shared hash names them.
+    fn local_demands(&self, shared: &Shared, keys: &[BucketKey]) -> Vec<Vec<Demand>> {
+        let state = self.state.lock();
+        keys.iter()
+            .map(|key| {
+                state.buckets.get(key).map_or_else(Vec::new, |bucket| {
+                    bucket
+                        .reporters
+                        .iter()
+                        .map(|(&stream, r)| demand_of(shared, stream, r.demand, r.assigned))
+                        .collect()
+                })
+            })
+            .collect()
+    }
+
+    /// What Redis said of each of `keys`: the other replicas' reporters, or an outage that
+    /// the failure policy answers.
+    fn absorb(
+        &self,
+        shared: &Shared,
+        keys: &[BucketKey],
+        read: Vec<Result<Vec<Demand>, crate::error::StoreError>>,
+    ) {
+        let mut state = self.state.lock();
+        for (key, read) in keys.iter().zip(read) {
+            let Some(bucket) = state.buckets.get_mut(key) else {
+                continue;
+            };
+            match read {
+                Ok(all) => {
+                    bucket.outage = None;
+                    bucket.others = all
+                        .into_iter()
+                        .filter(|d| !shared.is_mine(&d.field))
+                        .collect();
+                }
+                Err(e) => {
+                    if bucket.outage.is_none() {
+                        if let Some(suppressed) = self.outage_log.allow() {
+                            warn!(
+                                error = %e,
+                                policy = ?shared.policy,
+                                suppressed,
+                                "Redis cannot share quota; the failure policy answers"
+                            );
+                        }
+                    }
+                    bucket.outage = Some(shared.policy);
+                }
+            }
+        }
+    }
+
+    /// Assignments of `keys` computed again and queued; on Redis, first granted within
+    /// what the other replicas hold. `stream` (the reporting one) gets every bucket of
+    /// `keys` again, changed or not: that renews their time to live.
+    async fn decide(&self, stream: Option<StreamId>, keys: &[BucketKey]) {
+        let mut outgoing = self.state.lock().rebalance(keys.iter(), self.unmatched);
+        if let Some(shared) = &self.shared {
+            let reassigned = changed_buckets(&outgoing);
+            self.grant(shared, &reassigned, &mut outgoing).await;
+        }
+        let state = self.state.lock();
+        if let Some(stream) = stream {
+            let mine = outgoing.entry(stream).or_default();
+            for key in keys {
+                let Some(bucket) = state.buckets.get(key) else {
+                    continue;
+                };
+                // Redis down under `error`: no assignment, not even a renewal, so that
+                // Envoy's time to live and expiry behaviour take over.
+                if bucket.outage == Some(FailurePolicy::Error) {
+                    continue;
+                }
+                if let Some(assigned) = bucket.reporters.get(&stream).and_then(|r| r.assigned) {
+                    if !mine.iter().any(|(k, _)| k == key) {
+                        mine.push((key.clone(), assigned));
+                    }
                 }
             }
         }
         state.send(outgoing, &self.stats);
     }
 
-    /// A stream ended: its shares go back to the other reporters of its buckets.
-    pub fn close(&self, stream: StreamId) {
-        let mut state = self.state.lock();
-        let Some(gone) = state.streams.remove(&stream) else {
+    /// Grants this replica's new token-bucket assignments of `keys` in Redis (see
+    /// `quota_grant.lua`) and cuts down, in `outgoing` and in the registry, those the
+    /// other replicas leave less room for. A grant that fails leaves the assignment as
+    /// computed: the next exchange with Redis answers by the failure policy.
+    async fn grant(
+        &self,
+        shared: &Shared,
+        keys: &[BucketKey],
+        outgoing: &mut HashMap<StreamId, Assignments>,
+    ) {
+        let now_ms = self.clock.now() / 1_000_000;
+        for key in keys {
+            let wanted = {
+                let state = self.state.lock();
+                let Some(bucket) = state.buckets.get(key) else {
+                    continue;
+                };
+                let Some(total) = bucket.quota.and_then(totals) else {
+                    continue;
+                };
+                let reporters: Vec<(StreamId, Demand)> = bucket
+                    .reporters
+                    .iter()
+                    .map(|(&stream, r)| (stream, demand_of(shared, stream, r.demand, r.assigned)))
+                    .collect();
+                (total, reporters)
+            };
+            let (total, reporters) = wanted;
+            let demands: Vec<Demand> = reporters.iter().map(|(_, d)| d.clone()).collect();
+            let Ok(granted) = shared
+                .store
+                .quota_grant(&shared.key(key), &demands, total, now_ms, shared.stale_ms)
+                .await
+            else {
+                continue;
+            };
+            let mut state = self.state.lock();
+            let Some(bucket) = state.buckets.get_mut(key) else {
+                continue;
+            };
+            for ((stream, wanted), (rate, burst)) in reporters.iter().zip(granted) {
+                if rate >= wanted.tokens_per_fill && burst >= wanted.max_tokens {
+                    continue;
+                }
+                let Some(reporter) = bucket.reporters.get_mut(stream) else {
+                    continue;
+                };
+                let Some(Assignment::TokenBucket(share)) = reporter.assigned else {
+                    continue;
+                };
+                let cut = if rate == 0 || burst == 0 {
+                    Assignment::Blanket(false)
+                } else {
+                    Assignment::TokenBucket(Share {
+                        tokens_per_fill: rate.min(share.tokens_per_fill),
+                        max_tokens: burst.min(share.max_tokens),
+                        ..share
+                    })
+                };
+                reporter.assigned = Some(cut);
+                let queued = outgoing.entry(*stream).or_default();
+                match queued.iter_mut().find(|(k, _)| k == key) {
+                    Some(entry) => entry.1 = cut,
+                    None => queued.push((key.clone(), cut)),
+                }
+            }
+        }
+    }
+
+    /// A stream ended: its shares go back to the other reporters of its buckets (on other
+    /// replicas, once they read Redis again).
+    pub async fn close(&self, stream: StreamId) {
+        let gone = {
+            let mut state = self.state.lock();
+            let Some(gone) = state.streams.remove(&stream) else {
+                return;
+            };
+            for key in &gone.buckets {
+                if let Some(bucket) = state.buckets.get_mut(key) {
+                    bucket.reporters.remove(&stream);
+                    if bucket.reporters.is_empty() {
+                        state.buckets.remove(key);
+                    }
+                }
+            }
+            let outgoing = state.rebalance(gone.buckets.iter(), self.unmatched);
+            state.send(outgoing, &self.stats);
+            gone.buckets
+        };
+        if let Some(shared) = &self.shared {
+            let now_ms = self.clock.now() / 1_000_000;
+            let field = [shared.field(stream)];
+            for key in &gone {
+                // Best effort: an entry left behind goes stale on its own.
+                let _ = shared
+                    .store
+                    .quota_demands(&shared.key(key), &[], &field, now_ms, shared.stale_ms)
+                    .await;
+            }
+        }
+    }
+
+    /// Called about once a second: follows a config reload (buckets whose rule changed
+    /// are assigned again) and, on Redis, the reporters of the other replicas (a stream
+    /// that joined or left there changes the shares here within a second, whatever the
+    /// Envoys' reporting interval), keeping this replica's entries fresh meanwhile.
+    pub async fn refresh(&self) {
+        let config = self.config.load_full();
+        {
+            let mut state = self.state.lock();
+            if let Some(outgoing) = state.follow(&config, self) {
+                state.send(outgoing, &self.stats);
+            }
+        }
+        let Some(shared) = &self.shared else {
             return;
         };
-        for key in &gone.buckets {
-            if let Some(bucket) = state.buckets.get_mut(key) {
-                bucket.reporters.remove(&stream);
-                if bucket.reporters.is_empty() {
-                    state.buckets.remove(key);
-                }
-            }
+        let keys: Vec<BucketKey> = self.state.lock().buckets.keys().cloned().collect();
+        if keys.is_empty() {
+            return;
         }
-        let outgoing = state.rebalance(gone.buckets.iter(), self.unmatched);
-        state.send(outgoing, &self.stats);
-    }
-
-    /// Follows a config reload: buckets whose rule changed are assigned again. Called
-    /// about once a second.
-    pub fn refresh(&self) {
-        let config = self.config.load_full();
-        let mut state = self.state.lock();
-        if let Some(outgoing) = state.follow(&config, self) {
-            state.send(outgoing, &self.stats);
-        }
+        self.exchange(shared, &keys).await;
+        self.decide(None, &keys).await;
     }
 
     /// What the service counted.
@@ -332,5 +617,37 @@ impl Registry {
             .collect();
         let rule = tree.walk_bucket(&id, 0).rule?;
         Some(quota_of(rule, self.default_algorithm))
+    }
+}
+
+/// The buckets that `outgoing` assigns anew, each once.
+fn changed_buckets(outgoing: &HashMap<StreamId, Assignments>) -> Vec<BucketKey> {
+    let mut keys: Vec<BucketKey> = outgoing
+        .values()
+        .flatten()
+        .map(|(key, _)| key.clone())
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+/// A reporter of this replica as the shared hash holds it: its demand and what it is
+/// assigned (0, 0 when not a token bucket).
+fn demand_of(
+    shared: &Shared,
+    stream: StreamId,
+    demand: Option<f64>,
+    assigned: Option<Assignment>,
+) -> Demand {
+    let (tokens_per_fill, max_tokens) = match assigned {
+        Some(Assignment::TokenBucket(s)) => (s.tokens_per_fill, s.max_tokens),
+        _ => (0, 0),
+    };
+    Demand {
+        field: shared.field(stream),
+        demand,
+        tokens_per_fill,
+        max_tokens,
     }
 }

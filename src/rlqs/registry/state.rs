@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::super::quota::Quota;
-use super::super::share::{settle, split};
+use super::super::share::{settle, split, within};
 use super::{Assignment, Assignments, BucketKey, Outbox, Registry, Stats, StreamId, Unmatched};
 use crate::config::Config;
+use crate::store::redis::{Demand, FailurePolicy};
 
 /// Everything the registry's lock guards.
 #[derive(Default)]
@@ -37,6 +38,11 @@ pub(super) struct Bucket {
     pub(super) quota: Option<Quota>,
     /// The streams reporting it, in a stable order.
     pub(super) reporters: BTreeMap<StreamId, Reporter>,
+    /// The demands of its reporters on other replicas, as Redis last said (empty on the
+    /// embedded store).
+    pub(super) others: Vec<Demand>,
+    /// Redis could not be read for it: the failure policy answers.
+    pub(super) outage: Option<FailurePolicy>,
 }
 
 /// One stream's view of a bucket.
@@ -85,16 +91,38 @@ impl State {
             let Some(bucket) = self.buckets.get_mut(key) else {
                 continue;
             };
-            let fresh: Vec<Assignment> = match bucket.quota {
-                None => {
-                    vec![Assignment::Blanket(unmatched == Unmatched::Allow); bucket.reporters.len()]
-                }
-                Some(Quota::AllowAll) => vec![Assignment::Blanket(true); bucket.reporters.len()],
-                Some(Quota::DenyAll) => vec![Assignment::Blanket(false); bucket.reporters.len()],
-                Some(quota) => {
-                    let demands: Vec<Option<f64>> =
-                        bucket.reporters.values().map(|r| r.demand).collect();
-                    split(quota, &demands)
+            let n = bucket.reporters.len();
+            let fresh: Vec<Assignment> = match (bucket.outage, bucket.quota) {
+                // No new assignment: Envoy's time to live and expiry behaviour take over.
+                (Some(FailurePolicy::Error), _) => continue,
+                (Some(FailurePolicy::Allow), _) => vec![Assignment::Blanket(true); n],
+                (_, None) => vec![Assignment::Blanket(unmatched == Unmatched::Allow); n],
+                (_, Some(Quota::AllowAll)) => vec![Assignment::Blanket(true); n],
+                (_, Some(Quota::DenyAll)) => vec![Assignment::Blanket(false); n],
+                (outage, Some(quota)) => {
+                    // This replica's reporters first, then the others' (none under `local`
+                    // while Redis is down: this replica's own shares).
+                    let others: &[Demand] = if outage == Some(FailurePolicy::Local) {
+                        &[]
+                    } else {
+                        &bucket.others
+                    };
+                    let demands: Vec<Option<f64>> = bucket
+                        .reporters
+                        .values()
+                        .map(|r| r.demand)
+                        .chain(others.iter().map(|d| d.demand))
+                        .collect();
+                    let mut shares = split(quota, &demands);
+                    shares.truncate(bucket.reporters.len());
+                    let held = others.iter().fold((0, 0), |(rate, burst), d| {
+                        (
+                            rate + u64::from(d.tokens_per_fill),
+                            burst + u64::from(d.max_tokens),
+                        )
+                    });
+                    within(quota, held, &mut shares);
+                    shares
                         .into_iter()
                         .zip(bucket.reporters.values())
                         .map(|(share, reporter)| {
