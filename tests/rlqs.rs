@@ -472,3 +472,40 @@ async fn redis_down_follows_the_failure_policy() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
+
+/// A quota stream is a call in flight: an idle timeout far shorter than Envoy's reporting
+/// interval does not close it (the stream and its buckets stay, no connection is closed
+/// as idle); gRPC health answers for the quota service by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_timeouts_leave_quota_streams_open_and_health_names_the_service() {
+    let config = config_dir(EDGE);
+    let (server, envoy) = start(config.path(), &["--idle-timeout-ms", "300"]).await;
+    passed_until_refused(&envoy, "nora", 200).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (_, page) = support::http_get(server.http, "/rlqs").await;
+    assert!(
+        page.contains("1 open streams") && page.contains("stream #1:"),
+        "{page}"
+    );
+    let (_, metrics) = support::http_get(server.http, "/metrics").await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "meshlimit_connections_idle_closed_total 0"),
+        "{metrics}"
+    );
+    assert_eq!(status(&envoy, "nora").await, 429, "still limited");
+
+    let mut health = server.health().await;
+    let answer = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "envoy.service.rate_limit_quota.v3.RateLimitQuotaService".into(),
+        })
+        .await
+        .expect("a health answer")
+        .into_inner();
+    assert_eq!(
+        answer.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+}
