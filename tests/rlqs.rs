@@ -278,6 +278,10 @@ descriptors:
         rate_limit: {unit: second, requests_per_unit: 20}
 ";
 
+/// Held by the tests that load Envoys as hard as they can, one at a time: two of them at
+/// once on a small machine would measure each other.
+static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Requests of `user` through `envoy` from `clients` loops at once until `deadline`, each
 /// loop waiting `pause` between requests: (passed, refused).
 async fn drive(
@@ -320,6 +324,7 @@ async fn drive(
 /// included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_envoys_together_stay_within_the_rule() {
+    let _heavy = HEAVY.lock().await;
     let config = config_dir(TWENTY);
     let server = Meshlimit::start(config.path(), &[]).await;
     let grpc = server.grpc;
@@ -348,6 +353,7 @@ async fn two_envoys_together_stay_within_the_rule() {
 /// all pass (it is given its demand and headroom, the busy one the rest).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_quiet_envoy_beside_a_saturated_one_is_not_refused() {
+    let _heavy = HEAVY.lock().await;
     let config = config_dir(TWENTY);
     let server = Meshlimit::start(config.path(), &[]).await;
     let grpc = server.grpc;
@@ -407,6 +413,7 @@ async fn the_drain_ends_quota_streams() {
 /// the rule.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_replicas_on_redis_together_stay_within_the_rule() {
+    let _heavy = HEAVY.lock().await;
     let redis = RedisServer::start();
     let config = config_dir(TWENTY);
     let one = Meshlimit::start_on_redis(config.path(), &redis.url(), "error", 1000, &[]).await;

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -18,19 +18,20 @@ use tokio::sync::mpsc;
 use tracing::warn;
 
 use super::quota::{Quota, quota_of};
-use super::share::{Share, totals};
-use crate::bucket_key::REDIS_PREFIX;
 use crate::clock::Clock;
 use crate::config::{Config, SharedConfig};
 use crate::rules::Algorithm;
 use crate::store::Store;
-use crate::store::redis::{Demand, FailurePolicy, RedisStore};
+use crate::store::redis::FailurePolicy;
 use crate::throttle::Throttle;
-use std::fmt::Write as _;
 
+mod shared;
 mod state;
+mod types;
 
+use shared::Shared;
 use state::{Bucket, State, Stream};
+pub use types::{Assignment, BucketKey, BucketView, Snapshot, Stats, Unmatched, Usage};
 
 /// One stream's identity.
 pub type StreamId = u64;
@@ -38,85 +39,11 @@ pub type StreamId = u64;
 /// Most buckets one stream may report; reports of more are refused (logged).
 pub const MAX_BUCKETS_PER_STREAM: usize = 4096;
 
-/// A bucket: its domain and its id's entries, sorted by key.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct BucketKey {
-    /// The stream's domain.
-    pub domain: String,
-    /// The id's entries, sorted.
-    pub id: Vec<(String, String)>,
-}
-
-/// One bucket's usage in a report.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Usage {
-    /// Which bucket.
-    pub id: Vec<(String, String)>,
-    /// Seconds the counts cover (0 for a bucket's first report).
-    pub seconds: u64,
-    /// Requests Envoy let through.
-    pub allowed: u64,
-    /// Requests Envoy refused.
-    pub denied: u64,
-}
-
-/// What a bucket is assigned for one stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Assignment {
-    /// `blanket_rule`: `ALLOW_ALL` (true) or `DENY_ALL`.
-    Blanket(bool),
-    /// A token bucket.
-    TokenBucket(Share),
-}
-
-/// How buckets that match no rule are answered (`--rlqs-unmatched`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unmatched {
-    /// `ALLOW_ALL`.
-    Allow,
-    /// `DENY_ALL`.
-    Deny,
-}
-
 /// Assignments for one stream, by bucket.
 pub type Assignments = Vec<(BucketKey, Assignment)>;
 
 /// Where a stream's assignments go.
 pub type Outbox = mpsc::Sender<Assignments>;
-
-/// Where the reporters of every replica meet: the Redis store, this replica's name in it,
-/// and the failure policy for when it cannot answer.
-struct Shared {
-    store: RedisStore,
-    /// This replica's prefix of the fields it writes, its own (start time and process id).
-    replica: String,
-    /// Entries not written for this long are dropped: their replica is gone.
-    stale_ms: u64,
-    policy: FailurePolicy,
-}
-
-impl Shared {
-    /// The field of `stream` in a bucket's hash.
-    fn field(&self, stream: StreamId) -> String {
-        format!("{}/{stream}", self.replica)
-    }
-
-    fn is_mine(&self, field: &str) -> bool {
-        field
-            .strip_prefix(&self.replica)
-            .is_some_and(|rest| rest.starts_with('/'))
-    }
-
-    /// The Redis key of a bucket's hash: the domain in the hash tag (one slot per domain,
-    /// as the rate-limit buckets), then the id's entries, length-prefixed.
-    fn key(&self, key: &BucketKey) -> String {
-        let mut out = format!("{REDIS_PREFIX}{{q:{}}}", key.domain);
-        for (k, v) in &key.id {
-            let _ = write!(out, "{}:{k}{}:{v}", k.len(), v.len());
-        }
-        out
-    }
-}
 
 /// The service's state; see the module docs.
 pub struct Registry {
@@ -134,46 +61,6 @@ pub struct Registry {
     clock: Arc<dyn Clock>,
     /// Logs Redis outages at most once a minute.
     outage_log: Throttle,
-}
-
-/// What the quota service counted since it started (`meshlimit_rlqs_*`).
-#[derive(Debug, Default)]
-pub struct Stats {
-    /// Usage reports received (messages).
-    pub reports: AtomicU64,
-    /// Assignments queued on streams (one per bucket and stream).
-    pub assignments: AtomicU64,
-    /// Requests Envoys reported they let through.
-    pub allowed: AtomicU64,
-    /// Requests Envoys reported they refused.
-    pub denied: AtomicU64,
-    /// Buckets refused because their stream had [`MAX_BUCKETS_PER_STREAM`].
-    pub refused_buckets: AtomicU64,
-    /// Assignment messages dropped because a stream did not read its earlier ones.
-    pub dropped: AtomicU64,
-}
-
-/// One bucket as the operator page shows it.
-#[derive(Debug, Clone)]
-pub struct BucketView {
-    /// Which bucket.
-    pub key: BucketKey,
-    /// The matching rule's whole quota, `None` when unmatched.
-    pub quota: Option<Quota>,
-    /// Each reporting stream: its demand (requests per second) and assignment.
-    pub reporters: Vec<(StreamId, Option<f64>, Option<Assignment>)>,
-}
-
-/// The registry as the operator page shows it: every stream (id, domain, buckets) and
-/// the first buckets in key order.
-#[derive(Debug, Clone)]
-pub struct Snapshot {
-    /// Open streams: id, domain (empty before its first report), buckets reported.
-    pub streams: Vec<(StreamId, String, usize)>,
-    /// The first buckets, sorted.
-    pub buckets: Vec<BucketView>,
-    /// Buckets in all.
-    pub total_buckets: usize,
 }
 
 impl std::fmt::Debug for Registry {
@@ -225,23 +112,6 @@ impl Registry {
         }
     }
 
-    /// On Redis: connects and loads the quota scripts ahead of the first report, whose
-    /// answer Envoy waits for while it lets every request of the new bucket through.
-    pub async fn warm_up(&self) {
-        if let Some(shared) = &self.shared {
-            let key = format!("{REDIS_PREFIX}{{q:}}warm-up");
-            let now_ms = self.clock.now() / 1_000_000;
-            let _ = shared
-                .store
-                .quota_demands(&key, &[], &[], now_ms, shared.stale_ms)
-                .await;
-            let _ = shared
-                .store
-                .quota_grant(&key, &[], (0, 0), now_ms, shared.stale_ms)
-                .await;
-        }
-    }
-
     /// Registers a stream whose assignments go to `outbox`.
     pub fn open(&self, outbox: Outbox) -> StreamId {
         let mut state = self.state.lock();
@@ -266,23 +136,6 @@ impl Registry {
             self.exchange(shared, &changed).await;
         }
         self.decide(Some(stream), &changed).await;
-    }
-
-    /// Writes this replica's reporters of `keys` to Redis and reads every replica's: one
-    /// script call per bucket.
-    async fn exchange(&self, shared: &Shared, keys: &[BucketKey]) {
-        let mine = self.local_demands(shared, keys);
-        let now_ms = self.clock.now() / 1_000_000;
-        let mut read = Vec::with_capacity(keys.len());
-        for (key, mine) in keys.iter().zip(&mine) {
-            read.push(
-                shared
-                    .store
-                    .quota_demands(&shared.key(key), mine, &[], now_ms, shared.stale_ms)
-                    .await,
-            );
-        }
-        self.absorb(shared, keys, read);
     }
 
     /// Bookkeeping of a report under the lock: the buckets it names (within the stream's
@@ -348,60 +201,6 @@ impl Registry {
         changed
     }
 
-    /// This replica's reporters of each of `keys`, as the shared hash names them.
-    fn local_demands(&self, shared: &Shared, keys: &[BucketKey]) -> Vec<Vec<Demand>> {
-        let state = self.state.lock();
-        keys.iter()
-            .map(|key| {
-                state.buckets.get(key).map_or_else(Vec::new, |bucket| {
-                    bucket
-                        .reporters
-                        .iter()
-                        .map(|(&stream, r)| demand_of(shared, stream, r.demand, r.assigned))
-                        .collect()
-                })
-            })
-            .collect()
-    }
-
-    /// What Redis said of each of `keys`: the other replicas' reporters, or an outage that
-    /// the failure policy answers.
-    fn absorb(
-        &self,
-        shared: &Shared,
-        keys: &[BucketKey],
-        read: Vec<Result<Vec<Demand>, crate::error::StoreError>>,
-    ) {
-        let mut state = self.state.lock();
-        for (key, read) in keys.iter().zip(read) {
-            let Some(bucket) = state.buckets.get_mut(key) else {
-                continue;
-            };
-            match read {
-                Ok(all) => {
-                    bucket.outage = None;
-                    bucket.others = all
-                        .into_iter()
-                        .filter(|d| !shared.is_mine(&d.field))
-                        .collect();
-                }
-                Err(e) => {
-                    if bucket.outage.is_none() {
-                        if let Some(suppressed) = self.outage_log.allow() {
-                            warn!(
-                                error = %e,
-                                policy = ?shared.policy,
-                                suppressed,
-                                "Redis cannot share quota; the failure policy answers"
-                            );
-                        }
-                    }
-                    bucket.outage = Some(shared.policy);
-                }
-            }
-        }
-    }
-
     /// Assignments of `keys` computed again and queued; on Redis, first granted within
     /// what the other replicas hold. `stream` (the reporting one) gets every bucket of
     /// `keys` again, changed or not: that renews their time to live.
@@ -431,75 +230,6 @@ impl Registry {
             }
         }
         state.send(outgoing, &self.stats);
-    }
-
-    /// Grants this replica's new token-bucket assignments of `keys` in Redis (see
-    /// `quota_grant.lua`) and cuts down, in `outgoing` and in the registry, those the
-    /// other replicas leave less room for. A grant that fails leaves the assignment as
-    /// computed: the next exchange with Redis answers by the failure policy.
-    async fn grant(
-        &self,
-        shared: &Shared,
-        keys: &[BucketKey],
-        outgoing: &mut HashMap<StreamId, Assignments>,
-    ) {
-        let now_ms = self.clock.now() / 1_000_000;
-        for key in keys {
-            let wanted = {
-                let state = self.state.lock();
-                let Some(bucket) = state.buckets.get(key) else {
-                    continue;
-                };
-                let Some(total) = bucket.quota.and_then(totals) else {
-                    continue;
-                };
-                let reporters: Vec<(StreamId, Demand)> = bucket
-                    .reporters
-                    .iter()
-                    .map(|(&stream, r)| (stream, demand_of(shared, stream, r.demand, r.assigned)))
-                    .collect();
-                (total, reporters)
-            };
-            let (total, reporters) = wanted;
-            let demands: Vec<Demand> = reporters.iter().map(|(_, d)| d.clone()).collect();
-            let Ok(granted) = shared
-                .store
-                .quota_grant(&shared.key(key), &demands, total, now_ms, shared.stale_ms)
-                .await
-            else {
-                continue;
-            };
-            let mut state = self.state.lock();
-            let Some(bucket) = state.buckets.get_mut(key) else {
-                continue;
-            };
-            for ((stream, wanted), (rate, burst)) in reporters.iter().zip(granted) {
-                if rate >= wanted.tokens_per_fill && burst >= wanted.max_tokens {
-                    continue;
-                }
-                let Some(reporter) = bucket.reporters.get_mut(stream) else {
-                    continue;
-                };
-                let Some(Assignment::TokenBucket(share)) = reporter.assigned else {
-                    continue;
-                };
-                let cut = if rate == 0 || burst == 0 {
-                    Assignment::Blanket(false)
-                } else {
-                    Assignment::TokenBucket(Share {
-                        tokens_per_fill: rate.min(share.tokens_per_fill),
-                        max_tokens: burst.min(share.max_tokens),
-                        ..share
-                    })
-                };
-                reporter.assigned = Some(cut);
-                let queued = outgoing.entry(*stream).or_default();
-                match queued.iter_mut().find(|(k, _)| k == key) {
-                    Some(entry) => entry.1 = cut,
-                    None => queued.push((key.clone(), cut)),
-                }
-            }
-        }
     }
 
     /// A stream ended: its shares go back to the other reporters of its buckets (on other
@@ -630,24 +360,4 @@ fn changed_buckets(outgoing: &HashMap<StreamId, Assignments>) -> Vec<BucketKey> 
     keys.sort_unstable();
     keys.dedup();
     keys
-}
-
-/// A reporter of this replica as the shared hash holds it: its demand and what it is
-/// assigned (0, 0 when not a token bucket).
-fn demand_of(
-    shared: &Shared,
-    stream: StreamId,
-    demand: Option<f64>,
-    assigned: Option<Assignment>,
-) -> Demand {
-    let (tokens_per_fill, max_tokens) = match assigned {
-        Some(Assignment::TokenBucket(s)) => (s.tokens_per_fill, s.max_tokens),
-        _ => (0, 0),
-    };
-    Demand {
-        field: shared.field(stream),
-        demand,
-        tokens_per_fill,
-        max_tokens,
-    }
 }
