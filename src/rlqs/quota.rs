@@ -35,6 +35,21 @@ pub enum Quota {
     },
 }
 
+impl Quota {
+    /// `(max_tokens, tokens_per_fill, fill_interval_seconds)` of a token bucket; `None` for
+    /// a blanket rule.
+    pub fn token_bucket(self) -> Option<(u32, u32, u64)> {
+        match self {
+            Quota::TokenBucket {
+                max_tokens,
+                tokens_per_fill,
+                fill_interval_seconds,
+            } => Some((max_tokens, tokens_per_fill, fill_interval_seconds)),
+            Quota::AllowAll | Quota::DenyAll => None,
+        }
+    }
+}
+
 /// The quota of `rule` as a whole, its limits' unset algorithms being `default`.
 pub fn quota_of(rule: &Rule, default: Algorithm) -> Quota {
     if rule.is_unlimited() || rule.mode != Mode::Enforce {

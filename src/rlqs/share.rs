@@ -45,12 +45,7 @@ pub struct Share {
 /// The shares of `quota` (a token bucket) for Envoys whose demands, in requests per second,
 /// are `demands` (`None`: not known yet), in the same order.
 pub fn split(quota: Quota, demands: &[Option<f64>]) -> Vec<Share> {
-    let Quota::TokenBucket {
-        max_tokens,
-        tokens_per_fill,
-        fill_interval_seconds,
-    } = quota
-    else {
+    let Some((max_tokens, tokens_per_fill, fill_interval_seconds)) = quota.token_bucket() else {
         return Vec::new();
     };
     let n = demands.len();
@@ -92,14 +87,7 @@ fn scaled(tokens_per_fill: u32, fill_interval_seconds: u64) -> (u32, u64) {
 /// The rule's whole rate as the shares write it (`tokens_per_fill` over their common
 /// interval) and its `max_tokens`; `None` for a blanket quota.
 pub fn totals(quota: Quota) -> Option<(u32, u32)> {
-    let Quota::TokenBucket {
-        max_tokens,
-        tokens_per_fill,
-        fill_interval_seconds,
-    } = quota
-    else {
-        return None;
-    };
+    let (max_tokens, tokens_per_fill, fill_interval_seconds) = quota.token_bucket()?;
     Some((scaled(tokens_per_fill, fill_interval_seconds).0, max_tokens))
 }
 
@@ -109,15 +97,9 @@ pub fn totals(quota: Quota) -> Option<(u32, u32)> {
 /// sum of all assignments never passes the bound, even while replicas have not yet seen
 /// each other's latest shares.
 pub fn within(quota: Quota, held: (u64, u64), shares: &mut [Share]) {
-    let Quota::TokenBucket {
-        max_tokens,
-        tokens_per_fill,
-        fill_interval_seconds,
-    } = quota
-    else {
+    let Some((total, max_tokens)) = totals(quota) else {
         return;
     };
-    let (total, _) = scaled(tokens_per_fill, fill_interval_seconds);
     let free_rate = u64::from(total).saturating_sub(held.0);
     let free_burst = u64::from(max_tokens).saturating_sub(held.1);
     let rate: u64 = shares.iter().map(|s| u64::from(s.tokens_per_fill)).sum();
@@ -217,14 +199,8 @@ mod tests {
     }
 
     fn within_bound(q: Quota, shares: &[Share]) {
-        let Quota::TokenBucket {
-            max_tokens,
-            tokens_per_fill,
-            fill_interval_seconds,
-        } = q
-        else {
-            unreachable!()
-        };
+        let (max_tokens, tokens_per_fill, fill_interval_seconds) =
+            q.token_bucket().expect("a token bucket");
         let rate: f64 = shares.iter().map(rps).sum();
         assert!(
             rate <= f64::from(tokens_per_fill) / fill_interval_seconds as f64 + 1e-9,
