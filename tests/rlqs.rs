@@ -509,3 +509,30 @@ async fn idle_timeouts_leave_quota_streams_open_and_health_names_the_service() {
         tonic_health::pb::health_check_response::ServingStatus::Serving as i32
     );
 }
+
+/// Redis killed under `local`: this replica goes on assigning its own shares, renewed
+/// while the time to live (2 s here) passes several times; under `error` nothing is
+/// renewed, so the assignment expires and Envoy's expiry behaviour (ALLOW_ALL) answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_under_local_keeps_assigning_and_under_error_lets_assignments_expire() {
+    let mut redis = RedisServer::start();
+    let config = config_dir(EDGE);
+    let ttl = ["--rlqs-assignment-ttl-ms", "2000"];
+    let local = Meshlimit::start_on_redis(config.path(), &redis.url(), "local", 200, &ttl).await;
+    let error = Meshlimit::start_on_redis(config.path(), &redis.url(), "error", 200, &ttl).await;
+    let (grpc_local, grpc_error) = (local.grpc, error.grpc);
+    let on_local = Envoy::start(1, move |ports| envoy_config(ports, grpc_local)).await;
+    let on_error = Envoy::start(1, move |ports| envoy_config(ports, grpc_error)).await;
+    passed_until_refused(&on_local, "olga", 200).await;
+    passed_until_refused(&on_error, "pia", 200).await;
+    redis.kill();
+    support::eventually_async(15, "pia allowed once her assignment expired", || async {
+        status(&on_error, "pia").await == 200
+    })
+    .await;
+    // By then olga's assignment has outlived several times to live: renewed locally.
+    for _ in 0..3 {
+        assert_eq!(status(&on_local, "olga").await, 429);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}

@@ -5,8 +5,9 @@
 //! a stream's end, a config reload. Each computes the bucket's shares again
 //! ([`super::share`]) and queues the assignments that changed on the streams concerned;
 //! the reporting stream always gets its buckets' assignments again, which renews their
-//! time to live (an identical strategy only extends it in Envoy). Queues are bounded: a
-//! stream that does not read loses answers, never the server's memory.
+//! time to live (an identical strategy only extends it in Envoy), as does every stream
+//! every half time to live. Queues are bounded: a stream that does not read loses
+//! answers, never the server's memory.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -61,6 +62,10 @@ pub struct Registry {
     clock: Arc<dyn Clock>,
     /// Logs Redis outages at most once a minute.
     outage_log: Throttle,
+    /// The time to live of assignments (`--rlqs-assignment-ttl-ms`).
+    ttl: Duration,
+    /// When every assignment was last sent again.
+    renewed: Mutex<tokio::time::Instant>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -109,6 +114,8 @@ impl Registry {
             shared,
             clock,
             outage_log: Throttle::new(Duration::from_secs(60)),
+            ttl,
+            renewed: Mutex::new(tokio::time::Instant::now()),
         }
     }
 
@@ -275,6 +282,16 @@ impl Registry {
             let mut state = self.state.lock();
             if let Some(outgoing) = state.follow(&config, self) {
                 state.send(outgoing, &self.stats);
+            }
+            // Every half time to live, every assignment again: Envoy may report less often
+            // than the time to live (every 5 s in the tests, whatever its interval says),
+            // and an assignment must outlive a live meshlimit's silences.
+            let now = tokio::time::Instant::now();
+            let mut renewed = self.renewed.lock();
+            if now.duration_since(*renewed) >= self.ttl / 2 {
+                *renewed = now;
+                let renewals = state.everything();
+                state.send(renewals, &self.stats);
             }
         }
         let Some(shared) = &self.shared else {

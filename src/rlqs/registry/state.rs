@@ -153,6 +153,23 @@ impl State {
         outgoing
     }
 
+    /// Every current assignment, by stream, but for buckets Redis cannot answer for under
+    /// `--redis-failure error` (those are left to run out their time to live).
+    pub(super) fn everything(&self) -> HashMap<StreamId, Assignments> {
+        let mut all: HashMap<StreamId, Assignments> = HashMap::new();
+        for (key, bucket) in &self.buckets {
+            if bucket.outage == Some(FailurePolicy::Error) {
+                continue;
+            }
+            for (&stream, reporter) in &bucket.reporters {
+                if let Some(assigned) = reporter.assigned {
+                    all.entry(stream).or_default().push((key.clone(), assigned));
+                }
+            }
+        }
+        all
+    }
+
     /// Queues `outgoing` on the streams' outboxes, without waiting: a full outbox (a
     /// stream that does not read) drops the message; the next report renews it.
     pub(super) fn send(&self, outgoing: HashMap<StreamId, Assignments>, stats: &Stats) {
