@@ -340,6 +340,29 @@ async fn within_the_rule_under_full_load(first: &Envoy, second: &Envoy, user: &'
     );
 }
 
+/// `busy` driven as hard as the test client can and `quiet` at 2 requests a second for
+/// 10 s, one user's bucket of 20 a second: the quiet one's requests all pass.
+async fn quiet_beside_busy(busy: &Envoy, quiet: &Envoy, user: &'static str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let (busy, quiet) = tokio::join!(
+        drive(busy.listener(0), user, 4, Duration::ZERO, deadline),
+        drive(
+            quiet.listener(0),
+            user,
+            1,
+            Duration::from_millis(500),
+            deadline
+        ),
+    );
+    println!("busy {busy:?}, quiet {quiet:?}");
+    assert!(busy.1 > 0, "the busy Envoy was saturated: {busy:?}");
+    assert!(quiet.0 >= 15, "{quiet:?}");
+    assert_eq!(
+        quiet.1, 0,
+        "the quiet Envoy's requests all passed: {quiet:?}"
+    );
+}
+
 /// meshlimit on `config` with two Envoys (one worker each) asking it.
 async fn one_server_two_envoys(config: &Path) -> (Meshlimit, Envoy, Envoy) {
     let server = Meshlimit::start(config, &[]).await;
@@ -368,24 +391,7 @@ async fn a_quiet_envoy_beside_a_saturated_one_is_not_refused() {
     let _heavy = HEAVY.lock().await;
     let config = config_dir(TWENTY);
     let (_server, busy, quiet) = one_server_two_envoys(config.path()).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let (busy, quiet) = tokio::join!(
-        drive(busy.listener(0), "hana", 4, Duration::ZERO, deadline),
-        drive(
-            quiet.listener(0),
-            "hana",
-            1,
-            Duration::from_millis(500),
-            deadline
-        ),
-    );
-    println!("busy {busy:?}, quiet {quiet:?}");
-    assert!(busy.1 > 0, "the busy Envoy was saturated: {busy:?}");
-    assert!(quiet.0 >= 15, "{quiet:?}");
-    assert_eq!(
-        quiet.1, 0,
-        "the quiet Envoy's requests all passed: {quiet:?}"
-    );
+    quiet_beside_busy(&busy, &quiet, "hana").await;
 }
 
 /// meshlimit killed: its assignments run out their time to live and Envoy falls back to
@@ -403,17 +409,43 @@ async fn a_killed_meshlimit_hands_control_to_envoys_expiry_behaviour() {
     .await;
 }
 
-/// SIGTERM with Envoys connected: the quota streams end when the drain starts, so that
-/// the drain does not wait for its whole timeout (60 s here; the harness allows 20).
+/// SIGTERM with an Envoy connected: while the drain's delay runs, a new quota stream is
+/// refused UNAVAILABLE and the open one goes on (Envoy still enforces its assignment);
+/// at the delay's end the open stream ends, so that the drain does not wait for its whole
+/// timeout (60 s here; the harness allows 20).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_drain_ends_quota_streams() {
+async fn the_drain_refuses_new_quota_streams_then_ends_open_ones() {
     let config = config_dir(EDGE);
     let (server, envoy) = start(
         config.path(),
-        &["--drain-delay-ms", "0", "--drain-timeout-ms", "60000"],
+        &["--drain-delay-ms", "5000", "--drain-timeout-ms", "60000"],
     )
     .await;
     passed_until_refused(&envoy, "judy", 200).await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .expect("connecting");
+    server.sigterm();
+    support::eventually_async(4, "draining", || async {
+        support::http_get(server.http, "/healthcheck").await.0 == 500
+    })
+    .await;
+    let reports = RateLimitQuotaUsageReports {
+        domain: "edge".into(),
+        bucket_quota_usages: Vec::new(),
+    };
+    let refused = RateLimitQuotaServiceClient::new(channel)
+        .stream_rate_limit_quotas(tonic::codegen::tokio_stream::iter(vec![reports]))
+        .await
+        .expect_err("a new stream is refused while draining");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert_eq!(
+        status(&envoy, "judy").await,
+        429,
+        "the open stream's assignment holds"
+    );
     assert!(server.terminate().await.success());
 }
 
@@ -535,4 +567,19 @@ async fn redis_down_under_local_keeps_assigning_and_under_error_lets_assignments
         assert_eq!(status(&on_local, "olga").await, 429);
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// The quiet Envoy on Redis: two replicas, one Envoy saturated on one, the other sending 2
+/// requests a second on the other; the quiet one's requests all pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_quiet_envoy_on_another_replica_is_not_refused() {
+    let _heavy = HEAVY.lock().await;
+    let redis = RedisServer::start();
+    let config = config_dir(TWENTY);
+    let one = Meshlimit::start_on_redis(config.path(), &redis.url(), "error", 1000, &[]).await;
+    let two = Meshlimit::start_on_redis(config.path(), &redis.url(), "error", 1000, &[]).await;
+    let (grpc_one, grpc_two) = (one.grpc, two.grpc);
+    let busy = Envoy::start(1, move |ports| envoy_config(ports, grpc_one)).await;
+    let quiet = Envoy::start(1, move |ports| envoy_config(ports, grpc_two)).await;
+    quiet_beside_busy(&busy, &quiet, "rita").await;
 }

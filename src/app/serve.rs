@@ -15,6 +15,7 @@ use crate::admin_token::AdminToken;
 use crate::grpc::Rls;
 use crate::http::{self, Health};
 use crate::net::{self, ConnectionOptions, Connections, Protocols, TlsFiles, TlsSource};
+use crate::rlqs::service::Drain;
 use crate::rlqs::{QuotaService, Registry};
 
 /// The sockets a server answers on, bound by the caller.
@@ -141,9 +142,9 @@ pub async fn serve(
         &http_stop_rx,
     );
 
-    // Quota streams last as long as their Envoy: they are ended when the drain starts,
-    // so that it does not wait for them.
-    let (close_quotas, quota_closing) = watch::channel(false);
+    // Quota streams last as long as their Envoy: new ones are refused once draining, open
+    // ones end with the drain's delay, so that the drain of calls does not wait for them.
+    let (quota_drain, quota_stage) = watch::channel(Drain::Serving);
     let grpc_stop = {
         let health = health.clone();
         let reporter = reporter.clone();
@@ -152,9 +153,10 @@ pub async fn serve(
             shutdown.await;
             info!(delay = ?delay, "shutting down: health checks fail while draining");
             health.set(false);
+            let _ = quota_drain.send(Drain::Refusing);
             set_grpc_health(&reporter, false).await;
             tokio::time::sleep(delay).await;
-            let _ = close_quotas.send(true);
+            let _ = quota_drain.send(Drain::Closing);
         }
     };
     let quota_refresh = spawn_quota_refresh(quotas.clone());
@@ -162,7 +164,7 @@ pub async fn serve(
         quotas,
         settings.request_limits,
         settings.rlqs_assignment_ttl,
-        quota_closing,
+        quota_stage,
     );
     let routes = tonic::service::Routes::new(health_service)
         .add_service(

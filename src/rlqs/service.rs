@@ -24,6 +24,18 @@ use tonic::{Request, Response, Status, Streaming};
 use super::registry::{Assignment, Assignments, Registry, Usage};
 use crate::request_limits::RequestLimits;
 
+/// Where the server's drain is, for the quota streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drain {
+    /// Not draining.
+    Serving,
+    /// Draining (health failing): new streams are refused, open ones go on.
+    Refusing,
+    /// The end of the drain's delay: open streams end, so that the server's drain of
+    /// calls in flight does not wait for them.
+    Closing,
+}
+
 /// The tonic server of [`QuotaService`].
 pub type Server = RateLimitQuotaServiceServer<QuotaService>;
 
@@ -40,24 +52,25 @@ pub struct QuotaService {
     registry: Arc<Registry>,
     limits: RequestLimits,
     ttl: Duration,
-    /// Turns true when the server drains: open streams end, new ones are refused.
-    closing: watch::Receiver<bool>,
+    /// The drain's stage: new streams are refused from [`Drain::Refusing`], open ones end
+    /// at [`Drain::Closing`].
+    drain: watch::Receiver<Drain>,
 }
 
 impl QuotaService {
     /// Serves `registry`, refusing bucket ids over `limits` (as descriptors), assigning
-    /// for `ttl` at a time, until `closing` turns true.
+    /// for `ttl` at a time, following the drain's stages on `drain`.
     pub fn new(
         registry: Arc<Registry>,
         limits: RequestLimits,
         ttl: Duration,
-        closing: watch::Receiver<bool>,
+        drain: watch::Receiver<Drain>,
     ) -> Self {
         Self {
             registry,
             limits,
             ttl,
-            closing,
+            drain,
         }
     }
 
@@ -90,8 +103,8 @@ impl RateLimitQuotaService for QuotaService {
         &self,
         request: Request<Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<Response<Outgoing>, Status> {
-        let mut closing = self.closing.clone();
-        if *closing.borrow_and_update() {
+        let mut drain = self.drain.clone();
+        if *drain.borrow_and_update() != Drain::Serving {
             return Err(Status::unavailable("meshlimit is shutting down"));
         }
         let mut reports = request.into_inner();
@@ -124,7 +137,7 @@ impl RateLimitQuotaService for QuotaService {
                     },
                     // The drain: the stream ends (OK), Envoy reconnects elsewhere and its
                     // assignments run out their time to live meanwhile.
-                    _ = closing.changed() => break,
+                    _ = drain.wait_for(|stage| *stage == Drain::Closing) => break,
                 };
                 let domain = match &domain {
                     Some(domain) => domain.clone(),
