@@ -6,7 +6,7 @@
 //! ([`super::share`]) and queues the assignments that changed on the streams concerned;
 //! the reporting stream always gets its buckets' assignments again, which renews their
 //! time to live (an identical strategy only extends it in Envoy), as does every stream
-//! every half time to live. Queues are bounded: a stream that does not read loses
+//! every third of the time to live. Queues are bounded: a stream that does not read loses
 //! answers, never the server's memory.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -283,12 +283,13 @@ impl Registry {
             if let Some(outgoing) = state.follow(&config, self) {
                 state.send(outgoing, &self.stats);
             }
-            // Every half time to live, every assignment again: Envoy may report less often
+            // Every third of the time to live, every assignment again: Envoy may report less often
             // than the time to live (every 5 s in the tests, whatever its interval says),
             // and an assignment must outlive a live meshlimit's silences.
             let now = tokio::time::Instant::now();
             let mut renewed = self.renewed.lock();
-            if now.duration_since(*renewed) >= self.ttl / 2 {
+            // A third, not a half: the ticks that call this slip under load.
+            if now.duration_since(*renewed) >= self.ttl / 3 {
                 *renewed = now;
                 let renewals = state.everything();
                 state.send(renewals, &self.stats);
