@@ -76,9 +76,14 @@ fn config_dir(yaml: &str) -> TempDir {
 
 async fn start(config: &Path, args: &[&str]) -> (Meshlimit, Envoy) {
     let server = Meshlimit::start(config, args).await;
-    let grpc = server.grpc;
-    let envoy = Envoy::start(1, move |ports| envoy_config(ports, grpc)).await;
+    let envoy = envoy_for(&server).await;
     (server, envoy)
+}
+
+/// An Envoy (one worker) whose quota filter asks `server`.
+async fn envoy_for(server: &Meshlimit) -> Envoy {
+    let grpc = server.grpc;
+    Envoy::start(1, move |ports| envoy_config(ports, grpc)).await
 }
 
 /// The status of one request of `user` through Envoy.
@@ -367,9 +372,7 @@ async fn quiet_beside_busy(busy: &Envoy, quiet: &Envoy, user: &'static str, sett
 /// meshlimit on `config` with two Envoys (one worker each) asking it.
 async fn one_server_two_envoys(config: &Path) -> (Meshlimit, Envoy, Envoy) {
     let server = Meshlimit::start(config, &[]).await;
-    let grpc = server.grpc;
-    let first = Envoy::start(1, move |ports| envoy_config(ports, grpc)).await;
-    let second = Envoy::start(1, move |ports| envoy_config(ports, grpc)).await;
+    let (first, second) = (envoy_for(&server).await, envoy_for(&server).await);
     (server, first, second)
 }
 
@@ -460,9 +463,8 @@ async fn two_replicas_on_redis_together_stay_within_the_rule() {
     let config = config_dir(TWENTY);
     let one = Meshlimit::start_on_redis(config.path(), &redis.url(), "error", 1000, &[]).await;
     let two = Meshlimit::start_on_redis(config.path(), &redis.url(), "error", 1000, &[]).await;
-    let (grpc_one, grpc_two) = (one.grpc, two.grpc);
-    let first = Envoy::start(1, move |ports| envoy_config(ports, grpc_one)).await;
-    let second = Envoy::start(1, move |ports| envoy_config(ports, grpc_two)).await;
+    let first = envoy_for(&one).await;
+    let second = envoy_for(&two).await;
     within_the_rule_under_full_load(&first, &second, "kim").await;
     // Each replica assigns its own Envoy half the rule, knowing the other from Redis.
     for replica in [&one, &two] {
@@ -487,9 +489,8 @@ async fn redis_down_follows_the_failure_policy() {
         &["--rlqs-assignment-ttl-ms", "60000"],
     )
     .await;
-    let (grpc_allow, grpc_error) = (allow.grpc, error.grpc);
-    let allowing = Envoy::start(1, move |ports| envoy_config(ports, grpc_allow)).await;
-    let erring = Envoy::start(1, move |ports| envoy_config(ports, grpc_error)).await;
+    let allowing = envoy_for(&allow).await;
+    let erring = envoy_for(&error).await;
     passed_until_refused(&allowing, "lena", 200).await;
     passed_until_refused(&erring, "mona", 200).await;
     redis.kill();
@@ -553,9 +554,8 @@ async fn redis_down_under_local_keeps_assigning_and_under_error_lets_assignments
     let ttl = ["--rlqs-assignment-ttl-ms", "3000"];
     let local = Meshlimit::start_on_redis(config.path(), &redis.url(), "local", 200, &ttl).await;
     let error = Meshlimit::start_on_redis(config.path(), &redis.url(), "error", 200, &ttl).await;
-    let (grpc_local, grpc_error) = (local.grpc, error.grpc);
-    let on_local = Envoy::start(1, move |ports| envoy_config(ports, grpc_local)).await;
-    let on_error = Envoy::start(1, move |ports| envoy_config(ports, grpc_error)).await;
+    let on_local = envoy_for(&local).await;
+    let on_error = envoy_for(&error).await;
     passed_until_refused(&on_local, "olga", 200).await;
     passed_until_refused(&on_error, "pia", 200).await;
     redis.kill();
@@ -581,8 +581,7 @@ async fn a_quiet_envoy_on_another_replica_is_not_refused_once_shares_settle() {
     let config = config_dir(TWENTY);
     let one = Meshlimit::start_on_redis(config.path(), &redis.url(), "error", 1000, &[]).await;
     let two = Meshlimit::start_on_redis(config.path(), &redis.url(), "error", 1000, &[]).await;
-    let (grpc_one, grpc_two) = (one.grpc, two.grpc);
-    let busy = Envoy::start(1, move |ports| envoy_config(ports, grpc_one)).await;
-    let quiet = Envoy::start(1, move |ports| envoy_config(ports, grpc_two)).await;
+    let busy = envoy_for(&one).await;
+    let quiet = envoy_for(&two).await;
     quiet_beside_busy(&busy, &quiet, "rita", Duration::from_secs(3)).await;
 }

@@ -4,13 +4,12 @@
 //! what the others hold.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 
 use tracing::warn;
 
 use super::super::share::{Share, totals};
 use super::{Assignment, Assignments, BucketKey, Registry, StreamId};
-use crate::bucket_key::REDIS_PREFIX;
+use crate::bucket_key::{KeyWriter, REDIS_PREFIX};
 use crate::store::redis::{Demand, FailurePolicy, RedisStore};
 
 /// Where the reporters of every replica meet: the Redis store, this replica's name in it,
@@ -39,9 +38,11 @@ impl Shared {
     /// The Redis key of a bucket's hash: the domain in the hash tag (one slot per domain,
     /// as the rate-limit buckets), then the id's entries, length-prefixed.
     pub(super) fn key(&self, key: &BucketKey) -> String {
+        // `q:` keeps quota buckets apart from the rate-limit buckets of the same text.
         let mut out = format!("{REDIS_PREFIX}{{q:{}}}", key.domain);
         for (k, v) in &key.id {
-            let _ = write!(out, "{}:{k}{}:{v}", k.len(), v.len());
+            KeyWriter::part(&mut out, k);
+            KeyWriter::part(&mut out, v);
         }
         out
     }
