@@ -91,29 +91,6 @@ pub fn totals(quota: Quota) -> Option<(u32, u32)> {
     Some((scaled(tokens_per_fill, fill_interval_seconds).0, max_tokens))
 }
 
-/// `shares` (of `quota`) cut down, in proportion, to what others already hold: `held` is
-/// the sum of the `tokens_per_fill` and of the `max_tokens` assigned to the bucket's
-/// reporters elsewhere. A newcomer so takes only what the others have given back: the
-/// sum of all assignments never passes the bound, even while replicas have not yet seen
-/// each other's latest shares.
-pub fn within(quota: Quota, held: (u64, u64), shares: &mut [Share]) {
-    let Some((total, max_tokens)) = totals(quota) else {
-        return;
-    };
-    let free_rate = u64::from(total).saturating_sub(held.0);
-    let free_burst = u64::from(max_tokens).saturating_sub(held.1);
-    let rate: u64 = shares.iter().map(|s| u64::from(s.tokens_per_fill)).sum();
-    let burst: u64 = shares.iter().map(|s| u64::from(s.max_tokens)).sum();
-    for share in shares.iter_mut() {
-        if rate > free_rate {
-            share.tokens_per_fill = (u64::from(share.tokens_per_fill) * free_rate / rate) as u32;
-        }
-        if burst > free_burst {
-            share.max_tokens = (u64::from(share.max_tokens) * free_burst / burst) as u32;
-        }
-    }
-}
-
 /// `total` tokens split max-min fairly over `wants`, each at least a floor; the sum is at
 /// most `total`.
 fn fair(total: u32, wants: &[f64]) -> Vec<u32> {

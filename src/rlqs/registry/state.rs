@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::super::quota::Quota;
-use super::super::share::{settle, split, within};
+use super::super::share::{settle, split};
 use super::{Assignment, Assignments, BucketKey, Outbox, Registry, Stats, StreamId, Unmatched};
 use crate::config::Config;
 use crate::store::redis::{Demand, FailurePolicy};
@@ -113,16 +113,9 @@ impl State {
                         .map(|r| r.demand)
                         .chain(others.iter().map(|d| d.demand))
                         .collect();
-                    let mut shares = split(quota, &demands);
-                    shares.truncate(bucket.reporters.len());
-                    let held = others.iter().fold((0, 0), |(rate, burst), d| {
-                        (
-                            rate + u64::from(d.tokens_per_fill),
-                            burst + u64::from(d.max_tokens),
-                        )
-                    });
-                    within(quota, held, &mut shares);
-                    shares
+                    // What the other replicas hold is left to the grant in Redis
+                    // (`Registry::grant`), which cuts these down atomically.
+                    split(quota, &demands)
                         .into_iter()
                         .zip(bucket.reporters.values())
                         .map(|(share, reporter)| {
