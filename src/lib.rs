@@ -58,5 +58,6 @@ pub mod request_limits;
 pub mod rlqs;
 pub mod rules;
 pub mod service;
+mod short_eq;
 pub mod store;
 mod throttle;

@@ -158,20 +158,6 @@ impl Step {
         }
     }
 
-    /// The state [`Step::consumed`] would keep, without its report's divisions: what a
-    /// later check on the same bucket in the same request starts from.
-    pub fn consumed_state(&self) -> State {
-        match &self.0 {
-            Fates::TokenBucket(b) => State::TokenBucket {
-                debt: b.debt + b.take.unwrap_or(0),
-                at: b.now,
-                period: period_seconds(b.period),
-            },
-            Fates::FixedWindow(state, _) => *state,
-            Fates::SlidingWindow(w) => w.state(w.passes()),
-        }
-    }
-
     /// State and report if the request is denied (by this or another descriptor).
     pub fn unconsumed(&self) -> (State, Report) {
         match &self.0 {

@@ -99,11 +99,6 @@ impl Window {
         self.limit > 0 && self.counted + self.need <= self.limit
     }
 
-    /// The state to keep: with the hits counted when `consume`.
-    pub(super) fn state(&self, consume: bool) -> State {
-        self.state_with(self.counts_after(consume))
-    }
-
     /// This window's state holding `counts`.
     fn state_with(&self, counts: [u32; SLOTS]) -> State {
         State::SlidingWindow {

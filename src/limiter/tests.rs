@@ -1137,27 +1137,6 @@ fn idle_in_fixed_window() {
     );
 }
 
-#[test]
-fn consumed_state_is_the_state_consumed_keeps() {
-    let mut state = None;
-    for (limit, hits) in [
-        (tb(3, Unit::Second, 3), 1),
-        (tb(3, Unit::Second, 3), 5), // over: nothing taken
-        (tb(5, Unit::Minute, 1), 1),
-        (fw(2, Unit::Second), 3),
-    ] {
-        for at in [T0, T0 + 1, T0 + NANOS_PER_SEC / 3] {
-            let s = step(state.as_ref(), &limit, hits, at);
-            assert_eq!(
-                s.consumed_state(),
-                s.consumed().0,
-                "{limit:?} x{hits} at {at}"
-            );
-            state = Some(s.consumed().0);
-        }
-    }
-}
-
 /// A window is empty, and its state idle, only once its newest hit leaves, not its
 /// oldest: hits of two sub-windows.
 #[test]
@@ -1181,4 +1160,32 @@ fn a_sliding_window_is_empty_when_its_newest_hit_leaves() {
     // Past the first hits' leaving, the second's still counts.
     let peek = step(Some(&st), &l, 0, T0 + 330 * S).consumed().1;
     assert_eq!((peek.remaining, peek.reset), (9, 60 * S));
+}
+
+/// `remaining` is the whole tokens of `cap − debt` for every unit (a long period's cap
+/// passes 64 bits), burst and debt, fractions of a token and the full and empty ends
+/// included.
+#[test]
+fn tb_remaining_is_the_whole_tokens_left_for_every_period_and_debt() {
+    for unit in ALL_UNITS {
+        for burst in [1, 2, 7, 1000, u32::MAX] {
+            let limit = tb(burst, unit, burst);
+            let token = u128::from(limit.period_nanos());
+            let cap = u128::from(burst) * token;
+            let debts = [0, 1, token - 1, token, token + 1, cap / 2, cap - 1, cap];
+            for debt in debts.into_iter().filter(|&debt| debt <= cap) {
+                let state = State::TokenBucket {
+                    debt,
+                    at: T0,
+                    period: period_seconds(limit.period_nanos()),
+                };
+                let report = step(Some(&state), &limit, 0, T0).unconsumed().1;
+                let expected = u32::try_from((cap - debt) / token).unwrap();
+                assert_eq!(
+                    report.remaining, expected,
+                    "{unit:?} burst {burst} debt {debt}"
+                );
+            }
+        }
+    }
 }

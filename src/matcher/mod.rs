@@ -18,6 +18,7 @@ use hashbrown::HashTable;
 
 use crate::bucket_key::KeyWriter;
 use crate::rules::Rule;
+use crate::short_eq;
 pub use bucket::BucketWalk;
 use pattern::Pattern;
 
@@ -35,9 +36,34 @@ pub(crate) struct Level {
     pairs: HashTable<Split>,
     /// Hashes `pairs`.
     hasher: RandomState,
+    /// The lengths of the keys `pairs` holds, and of the composite keys `exact` holds:
+    /// most request keys have no exact entry at a level (a bare `user_id`), and a length
+    /// that no entry has answers that without hashing.
+    pair_keys: Lengths,
+    exact_keys: Lengths,
     /// Wildcard entries in file order: pattern and index in `entries`, so that a match
     /// costs no second lookup.
     wildcards: Vec<(Pattern, usize)>,
+}
+
+/// A set of string lengths, exact below 63 (one bit each), the longer ones all in the
+/// last bit: a filter in front of a hash lookup.
+#[derive(Debug, Default, Clone, Copy)]
+struct Lengths(u64);
+
+impl Lengths {
+    fn bit(len: usize) -> u64 {
+        1 << len.min(63)
+    }
+
+    fn insert(&mut self, len: usize) {
+        self.0 |= Self::bit(len);
+    }
+
+    /// False only if no string of `len` bytes was inserted.
+    fn may_hold(self, len: usize) -> bool {
+        self.0 & Self::bit(len) != 0
+    }
 }
 
 /// A composite key of a level read as a pair: `entries[index]`'s key, split at byte `at`
@@ -80,9 +106,11 @@ impl Level {
             self.wildcards.push((Pattern::new(composite), index));
         }
         self.exact.insert(composite.into(), index);
+        self.exact_keys.insert(composite.len());
         self.entries.push((composite.into(), node));
         let (entries, hasher) = (&self.entries, &self.hasher);
         for (at, _) in composite.match_indices('_') {
+            self.pair_keys.insert(at);
             let split = Split {
                 index: index as u32,
                 at: at as u32,
@@ -102,10 +130,15 @@ impl Level {
 
     /// The index of the entry whose composite key is `key_value`, if any.
     fn pair_index(&self, key: &str, value: &str) -> Option<usize> {
+        if !self.pair_keys.may_hold(key.len()) {
+            return None;
+        }
         let hash = self.hasher.hash_one((key, value));
-        let split = self
-            .pairs
-            .find(hash, |s| s.pair(&self.entries) == (key, value))?;
+        let split = self.pairs.find(hash, |s| {
+            let (k, v) = s.pair(&self.entries);
+            short_eq::same(k.as_bytes(), key.as_bytes())
+                && short_eq::same(v.as_bytes(), value.as_bytes())
+        })?;
         Some(split.index as usize)
     }
 
@@ -145,6 +178,9 @@ impl Level {
             if pattern.matches_pair(key, value, scratch, &mut written) {
                 return Some((index, Matched::Wildcard(&self.entries[index].0)));
             }
+        }
+        if !self.exact_keys.may_hold(key.len()) {
+            return None;
         }
         self.exact
             .get(key)
@@ -309,7 +345,7 @@ impl DomainTree {
 #[cfg(test)]
 mod tests {
     use super::pattern::tests::PARTS;
-    use super::{Entry, Level};
+    use super::{Entry, Lengths, Level};
 
     fn entry() -> Entry {
         Entry {
@@ -331,6 +367,20 @@ mod tests {
                 let paired = level.get_pair(key, value).map(std::ptr::from_ref);
                 assert_eq!(paired, joined, "{key:?} + {value:?}");
             }
+        }
+    }
+
+    #[test]
+    fn lengths_hold_what_was_inserted_and_lump_the_long_ones() {
+        let mut lengths = Lengths::default();
+        for len in [0, 7, 62, 100] {
+            lengths.insert(len);
+        }
+        for len in [0, 7, 62, 63, 100, 5000] {
+            assert!(lengths.may_hold(len), "{len}");
+        }
+        for len in [1, 6, 8, 61] {
+            assert!(!lengths.may_hold(len), "{len}");
         }
     }
 }

@@ -1,5 +1,7 @@
 //! Wildcard patterns of composite keys (`key_value*`), matched as the Go server does.
 
+use crate::short_eq;
+
 /// A composite key with `*` wildcards: each `*` matches any run of characters, the
 /// segments must appear in order, and the first and last are anchored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,12 +81,15 @@ fn pair_starts_with(key: &str, value: &str, prefix: &str) -> bool {
     {
         return false;
     }
+    let starts_with = |text: &[u8], start: &[u8]| {
+        text.len() >= start.len() && short_eq::same(&text[..start.len()], start)
+    };
     if prefix.len() <= key.len() {
-        return key.starts_with(prefix);
+        return starts_with(key, prefix);
     }
-    prefix.starts_with(key)
+    starts_with(prefix, key)
         && prefix[key.len()] == b'_'
-        && value.as_bytes().starts_with(&prefix[key.len() + 1..])
+        && starts_with(value.as_bytes(), &prefix[key.len() + 1..])
 }
 
 #[cfg(test)]

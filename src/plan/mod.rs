@@ -121,19 +121,42 @@ impl<'c> Plan<'c> {
         hits_addend: u32,
         defaults: &PlanDefaults,
     ) -> Result<Self, RequestError> {
-        validate(domain, descriptors, &defaults.limits)?;
-        let mut plan = Plan {
+        let mut plan = Plan::empty(config, domain);
+        plan.fill(domain, descriptors, hits_addend, defaults)?;
+        Ok(plan)
+    }
+
+    /// A plan of no descriptor yet for `domain` on `config`, for [`Plan::fill`] to fill
+    /// where it lies. A plan is a few hundred bytes (its descriptors stay off the heap),
+    /// and a request's hot path builds it in place rather than pay for the copies of a
+    /// returned one.
+    #[inline]
+    pub(crate) fn empty(config: &'c Config, domain: &str) -> Self {
+        Plan {
             tree: config.domain(domain),
             resolved: SmallVec::new(),
             buffers: Buffers::take(),
-        };
-        let Some(tree) = plan.tree else {
-            plan.resolved
+        }
+    }
+
+    /// Plans `descriptors` of `domain` into this [`Plan::empty`] of the same domain (see
+    /// [`Plan::build`]).
+    pub(crate) fn fill<D: RequestDescriptor>(
+        &mut self,
+        domain: &str,
+        descriptors: &[D],
+        hits_addend: u32,
+        defaults: &PlanDefaults,
+    ) -> Result<(), RequestError> {
+        debug_assert!(self.resolved.is_empty(), "a plan is filled once");
+        validate(domain, descriptors, &defaults.limits)?;
+        let Some(tree) = self.tree else {
+            self.resolved
                 .extend(descriptors.iter().map(|_| Resolved::NoRule));
-            return Ok(plan);
+            return Ok(());
         };
         let default_hits = u64::from(hits_addend.max(1));
-        let Buffers { keys, scratch } = &mut plan.buffers;
+        let Buffers { keys, scratch } = &mut self.buffers;
         for descriptor in descriptors {
             let hits = descriptor.hits_addend().unwrap_or(default_hits);
             let resolved = resolve(
@@ -145,10 +168,10 @@ impl<'c> Plan<'c> {
                 keys,
                 scratch,
             );
-            plan.resolved.push(resolved);
+            self.resolved.push(resolved);
         }
-        apply_replaces(&mut plan.resolved);
-        Ok(plan)
+        apply_replaces(&mut self.resolved);
+        Ok(())
     }
 
     /// Whether the config has the request's domain (without it, every descriptor is OK
@@ -198,22 +221,32 @@ impl<'c> Plan<'c> {
     /// One store check per limit of each limited descriptor, in request order.
     pub fn checks(&self) -> Checks<'_> {
         let mut checks = Checks::new();
+        self.push_checks(&mut checks);
+        checks
+    }
+
+    /// [`Plan::checks`] pushed onto `checks`, for a caller that keeps them where they lie
+    /// (see [`Plan::empty`]).
+    pub(crate) fn push_checks<'p>(&'p self, checks: &mut Checks<'p>) {
         for (descriptor, resolved) in self.resolved.iter().enumerate() {
             if let Resolved::Limited {
                 limits, key, hits, ..
             } = resolved
             {
                 let mode = resolved.mode();
-                checks.extend(self.limit_keys(limits, key).map(|(limit, _, key)| Check {
-                    key,
-                    limit,
-                    hits: *hits,
-                    mode,
-                    descriptor,
-                }));
+                // A loop of pushes: `extend` reserves by the iterator's size hint first,
+                // which costs more than the one or two checks a descriptor has.
+                for (limit, _, key) in self.limit_keys(limits, key) {
+                    checks.push(Check {
+                        key,
+                        limit,
+                        hits: *hits,
+                        mode,
+                        descriptor,
+                    });
+                }
             }
         }
-        checks
     }
 }
 
@@ -329,6 +362,14 @@ fn append_copy(buffer: &mut String, range: Range<usize>) {
 /// names, so that the cost stays linear in descriptors and `replaces` entries; building
 /// it allocates only when some rule replaces another.
 fn apply_replaces(resolved: &mut [Resolved<'_>]) {
+    // Nearly every request: no rule replaces another, and no set is worth building.
+    if resolved
+        .iter()
+        .filter_map(Resolved::rule)
+        .all(|rule| rule.replaces.is_empty())
+    {
+        return;
+    }
     let replaced: HashSet<&str, RandomState> = resolved
         .iter()
         .filter_map(Resolved::rule)

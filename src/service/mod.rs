@@ -11,7 +11,7 @@ use crate::clock::{Clock, Stopwatch};
 use crate::config::SharedConfig;
 use crate::error::RequestError;
 use crate::metrics::Metrics;
-use crate::plan::{Plan, PlanDefaults};
+use crate::plan::{Checks, Plan, PlanDefaults};
 use crate::request::RequestDescriptor;
 use crate::request_limits::RequestLimits;
 use crate::rules::Algorithm;
@@ -152,14 +152,17 @@ impl Service {
         decided_at: &mut Option<Stopwatch>,
     ) -> Result<Response, RequestError> {
         let config = self.config.load();
-        let plan = Plan::build(&config, domain, descriptors, hits_addend, &self.defaults)?;
+        // Built in place: see `Plan::empty`.
+        let mut plan = Plan::empty(&config, domain);
+        plan.fill(domain, descriptors, hits_addend, &self.defaults)?;
         if !plan.knows_domain() {
             if let Some(metrics) = &self.metrics {
                 metrics.domain_not_found(domain, descriptors.len());
             }
             return Ok(Response::no_limits(descriptors.len()));
         }
-        let checks = plan.checks();
+        let mut checks = Checks::new();
+        plan.push_checks(&mut checks);
         let reports = if checks.is_empty() {
             Reports::new()
         } else {

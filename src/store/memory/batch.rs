@@ -23,7 +23,7 @@ use smallvec::SmallVec;
 use super::shard::{Buckets, Place};
 use super::{Inner, SHARDS, shard_index};
 use crate::clock::Nanos;
-use crate::limiter::{self, Report, State, Step};
+use crate::limiter::{self, Report, State};
 use crate::store::{Check, Reports};
 
 /// Up to this many descriptors, repeated keys are found by comparing each with those before
@@ -36,19 +36,18 @@ impl Inner {
     /// one-descriptor decision too.
     #[inline(never)]
     pub(super) fn check_many(&self, checks: &[Check<'_>], now: Nanos) -> Reports {
-        let mut pending: SmallVec<[Pending; 4]> = checks
-            .iter()
-            .map(|c| {
-                let hash = self.hash(&c.key);
-                Pending {
-                    hash,
-                    shard: shard_index(hash),
-                    first: 0,
-                    place: Place { slot: 0, limit: 0 },
-                    state: None,
-                }
-            })
-            .collect();
+        // Extended, not collected: a collected vector is built elsewhere and copied in.
+        let mut pending: SmallVec<[Pending; 4]> = SmallVec::new();
+        pending.extend(checks.iter().map(|c| {
+            let hash = self.hash(&c.key);
+            Pending {
+                hash,
+                shard: shard_index(hash),
+                first: 0,
+                place: Place { slot: 0, limit: 0 },
+                state: None,
+            }
+        }));
         // The same key twice in one request is one bucket: `first` of check i is the first
         // check with its key, whose `state` is the bucket's evolving state.
         first_of_each_key(checks, &mut pending);
@@ -76,21 +75,21 @@ impl Inner {
         }
 
         // Pass 1: as if the request passes, each check seeing the hits of earlier checks on
-        // the same bucket.
-        let mut steps: SmallVec<[Step; 4]> = SmallVec::with_capacity(checks.len());
+        // the same bucket. Its reports are the answer unless the request is denied; each
+        // keeps its verdict either way, which is what decides the request.
+        let mut reports = Reports::new();
         for (i, check) in checks.iter().enumerate() {
             let first = pending[i].first;
             let bucket = &mut pending[first].state;
             let step = limiter::step(bucket.as_ref(), &check.limit, check.hits, now);
-            *bucket = Some(step.consumed_state());
-            steps.push(step);
+            let (state, report) = step.consumed();
+            *bucket = Some(state);
+            reports.push(report);
         }
-        let denied = denied(checks, &steps);
+        let denied = denied(checks, &reports);
 
-        // Pass 2: settle. A denied request replays from the stored states (still in the
-        // buckets) without consumption, which matters only when a bucket repeats; each check
-        // keeps its pass-1 verdict, which decided the request.
-        let mut reports = Reports::with_capacity(checks.len());
+        // Pass 2, only for a denied request: replay from the stored states (still in the
+        // buckets) without consumption, which matters only when a bucket repeats.
         if denied {
             for (i, p) in pending.iter_mut().enumerate() {
                 if p.first == i {
@@ -101,15 +100,13 @@ impl Inner {
                 let first = pending[i].first;
                 let bucket = &mut pending[first].state;
                 let step = limiter::step(bucket.as_ref(), &check.limit, check.hits, now);
-                let (state, report) = step.unconsumed();
+                let (state, unconsumed) = step.unconsumed();
                 *bucket = Some(state);
-                reports.push(Report {
-                    over: steps[i].over(),
-                    ..report
-                });
+                reports[i] = Report {
+                    over: reports[i].over,
+                    ..unconsumed
+                };
             }
-        } else {
-            reports.extend(steps.iter().map(|s| s.consumed().1));
         }
         for (i, (check, p)) in checks.iter().zip(&pending).enumerate() {
             if p.first == i {
@@ -127,15 +124,17 @@ impl Inner {
     }
 }
 
-/// Whether a request of `checks`, evaluated as `steps`, is denied (see
+/// Whether a request of `checks`, with the verdicts of `reports`, is denied (see
 /// [`limiter::request_denied`]).
-pub(super) fn denied(checks: &[Check<'_>], steps: &[Step]) -> bool {
-    limiter::request_denied(
-        checks
-            .iter()
-            .zip(steps)
-            .map(|(c, s)| (c.descriptor, c.mode, s.over())),
-    )
+fn denied(checks: &[Check<'_>], reports: &[Report]) -> bool {
+    // Nearly every request: nothing over, which no mode turns into a denial.
+    reports.iter().any(|r| r.over)
+        && limiter::request_denied(
+            checks
+                .iter()
+                .zip(reports)
+                .map(|(c, r)| (c.descriptor, c.mode, r.over)),
+        )
 }
 
 /// What a request keeps of each of its checks while deciding.

@@ -6,6 +6,7 @@
 use crate::clock::Nanos;
 use crate::limiter::State;
 use crate::rules::Limit;
+use crate::short_eq;
 
 /// A bucket being decided on: its state and the rate it was last decided under, wherever
 /// its cell keeps them.
@@ -38,6 +39,24 @@ pub(super) struct ListedLimit {
     part: Box<str>,
     state: Option<State>,
     requests_per_unit: u32,
+}
+
+impl ListedLimit {
+    /// Whether this is the limit whose key part is `part`.
+    fn is(&self, part: &str) -> bool {
+        short_eq::same(self.part.as_bytes(), part.as_bytes())
+    }
+
+    /// Its bucket's state; `None` until its first decision is kept.
+    pub(super) fn state(&self) -> Option<State> {
+        self.state
+    }
+
+    /// Keeps `state`, decided under `limit`.
+    pub(super) fn keep(&mut self, state: State, limit: &Limit) {
+        self.state = Some(state);
+        self.requests_per_unit = limit.requests_per_unit;
+    }
 }
 
 /// What a slot keeps.
@@ -81,6 +100,15 @@ impl Cell {
         }
     }
 
+    /// A listed descriptor's limits, indexed as [`Cell::limit`] answers; none for
+    /// [`Cell::One`].
+    pub(super) fn listed_mut(&mut self) -> &mut [ListedLimit] {
+        match self {
+            Cell::One(_) => &mut [],
+            Cell::Listed(limits) => limits,
+        }
+    }
+
     /// The state at `limit` (an index from [`Cell::limit`], or [`ONE`]); `None` if the
     /// cell has no such bucket.
     pub(super) fn get(&self, limit: u32) -> Option<&Option<State>> {
@@ -91,24 +119,23 @@ impl Cell {
     }
 
     /// The index of the listed limit with `part`, if held; looked for first at `hint`.
+    #[inline]
     pub(super) fn find(&self, part: &str, hint: usize) -> Option<u32> {
         match self {
             Cell::One(_) => None,
             // Limits are added in the order first seen, their list's: the hint is nearly
             // always right, one comparison.
-            Cell::Listed(limits) if limits.get(hint).is_some_and(|l| *l.part == *part) => {
+            Cell::Listed(limits) if limits.get(hint).is_some_and(|l| l.is(part)) => {
                 Some(hint as u32)
             }
-            Cell::Listed(limits) => limits
-                .iter()
-                .position(|l| *l.part == *part)
-                .map(|i| i as u32),
+            Cell::Listed(limits) => limits.iter().position(|l| l.is(part)).map(|i| i as u32),
         }
     }
 
     /// The index of the listed limit with `part` (probably at `hint`, see [`Cell::find`]),
     /// added (full) if absent, and the bytes added ([`listed_limit_bytes`], 0 when it was
     /// held). A [`Cell::One`] has no limits to add: it answers [`ONE`].
+    #[inline]
     pub(super) fn limit(&mut self, part: &str, hint: usize) -> (u32, u64) {
         if let Some(found) = self.find(part, hint) {
             return (found, 0);

@@ -25,6 +25,7 @@ impl Inner {
             && checks.iter().all(|c| {
                 c.key.is_listed()
                     && c.descriptor == first.descriptor
+                    && c.mode == first.mode
                     && c.key.descriptor_part().len() == descriptor_len
             })
     }
@@ -40,43 +41,40 @@ impl Inner {
                 .iter()
                 .all(|c| c.key.descriptor_part() == checks[0].key.descriptor_part())
         );
-        let hash = self.hash(&checks[0].key);
+        let first = &checks[0];
+        let hash = self.hash(&first.key);
         let shard = shard_index(hash);
         let mut buckets = self.shards[shard].0.lock();
-        let touched = buckets.touch(&checks[0].key, hash, self.usage.current(), |bytes| {
+        let touched = buckets.touch(&first.key, hash, self.usage.current(), |bytes| {
             self.usage.created(bytes)
         });
-        let mut grown = touched.grown;
-        let slot = touched.place.slot;
-        let mut places = [touched.place; MOST_LIMITS];
+        let (slot, mut grown) = (touched.place.slot, touched.grown);
+        // Each check's limit in the bucket: at the check's own position, nearly always.
+        let mut at = [touched.place.limit as usize; MOST_LIMITS];
+        for (i, check) in checks.iter().enumerate().skip(1) {
+            let (place, added) = buckets.place_in(slot, &check.key, i);
+            at[i] = place.limit as usize;
+            grown += added;
+        }
+        let limits = buckets.listed_mut(slot);
         let mut found = [None; MOST_LIMITS];
         let mut reports = Reports::new();
+        let mut over = false;
         for (i, check) in checks.iter().enumerate() {
-            if i > 0 {
-                let added;
-                (places[i], added) = buckets.place_in(slot, &check.key, i);
-                grown += added;
-            }
-            let kept = buckets.kept_mut(places[i]);
-            found[i] = *kept.state;
-            let (state, report) =
-                limiter::step(kept.state.as_ref(), &check.limit, check.hits, now).consumed();
-            kept.keep(Some(state), &check.limit);
+            let limit = &mut limits[at[i]];
+            found[i] = limit.state();
+            let step = limiter::step(found[i].as_ref(), &check.limit, check.hits, now);
+            let (state, report) = step.consumed();
+            limit.keep(state, &check.limit);
+            over |= report.over;
             reports.push(report);
         }
-        let denied = limiter::request_denied(
-            checks
-                .iter()
-                .zip(&reports)
-                .map(|(c, r)| (c.descriptor, c.mode, r.over)),
-        );
-        if denied {
-            for (((check, place), state), report) in
-                checks.iter().zip(places).zip(found).zip(&mut reports)
-            {
-                let step = limiter::step(state.as_ref(), &check.limit, check.hits, now);
+        // One descriptor: its mode decides whether one limit over denies the request.
+        if limiter::request_denied([(first.descriptor, first.mode, over)]) {
+            for (i, (check, report)) in checks.iter().zip(&mut reports).enumerate() {
+                let step = limiter::step(found[i].as_ref(), &check.limit, check.hits, now);
                 let (state, unconsumed) = step.unconsumed();
-                buckets.kept_mut(place).keep(Some(state), &check.limit);
+                limits[at[i]].keep(state, &check.limit);
                 // Each limit keeps its own verdict, which decided the request.
                 *report = Report {
                     over: report.over,

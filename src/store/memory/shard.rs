@@ -14,10 +14,11 @@
 
 use hashbrown::HashTable;
 
-use super::cell::{Cell, Kept, ONE};
+use super::cell::{Cell, Kept, ListedLimit, ONE};
 use crate::bucket_key::BucketKey;
 use crate::clock::Nanos;
 use crate::limiter::State;
+use crate::short_eq;
 
 /// "No slot": the end of a list.
 const NIL: u32 = u32::MAX;
@@ -167,8 +168,8 @@ impl Buckets {
             .find(hash, |&i| {
                 let slot = &slots[i as usize];
                 slot.hash == hash
-                    && *slot.key == *key
                     && matches!(slot.cell, Cell::Listed(_)) == listed
+                    && short_eq::same(slot.key.as_bytes(), key.as_bytes())
             })
             .copied()
     }
@@ -190,6 +191,12 @@ impl Buckets {
     pub(super) fn kept_mut(&mut self, place: Place) -> Kept<'_> {
         let slot = &mut self.slots[place.slot as usize];
         slot.cell.at_mut(place.limit, &mut slot.one_rate)
+    }
+
+    /// The limits of the listed descriptor in `slot` (from [`Buckets::touch`] under the
+    /// same lock), indexed as [`Place::limit`].
+    pub(super) fn listed_mut(&mut self, slot: u32) -> &mut [ListedLimit] {
+        self.slots[slot as usize].cell.listed_mut()
     }
 
     /// The place of another limit `key` of the listed descriptor in `slot` (just
