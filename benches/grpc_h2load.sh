@@ -54,13 +54,9 @@ fi
 SETTINGS=${SETTINGS:-limited 4 16;unknown 4 16;limited 8 32;two 4 16}
 WARMUP=1 # seconds of h2load warm-up per run, not counted
 H2LOAD=${H2LOAD:-/usr/bin/h2load}
-for tool in "$H2LOAD" nghttp curl python3 cargo; do
-    command -v "$tool" >/dev/null || {
-        echo "$tool not found" >&2
-        exit 2
-    }
-done
-PATH_RLS=/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
+# shellcheck source=benches/grpc_fixture.sh
+source benches/grpc_fixture.sh
+need_tools "$H2LOAD" nghttp curl python3 cargo
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/grpc_h2load.XXXXXX")
 PIDS=()
@@ -81,58 +77,11 @@ cargo build --release --bin meshlimit --example noop_rls
 MESHLIMIT=${MESHLIMIT:-target/release/meshlimit} # override to compare another build
 NOOP=target/release/examples/noop_rls
 
-# --- request bodies -------------------------------------------------------------------
-python3 - "$WORK" <<'EOF'
-import struct, sys
-
-def varint(n):
-    out = bytearray()
-    while True:
-        b, n = n & 0x7F, n >> 7
-        out.append(b | 0x80 if n else b)
-        if not n:
-            return bytes(out)
-
-def field(number, payload):  # length-delimited (wire type 2)
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
-
-def descriptor(*entries):  # RateLimitDescriptor{entries: [Entry{key=1, value=2}]}
-    return b"".join(field(1, field(1, k.encode()) + field(2, v.encode())) for k, v in entries)
-
-def request(domain, *descriptors):  # RateLimitRequest{domain=1, descriptors=2}
-    return field(1, domain.encode()) + b"".join(field(2, d) for d in descriptors)
-
-def write(name, message):  # gRPC frame: uncompressed flag, big-endian length, message
-    with open(f"{sys.argv[1]}/{name}", "wb") as f:
-        f.write(b"\x00" + struct.pack(">I", len(message)) + message)
-
-write("limited.grpc", request("trading", descriptor(("user_id", "alice"), ("method", "/market.Data/Quotes"))))
-write("unknown.grpc", request("trading", descriptor(("user_id", "alice"))))
-write("two.grpc", request("bench",
-                          descriptor(("user_id", "alice"), ("method", "/trading.TradingService/SubmitOrder")),
-                          descriptor(("remote_address", "10.0.0.1"))))
-EOF
+# --- request bodies and config ---------------------------------------------------
+write_bodies "$WORK"
+write_config "$WORK"
 
 # --- servers --------------------------------------------------------------------------
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-wait_listening() { # port pid
-    local i
-    for ((i = 0; i < 100; i++)); do
-        if ! kill -0 "$2" 2>/dev/null; then
-            echo "server on port $1 exited" >&2
-            return 1
-        fi
-        if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then
-            return 0
-        fi
-        sleep 0.1
-    done
-    echo "nothing listening on port $1 after 10 s" >&2
-    return 1
-}
-
 declare -A PORT PID
 start() { # name command...
     local name=$1
@@ -143,18 +92,6 @@ start() { # name command...
 }
 PORT[noop]=$(free_port)
 start noop "$NOOP" "127.0.0.1:${PORT[noop]}"
-mkdir "$WORK/config"
-cp config/*.yaml "$WORK/config/"
-cat >"$WORK/config/bench.yaml" <<'EOF'
-domain: bench
-descriptors:
-  - key: user_id
-    descriptors:
-      - key: method
-        rate_limit: {unit: second, requests_per_unit: 1000000000}
-  - key: remote_address
-    rate_limit: {unit: second, requests_per_unit: 1000000000}
-EOF
 PORT[meshlimit]=$(free_port)
 start meshlimit "$MESHLIMIT" serve --config "$WORK/config" --grpc-addr "127.0.0.1:${PORT[meshlimit]}" \
     --http-addr "127.0.0.1:$(free_port)" --log warn

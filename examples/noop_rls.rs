@@ -5,8 +5,8 @@
 //! request descriptor: no config, no matching, no buckets, no clock. The transport is
 //! meshlimit's own, set up as `src/app.rs` sets up its gRPC port: [`meshlimit::net::serve`]
 //! (TCP_NODELAY, HTTP/2 only, the default idle timeout and connection cap) on the default
-//! multi-threaded tokio runtime, so the difference between the two servers under the same
-//! load is the cost of meshlimit's own work.
+//! multi-threaded tokio runtime, with meshlimit's allocator, so the difference between the
+//! two servers under the same load is the cost of meshlimit's own work.
 //!
 //! ```text
 //! cargo run --release --example noop_rls -- 127.0.0.1:18081
@@ -23,6 +23,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use meshlimit::defaults;
 use meshlimit::net::{self, ConnectionOptions, Connections};
 use tonic::{Request, Response, Status};
+
+/// meshlimit's allocator (see src/main.rs), so that the two servers differ only in work.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Answers OK to everything.
 #[derive(Debug, Default)]

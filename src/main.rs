@@ -8,6 +8,11 @@ use meshlimit::cli::{self, Cli, Command, Serve, fail};
 use meshlimit::gocompat;
 use tracing::warn;
 
+/// mimalloc instead of glibc's malloc: about a tenth fewer instructions per gRPC request
+/// (see the README's Performance section); the library leaves the choice to its binaries.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let names: Vec<String> = std::env::vars_os()
         .filter_map(|(name, _)| name.into_string().ok())

@@ -209,14 +209,23 @@ pub async fn serve(
 }
 
 /// Every second: the quota service follows config reloads and, on Redis, the other
-/// replicas' reporters (see [`Registry::refresh`]). Runs until aborted.
+/// replicas' reporters (see [`Registry::refresh`]); meanwhile, on Redis, the other
+/// replicas' nudges (see [`Registry::follow_nudges`]). Runs until aborted.
 fn spawn_quota_refresh(registry: Arc<Registry>) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-        loop {
-            tick.tick().await;
-            registry.refresh().await;
-        }
+        let nudges = {
+            let registry = registry.clone();
+            async move { registry.follow_nudges().await }
+        };
+        let ticks = async {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                registry.refresh().await;
+            }
+        };
+        // Both loop for ever: aborting this task ends both.
+        tokio::join!(nudges, ticks);
     })
 }
 

@@ -56,6 +56,11 @@ pub(super) fn render(out: &mut String, registry: &Registry) {
             "Assignment messages dropped because a stream had not read its earlier ones.",
             &stats.dropped,
         ),
+        (
+            "meshlimit_rlqs_nudges_total",
+            "Buckets looked at again at once because another replica published them (Redis store).",
+            &stats.nudges,
+        ),
     ] {
         family(out, name, "counter", help);
         sample(out, name, [], counter.load(Relaxed));

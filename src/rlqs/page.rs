@@ -4,7 +4,6 @@ use std::fmt::Write;
 
 use super::quota::Quota;
 use super::registry::{Assignment, Registry};
-use super::share::Share;
 
 /// Most buckets the page lists.
 pub const LISTED: usize = 1000;
@@ -71,13 +70,12 @@ fn describe(assigned: Option<Assignment>) -> String {
         None => "nothing yet".into(),
         Some(Assignment::Blanket(true)) => "ALLOW_ALL".into(),
         Some(Assignment::Blanket(false)) => "DENY_ALL".into(),
-        Some(Assignment::TokenBucket(Share {
-            max_tokens,
-            tokens_per_fill,
-            fill_interval_seconds,
-        })) => format!(
-            "token_bucket max_tokens {max_tokens}, {tokens_per_fill} per {fill_interval_seconds}s ({:.2}/s)",
-            f64::from(tokens_per_fill) / fill_interval_seconds.max(1) as f64
+        Some(Assignment::TokenBucket(share)) => format!(
+            "token_bucket max_tokens {}, {} per {}s ({:.2}/s)",
+            share.max_tokens,
+            share.tokens_per_fill,
+            share.fill_interval_seconds,
+            share.per_second()
         ),
     }
 }

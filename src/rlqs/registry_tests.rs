@@ -8,7 +8,6 @@ use tokio::sync::mpsc;
 use super::registry::{
     Assignment, Assignments, BucketKey, MAX_BUCKETS_PER_STREAM, Registry, Unmatched, Usage,
 };
-use super::share::Share;
 use crate::clock::SystemClock;
 use crate::config::{Config, SharedConfig};
 use crate::rules::Algorithm;
@@ -65,11 +64,7 @@ fn latest(rx: &mut mpsc::Receiver<Assignments>) -> Vec<(BucketKey, Assignment)> 
 
 fn rate(assignment: Assignment) -> f64 {
     match assignment {
-        Assignment::TokenBucket(Share {
-            tokens_per_fill,
-            fill_interval_seconds,
-            ..
-        }) => f64::from(tokens_per_fill) / fill_interval_seconds as f64,
+        Assignment::TokenBucket(share) => share.per_second(),
         Assignment::Blanket(_) => panic!("a token bucket, not {assignment:?}"),
     }
 }

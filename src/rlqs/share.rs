@@ -42,6 +42,13 @@ pub struct Share {
     pub fill_interval_seconds: u64,
 }
 
+impl Share {
+    /// Requests per second the share allows.
+    pub fn per_second(&self) -> f64 {
+        f64::from(self.tokens_per_fill) / self.fill_interval_seconds.max(1) as f64
+    }
+}
+
 /// The shares of `quota` (a token bucket) for Envoys whose demands, in requests per second,
 /// are `demands` (`None`: not known yet), in the same order.
 pub fn split(quota: Quota, demands: &[Option<f64>]) -> Vec<Share> {
@@ -170,15 +177,10 @@ mod tests {
         }
     }
 
-    /// Requests per second a share allows.
-    fn rps(share: &Share) -> f64 {
-        f64::from(share.tokens_per_fill) / share.fill_interval_seconds as f64
-    }
-
     fn within_bound(q: Quota, shares: &[Share]) {
         let (max_tokens, tokens_per_fill, fill_interval_seconds) =
             q.token_bucket().expect("a token bucket");
-        let rate: f64 = shares.iter().map(rps).sum();
+        let rate: f64 = shares.iter().map(Share::per_second).sum();
         assert!(
             rate <= f64::from(tokens_per_fill) / fill_interval_seconds as f64 + 1e-9,
             "{shares:?}"
@@ -199,7 +201,7 @@ mod tests {
                 fill_interval_seconds: 10
             }]
         );
-        assert!((rps(&shares[0]) - 100.0).abs() < 1e-9);
+        assert!((shares[0].per_second() - 100.0).abs() < 1e-9);
     }
 
     #[test]
@@ -208,8 +210,8 @@ mod tests {
         let q = quota(20, 20, 1);
         let shares = split(q, &[Some(200.0), Some(2.0)]);
         within_bound(q, &shares);
-        assert!((rps(&shares[1]) - 3.0).abs() < 0.05, "{shares:?}");
-        assert!(rps(&shares[0]) > 16.9, "{shares:?}");
+        assert!((shares[1].per_second() - 3.0).abs() < 0.05, "{shares:?}");
+        assert!(shares[0].per_second() > 16.9, "{shares:?}");
         assert!(shares.iter().all(|s| s.max_tokens >= 1));
     }
 
@@ -219,11 +221,11 @@ mod tests {
         let shares = split(q, &[None, None]);
         within_bound(q, &shares);
         assert_eq!(shares[0], shares[1]);
-        assert!((rps(&shares[0]) - 10.0).abs() < 1e-9);
+        assert!((shares[0].per_second() - 10.0).abs() < 1e-9);
         let shares = split(q, &[Some(0.0), Some(500.0), Some(500.0)]);
         within_bound(q, &shares);
         assert!(
-            rps(&shares[0]) > 0.0 && shares[0].max_tokens >= 1,
+            shares[0].per_second() > 0.0 && shares[0].max_tokens >= 1,
             "{shares:?}"
         );
     }

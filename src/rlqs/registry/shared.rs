@@ -4,13 +4,14 @@
 //! what the others hold.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
 
 use tracing::warn;
 
 use super::super::share::{Share, totals};
 use super::{Assignment, Assignments, BucketKey, Registry, StreamId};
 use crate::bucket_key::{KeyWriter, REDIS_PREFIX};
-use crate::store::redis::{Demand, FailurePolicy, RedisStore};
+use crate::store::redis::{Demand, FailurePolicy, Nudge, RedisStore};
 
 /// Where the reporters of every replica meet: the Redis store, this replica's name in it,
 /// and the failure policy for when it cannot answer.
@@ -61,9 +62,56 @@ impl Registry {
                 .await;
             let _ = shared
                 .store
-                .quota_grant(&key, &[], (0, 0), now_ms, shared.stale_ms)
+                .quota_grant(&key, &[], (0, 0), now_ms, shared.stale_ms, &shared.replica)
                 .await;
         }
+    }
+
+    /// On Redis, until the task is aborted: follows the other replicas' nudges (see
+    /// `store/redis/quota_nudges.rs`), looking at a bucket again as soon as one is
+    /// published; subscribes again a second after the subscription fails or ends.
+    pub async fn follow_nudges(&self) {
+        let Some(shared) = &self.shared else {
+            return;
+        };
+        loop {
+            match shared.store.quota_nudges().await {
+                Ok(mut nudges) => {
+                    while let Some(nudge) = nudges.next().await {
+                        self.nudged(shared, &nudge).await;
+                    }
+                }
+                Err(e) => {
+                    if let Some(suppressed) = self.outage_log.allow() {
+                        warn!(error = %e, suppressed, "cannot follow the quota nudges; buckets are looked at once a second");
+                    }
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    }
+
+    /// Another replica published the bucket `nudge` names: if this replica has
+    /// reporters of it, their shares are computed again from what Redis holds now.
+    pub(super) async fn nudged(&self, shared: &Shared, nudge: &Nudge) {
+        if nudge.from == shared.replica {
+            return;
+        }
+        let keys: Vec<BucketKey> = {
+            let state = self.state.lock();
+            state
+                .buckets
+                .keys()
+                .filter(|key| shared.key(key) == nudge.key)
+                .cloned()
+                .collect()
+        };
+        if keys.is_empty() {
+            return;
+        }
+        self.stats.nudges.fetch_add(1, Relaxed);
+        self.exchange(shared, &keys).await;
+        self.decide(None, &keys).await;
     }
 
     /// Writes this replica's reporters of `keys` to Redis and reads every replica's: one
@@ -168,7 +216,14 @@ impl Registry {
             let demands: Vec<Demand> = reporters.iter().map(|(_, d)| d.clone()).collect();
             let Ok(granted) = shared
                 .store
-                .quota_grant(&shared.key(key), &demands, total, now_ms, shared.stale_ms)
+                .quota_grant(
+                    &shared.key(key),
+                    &demands,
+                    total,
+                    now_ms,
+                    shared.stale_ms,
+                    &shared.replica,
+                )
                 .await
             else {
                 continue;

@@ -62,6 +62,8 @@ pub struct Stats {
     pub refused_buckets: AtomicU64,
     /// Assignment messages dropped because a stream did not read its earlier ones.
     pub dropped: AtomicU64,
+    /// Buckets looked at again at once because another replica published them.
+    pub nudges: AtomicU64,
 }
 
 /// One bucket as the operator page shows it.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
-use redis::aio::MultiplexedConnection;
+use redis::aio::{MultiplexedConnection, PubSub};
 use redis::sentinel::SentinelClient;
 use redis::{AsyncConnectionConfig, Client, RedisError};
 
@@ -93,13 +93,24 @@ impl Node {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(self.timeout));
-        let client = match &self.source {
-            Source::Client(client) => client.clone(),
-            Source::Sentinel(sentinel) => sentinel.lock().await.async_get_client().await?,
-        };
-        client
+        self.client()
+            .await?
             .get_multiplexed_async_connection_with_config(&config)
             .await
+    }
+
+    /// A connection of its own for subscribing (a subscribed connection can send nothing
+    /// else); the caller bounds the wait.
+    pub(crate) async fn pubsub(&self) -> Result<PubSub, RedisError> {
+        self.client().await?.get_async_pubsub().await
+    }
+
+    /// The client of the server this node is now: a sentinel source asks the sentinels.
+    async fn client(&self) -> Result<Client, RedisError> {
+        match &self.source {
+            Source::Client(client) => Ok(client.clone()),
+            Source::Sentinel(sentinel) => sentinel.lock().await.async_get_client().await,
+        }
     }
 }
 

@@ -6,6 +6,7 @@
 use redis::Value;
 
 use super::RedisStore;
+use super::quota_nudges::QUOTA_NUDGES;
 use crate::error::{StoreError, StoreErrorKind};
 
 /// The quota scripts, hashed once.
@@ -68,7 +69,9 @@ impl RedisStore {
     /// Grants `wanted` (this replica's reporters of the bucket `key`, each with the share it
     /// should get) within what the other live entries hold of `total` (the rule's
     /// `tokens_per_fill` over the shares' interval, and its `max_tokens`), atomically;
-    /// returns the granted `tokens_per_fill` and `max_tokens`, in order.
+    /// returns the granted `tokens_per_fill` and `max_tokens`, in order. A grant that is
+    /// cut, or that leaves one of `replica`'s reporters less than it held, is published on
+    /// [`QUOTA_NUDGES`] (see [`RedisStore::quota_nudges`]).
     ///
     /// # Errors
     /// Redis did not answer within the store's timeout, or answered nonsense.
@@ -79,6 +82,7 @@ impl RedisStore {
         total: (u32, u32),
         now_ms: u64,
         stale_ms: u64,
+        replica: &str,
     ) -> Result<Vec<(u32, u32)>, StoreError> {
         let mut call = GRANT.key(key);
         call.arg(now_ms)
@@ -92,6 +96,7 @@ impl RedisStore {
                 .arg(d.tokens_per_fill)
                 .arg(d.max_tokens);
         }
+        call.arg(QUOTA_NUDGES).arg(replica);
         let value = self.run_quota(key, &call).await?;
         let malformed = || {
             StoreError::new(
