@@ -48,6 +48,13 @@ impl Quota {
             Quota::AllowAll | Quota::DenyAll => None,
         }
     }
+
+    /// A token bucket whose burst is too small to give each of `envoys` one token: its
+    /// tokens are handed out in turns (see [`crate::rlqs::share`]).
+    pub fn is_crowded(self, envoys: usize) -> bool {
+        self.token_bucket()
+            .is_some_and(|(max_tokens, _, _)| (max_tokens as usize) < envoys)
+    }
 }
 
 /// The quota of `rule` as a whole, its limits' unset algorithms being `default`.

@@ -8,7 +8,8 @@ use tokio::sync::mpsc;
 use super::registry::{
     Assignment, Assignments, BucketKey, MAX_BUCKETS_PER_STREAM, Registry, Unmatched, Usage,
 };
-use crate::clock::SystemClock;
+use super::share::TURN_SECONDS;
+use crate::clock::{Clock, ManualClock, SystemClock};
 use crate::config::{Config, SharedConfig};
 use crate::rules::Algorithm;
 use crate::store::{MemoryStore, Store};
@@ -27,8 +28,11 @@ fn config(yaml: &str) -> Config {
 }
 
 fn registry(yaml: &str) -> (Registry, SharedConfig) {
+    registry_on(yaml, Arc::new(SystemClock))
+}
+
+fn registry_on(yaml: &str, clock: Arc<dyn Clock>) -> (Registry, SharedConfig) {
     let shared: SharedConfig = Arc::new(ArcSwap::from_pointee(config(yaml)));
-    let clock = Arc::new(SystemClock);
     let store = Store::Memory(MemoryStore::new(1000, clock.clone()));
     let registry = Registry::new(
         shared.clone(),
@@ -114,6 +118,40 @@ async fn a_reload_reassigns_and_an_unmatched_bucket_follows_the_policy() {
     shared.store(Arc::new(config(EDGE)));
     registry.refresh().await;
     assert!(latest(&mut rx).iter().all(|(_, a)| rate(*a) == 20.0));
+}
+
+/// One token a minute between two Envoys that both want it: each turn one holds it and the
+/// other is refused, never both, and both get turns.
+#[tokio::test]
+async fn a_burst_too_small_to_split_changes_hands_by_turns() {
+    const ONE_TOKEN: &str = "
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1}
+";
+    let clock = ManualClock::new(1_000_000_000_000);
+    let (registry, _) = registry_on(ONE_TOKEN, Arc::new(clock.clone()));
+    let (tx_a, mut rx_a) = mpsc::channel(64);
+    let (tx_b, mut rx_b) = mpsc::channel(64);
+    let (a, b) = (registry.open(tx_a), registry.open(tx_b));
+    registry.report(a, "edge", vec![usage("u", 1, 5)]).await;
+    registry.report(b, "edge", vec![usage("u", 1, 5)]).await;
+    let holds = |assignment: Option<Assignment>| matches!(assignment, Some(Assignment::TokenBucket(share)) if share.max_tokens == 1);
+    let (mut now_a, mut now_b) = (None, None);
+    let mut turns = [0; 2];
+    for _ in 0..20 {
+        clock.advance(Duration::from_secs(TURN_SECONDS));
+        registry.refresh().await;
+        now_a = latest(&mut rx_a).pop().map(|(_, a)| a).or(now_a);
+        now_b = latest(&mut rx_b).pop().map(|(_, a)| a).or(now_b);
+        assert!(
+            holds(now_a) != holds(now_b),
+            "one of the two holds the token: {now_a:?} {now_b:?}"
+        );
+        turns[usize::from(holds(now_b))] += 1;
+    }
+    assert!(turns[0] >= 3 && turns[1] >= 3, "both take turns: {turns:?}");
 }
 
 #[tokio::test]

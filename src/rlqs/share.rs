@@ -7,9 +7,11 @@
 //!   asks plus [`HEADROOM`], the others share the remainder equally. An Envoy whose demand
 //!   is not known yet (its first report) asks for everything.
 //! - **Burst**: in proportion to the rate shares, each Envoy holding at least one token. A
-//!   burst smaller than the number of Envoys goes to the busiest ones only: an Envoy without
-//!   a token is refused until its demand wins it one (the others' shares shrinking to make
-//!   room), so the bound holds.
+//!   burst smaller than the number of Envoys is handed out in turns of [`TURN_SECONDS`]:
+//!   each turn its tokens go to the Envoys that rank first for it ([`rank`], a hash of the
+//!   Envoy's name and the turn's number, the same on every replica), those with demand
+//!   before idle ones; the others are refused (`DENY_ALL`) until their turn, so the bound
+//!   holds and no Envoy is shut out for longer than a few turns.
 //! - **Whole seconds**: Envoy reads `fill_interval` in whole seconds and refills
 //!   continuously at `tokens_per_fill` over it. Every share of a bucket uses the same
 //!   interval, a multiple of the rule's chosen so that the interval holds at least
@@ -27,6 +29,21 @@ pub const GRAIN: u32 = 1000;
 
 /// What an Envoy asking for less than an equal share gets beyond its demand: a half more.
 pub const HEADROOM: f64 = 0.5;
+
+/// How long the tokens of a burst too small to split stay with the same Envoys.
+pub const TURN_SECONDS: u64 = 5;
+
+/// Where the Envoy named `name` ranks in turn number `turn` (lower goes first): FNV-1a over
+/// both, so that every replica ranks the Envoys of a bucket alike, whatever the order in
+/// which it knows them.
+pub fn rank(name: &str, turn: u64) -> u64 {
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in turn.to_le_bytes().iter().chain(name.as_bytes()) {
+        hash = (hash ^ u64::from(*byte)).wrapping_mul(PRIME);
+    }
+    hash
+}
 
 /// A share grows only by more than this fraction of itself.
 pub const GROWTH: f64 = 0.1;
@@ -50,8 +67,9 @@ impl Share {
 }
 
 /// The shares of `quota` (a token bucket) for Envoys whose demands, in requests per second,
-/// are `demands` (`None`: not known yet), in the same order.
-pub fn split(quota: Quota, demands: &[Option<f64>]) -> Vec<Share> {
+/// are `demands` (`None`: not known yet), in the same order; `ranks` (see [`rank`]) say
+/// which Envoys hold a burst too small to give each one token, in this turn.
+pub fn split(quota: Quota, demands: &[Option<f64>], ranks: &[u64]) -> Vec<Share> {
     let Some((max_tokens, tokens_per_fill, fill_interval_seconds)) = quota.token_bucket() else {
         return Vec::new();
     };
@@ -69,7 +87,7 @@ pub fn split(quota: Quota, demands: &[Option<f64>]) -> Vec<Share> {
         })
         .collect();
     let rates = fair(total, &wants);
-    let bursts = bursts(max_tokens, &rates, &wants);
+    let bursts = bursts(max_tokens, &rates, &wants, ranks);
     rates
         .into_iter()
         .zip(bursts)
@@ -124,12 +142,15 @@ fn fair(total: u32, wants: &[f64]) -> Vec<u32> {
 }
 
 /// `max_tokens` split in proportion to `rates`: each at least one token when there are
-/// enough, else one token each for the busiest; the sum is at most `max_tokens`.
-fn bursts(max_tokens: u32, rates: &[u32], wants: &[f64]) -> Vec<u32> {
+/// enough, else one token each for those that want some and rank first (`ranks`, missing
+/// ones rank last); the sum is at most `max_tokens`.
+fn bursts(max_tokens: u32, rates: &[u32], wants: &[f64], ranks: &[u64]) -> Vec<u32> {
     let n = rates.len() as u32;
     if max_tokens < n {
+        let idle = |i: usize| wants[i] <= 0.0;
+        let rank = |i: usize| ranks.get(i).copied().unwrap_or(u64::MAX);
         let mut order: Vec<usize> = (0..rates.len()).collect();
-        order.sort_by(|&a, &b| wants[b].total_cmp(&wants[a]).then(a.cmp(&b)));
+        order.sort_by_key(|&i| (idle(i), rank(i), i));
         let mut out = vec![0; rates.len()];
         for &i in order.iter().take(max_tokens as usize) {
             out[i] = 1;
@@ -192,7 +213,7 @@ mod tests {
     #[test]
     fn one_envoy_gets_the_whole_quota() {
         let q = quota(10, 100, 1);
-        let shares = split(q, &[None]);
+        let shares = split(q, &[None], &[]);
         assert_eq!(
             shares,
             [Share {
@@ -208,7 +229,7 @@ mod tests {
     fn a_quiet_envoy_gets_its_demand_and_headroom_the_busy_one_the_rest() {
         // 20/s burst 20: one Envoy saturated (asks 200/s), one sending 2/s.
         let q = quota(20, 20, 1);
-        let shares = split(q, &[Some(200.0), Some(2.0)]);
+        let shares = split(q, &[Some(200.0), Some(2.0)], &[]);
         within_bound(q, &shares);
         assert!((shares[1].per_second() - 3.0).abs() < 0.05, "{shares:?}");
         assert!(shares[0].per_second() > 16.9, "{shares:?}");
@@ -218,11 +239,11 @@ mod tests {
     #[test]
     fn unknown_and_equal_demands_share_equally_and_idle_ones_keep_a_floor() {
         let q = quota(20, 20, 1);
-        let shares = split(q, &[None, None]);
+        let shares = split(q, &[None, None], &[]);
         within_bound(q, &shares);
         assert_eq!(shares[0], shares[1]);
         assert!((shares[0].per_second() - 10.0).abs() < 1e-9);
-        let shares = split(q, &[Some(0.0), Some(500.0), Some(500.0)]);
+        let shares = split(q, &[Some(0.0), Some(500.0), Some(500.0)], &[]);
         within_bound(q, &shares);
         assert!(
             shares[0].per_second() > 0.0 && shares[0].max_tokens >= 1,
@@ -231,16 +252,36 @@ mod tests {
     }
 
     #[test]
-    fn a_burst_smaller_than_the_envoys_goes_to_the_busiest() {
-        // 5 per minute, burst 1, two Envoys: one token between them.
+    fn a_burst_smaller_than_the_envoys_is_handed_out_in_turns() {
+        // 5 per minute, burst 1, two Envoys asking and an idle one: one token between them.
         let q = quota(1, 1, 12);
-        let shares = split(q, &[Some(0.1), Some(3.0)]);
-        within_bound(q, &shares);
-        assert_eq!(
-            shares.iter().map(|s| s.max_tokens).collect::<Vec<_>>(),
-            [0, 1]
-        );
-        assert_eq!(shares[0].tokens_per_fill, 0);
+        let demands = [Some(0.1), Some(3.0), Some(0.0)];
+        let mut held = [0; 3];
+        for turn in 0..40 {
+            let ranks: Vec<u64> = ["a/1", "a/2", "b/1"]
+                .iter()
+                .map(|n| rank(n, turn))
+                .collect();
+            let shares = split(q, &demands, &ranks);
+            within_bound(q, &shares);
+            for (i, share) in shares.iter().enumerate() {
+                assert_eq!(
+                    share.tokens_per_fill == 0,
+                    share.max_tokens == 0,
+                    "{shares:?}"
+                );
+                held[i] += share.max_tokens;
+            }
+        }
+        assert_eq!(held[2], 0, "the idle Envoy takes no turn");
+        assert!(held[0] >= 10 && held[1] >= 10, "both take turns: {held:?}");
+    }
+
+    #[test]
+    fn ranks_are_the_same_whoever_computes_them_and_change_with_the_turn() {
+        assert_eq!(rank("3f.12/7", 9), rank("3f.12/7", 9));
+        assert_ne!(rank("3f.12/7", 9), rank("3f.12/7", 10));
+        assert_ne!(rank("3f.12/7", 9), rank("3f.12/8", 9));
     }
 
     #[test]
@@ -259,7 +300,7 @@ mod tests {
                         _ => Some(0.0),
                     })
                     .collect();
-                within_bound(q, &split(q, &demands));
+                within_bound(q, &split(q, &demands, &[]));
             }
         }
     }

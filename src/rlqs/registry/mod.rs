@@ -31,7 +31,7 @@ mod state;
 mod types;
 
 use shared::Shared;
-use state::{Bucket, State, Stream};
+use state::{Bucket, State, Stream, Turn};
 pub use types::{Assignment, BucketKey, BucketView, Snapshot, Stats, Unmatched, Usage};
 
 /// One stream's identity.
@@ -212,7 +212,11 @@ impl Registry {
     /// what the other replicas hold. `stream` (the reporting one) gets every bucket of
     /// `keys` again, changed or not: that renews their time to live.
     async fn decide(&self, stream: Option<StreamId>, keys: &[BucketKey]) {
-        let mut outgoing = self.state.lock().rebalance(keys.iter(), self.unmatched);
+        let turn = self.turn();
+        let mut outgoing = self
+            .state
+            .lock()
+            .rebalance(keys.iter(), self.unmatched, &turn);
         if let Some(shared) = &self.shared {
             let reassigned = changed_buckets(&outgoing);
             self.grant(shared, &reassigned, &mut outgoing).await;
@@ -255,7 +259,7 @@ impl Registry {
                     }
                 }
             }
-            let outgoing = state.rebalance(gone.buckets.iter(), self.unmatched);
+            let outgoing = state.rebalance(gone.buckets.iter(), self.unmatched, &self.turn());
             state.send(outgoing, &self.stats);
             gone.buckets
         };
@@ -296,6 +300,20 @@ impl Registry {
             }
         }
         let Some(shared) = &self.shared else {
+            // The embedded store: crowded buckets change hands when their turn ends (on
+            // Redis, every bucket is decided again below).
+            let crowded: Vec<BucketKey> = {
+                let state = self.state.lock();
+                state
+                    .buckets
+                    .iter()
+                    .filter(|(_, b)| b.quota.is_some_and(|q| q.is_crowded(b.reporters.len())))
+                    .map(|(key, _)| key.clone())
+                    .collect()
+            };
+            if !crowded.is_empty() {
+                self.decide(None, &crowded).await;
+            }
             return;
         };
         let keys: Vec<BucketKey> = self.state.lock().buckets.keys().cloned().collect();
@@ -304,6 +322,12 @@ impl Registry {
         }
         self.exchange(shared, &keys).await;
         self.decide(None, &keys).await;
+    }
+
+    /// The turn of crowded buckets now, with this replica's name for the ranking.
+    fn turn(&self) -> Turn<'_> {
+        let replica = self.shared.as_ref().map_or("", |s| s.replica.as_str());
+        Turn::at(self.clock.now(), replica)
     }
 
     /// What the service counted.

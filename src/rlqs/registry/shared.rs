@@ -6,9 +6,11 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 
+use futures_util::future::join_all;
 use tracing::warn;
 
 use super::super::share::{Share, totals};
+use super::state::field_of;
 use super::{Assignment, Assignments, BucketKey, Registry, StreamId};
 use crate::bucket_key::{KeyWriter, REDIS_PREFIX};
 use crate::store::redis::{Demand, FailurePolicy, Nudge, RedisStore};
@@ -24,10 +26,13 @@ pub(super) struct Shared {
     pub(super) policy: FailurePolicy,
 }
 
+/// Script calls on the shared buckets sent at once by one look at Redis.
+const IN_FLIGHT: usize = 64;
+
 impl Shared {
     /// The field of `stream` in a bucket's hash.
     pub(super) fn field(&self, stream: StreamId) -> String {
-        format!("{}/{stream}", self.replica)
+        field_of(&self.replica, stream)
     }
 
     fn is_mine(&self, field: &str) -> bool {
@@ -115,18 +120,21 @@ impl Registry {
     }
 
     /// Writes this replica's reporters of `keys` to Redis and reads every replica's: one
-    /// script call per bucket.
+    /// script call per bucket, [`IN_FLIGHT`] at a time (they share the node's connection,
+    /// so a look at a thousand buckets costs a few round trips, not a thousand).
     pub(super) async fn exchange(&self, shared: &Shared, keys: &[BucketKey]) {
         let mine = self.local_demands(shared, keys);
         let now_ms = self.clock.now() / 1_000_000;
         let mut read = Vec::with_capacity(keys.len());
-        for (key, mine) in keys.iter().zip(&mine) {
-            read.push(
+        for chunk in keys.iter().zip(&mine).collect::<Vec<_>>().chunks(IN_FLIGHT) {
+            let calls = chunk.iter().map(|(key, mine)| async move {
+                let redis_key = shared.key(key);
                 shared
                     .store
-                    .quota_demands(&shared.key(key), mine, &[], now_ms, shared.stale_ms)
-                    .await,
-            );
+                    .quota_demands(&redis_key, mine, &[], now_ms, shared.stale_ms)
+                    .await
+            });
+            read.extend(join_all(calls).await);
         }
         self.absorb(shared, keys, read);
     }

@@ -6,10 +6,40 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::super::quota::Quota;
-use super::super::share::{settle, split};
+use super::super::share::{TURN_SECONDS, rank, settle, split};
 use super::{Assignment, Assignments, BucketKey, Outbox, Registry, Stats, StreamId, Unmatched};
 use crate::config::Config;
 use crate::store::redis::{Demand, FailurePolicy};
+
+/// Which turn a crowded bucket's burst is in (see [`crate::rlqs::share`]), and how this
+/// replica's streams are named for the ranking: as their fields in Redis, so that every
+/// replica ranks them alike.
+pub(super) struct Turn<'r> {
+    /// Whole [`TURN_SECONDS`] since the epoch.
+    pub(super) number: u64,
+    /// This replica's prefix of its streams' names ("" on the embedded store).
+    pub(super) replica: &'r str,
+}
+
+impl<'r> Turn<'r> {
+    /// The turn at `now` (nanoseconds since the epoch) for `replica`.
+    pub(super) fn at(now: u64, replica: &'r str) -> Self {
+        Self {
+            number: now / (TURN_SECONDS * 1_000_000_000),
+            replica,
+        }
+    }
+
+    /// The name `stream` ranks by: its field in a bucket's Redis hash.
+    fn name(&self, stream: StreamId) -> String {
+        field_of(self.replica, stream)
+    }
+}
+
+/// The name of `stream` of `replica`: its field in a bucket's Redis hash.
+pub(super) fn field_of(replica: &str, stream: StreamId) -> String {
+    format!("{replica}/{stream}")
+}
 
 /// Everything the registry's lock guards.
 #[derive(Default)]
@@ -77,14 +107,17 @@ impl State {
                 changed.push(key.clone());
             }
         }
-        Some(self.rebalance(changed.iter(), registry.unmatched))
+        let turn = registry.turn();
+        Some(self.rebalance(changed.iter(), registry.unmatched, &turn))
     }
 
-    /// The assignments of `keys`' buckets computed again; those that changed, by stream.
+    /// The assignments of `keys`' buckets computed again, in `turn` (see [`Turn`]); those
+    /// that changed, by stream.
     pub(super) fn rebalance<'k>(
         &mut self,
         keys: impl Iterator<Item = &'k BucketKey>,
         unmatched: Unmatched,
+        turn: &Turn<'_>,
     ) -> HashMap<StreamId, Assignments> {
         let mut outgoing: HashMap<StreamId, Assignments> = HashMap::new();
         for key in keys {
@@ -113,9 +146,19 @@ impl State {
                         .map(|r| r.demand)
                         .chain(others.iter().map(|d| d.demand))
                         .collect();
+                    let ranks: Vec<u64> = if quota.is_crowded(demands.len()) {
+                        bucket
+                            .reporters
+                            .keys()
+                            .map(|&stream| rank(&turn.name(stream), turn.number))
+                            .chain(others.iter().map(|d| rank(&d.field, turn.number)))
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
                     // What the other replicas hold is left to the grant in Redis
                     // (`Registry::grant`), which cuts these down atomically.
-                    split(quota, &demands)
+                    split(quota, &demands, &ranks)
                         .into_iter()
                         .zip(bucket.reporters.values())
                         .map(|(share, reporter)| {
