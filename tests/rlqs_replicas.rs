@@ -124,8 +124,9 @@ async fn subscribed(nodes: &[String], n: i64) {
 
 /// One replica's Envoy holds the whole rule when a quiet one reports on another replica:
 /// the newcomer's grant is cut, which makes the first replica shrink at once, which lets
-/// the newcomer be granted its share; nothing else runs (no once-a-second look at Redis),
-/// so without the nudges the newcomer would wait for ever.
+/// the newcomer be granted its share; when the newcomer's stream ends, its share goes back
+/// at once. Nothing else runs (no once-a-second look at Redis), so without the nudges
+/// the newcomer would wait for ever, and so would the busy Envoy for its share.
 async fn a_newcomer_is_granted_its_share_at_once(url: &str, nodes: &[String]) {
     let (one, two) = (replica(url), replica(url));
     let followers: Vec<_> = [&one, &two]
@@ -160,6 +161,19 @@ async fn a_newcomer_is_granted_its_share_at_once(url: &str, nodes: &[String]) {
     assert!(
         two.stats().nudges.load(Relaxed) >= 1,
         "the quiet replica was nudged back"
+    );
+
+    // The quiet Envoy's stream ends: its share returns to the busy one at once too.
+    let before = one.stats().nudges.load(Relaxed);
+    two.close(quiet_stream).await;
+    let back = until(&mut busy, "of the whole rule for the busy Envoy", |r| {
+        r == 20.0
+    })
+    .await;
+    assert_eq!(back, 20.0);
+    assert!(
+        one.stats().nudges.load(Relaxed) > before,
+        "nudged by the stream's end"
     );
     for follower in followers {
         follower.abort();

@@ -30,7 +30,8 @@ pub struct Demand {
 
 impl RedisStore {
     /// Writes `mine` and deletes `gone` in the bucket's hash `key`, drops entries older
-    /// than `stale_ms`, and returns every live entry, at `now_ms`.
+    /// than `stale_ms`, and returns every live entry, at `now_ms`. Deleting a field that
+    /// was there publishes the bucket on [`QUOTA_NUDGES`]: what it held is free.
     ///
     /// # Errors
     /// Redis did not answer within the store's timeout, or answered nonsense.
@@ -52,6 +53,7 @@ impl RedisStore {
                 d.max_tokens
             ));
         }
+        call.arg(QUOTA_NUDGES);
         for field in gone {
             call.arg(field);
         }
