@@ -62,6 +62,9 @@ pub struct Registry {
     clock: Arc<dyn Clock>,
     /// Logs Redis outages at most once a minute.
     outage_log: Throttle,
+    /// Logs a lost subscription to the nudges at most once a minute (apart from
+    /// `outage_log`, so that neither hides the other).
+    nudge_log: Throttle,
     /// The time to live of assignments (`--rlqs-assignment-ttl-ms`).
     ttl: Duration,
     /// When every assignment was last sent again.
@@ -114,6 +117,7 @@ impl Registry {
             shared,
             clock,
             outage_log: Throttle::new(Duration::from_secs(60)),
+            nudge_log: Throttle::new(Duration::from_secs(60)),
             ttl,
             renewed: Mutex::new(tokio::time::Instant::now()),
         }

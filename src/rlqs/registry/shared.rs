@@ -87,8 +87,12 @@ impl Registry {
                     }
                 }
                 Err(e) => {
-                    if let Some(suppressed) = self.outage_log.allow() {
-                        warn!(error = %e, suppressed, "cannot follow the quota nudges; buckets are looked at once a second");
+                    if let Some(suppressed) = self.nudge_log.allow() {
+                        warn!(
+                            error = %e,
+                            suppressed,
+                            "cannot subscribe to the quota nudges; other replicas' changes are seen at the once-a-second look at Redis"
+                        );
                     }
                 }
             }
