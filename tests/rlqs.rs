@@ -346,19 +346,14 @@ async fn within_the_rule_under_full_load(first: &Envoy, second: &Envoy, user: &'
 }
 
 /// `busy` driven as hard as the test client can and `quiet` at 2 requests a second for
-/// 10 s (after `settle`, not counted), one user's bucket of 20 a second: the quiet one's
-/// requests all pass.
-async fn quiet_beside_busy(busy: &Envoy, quiet: &Envoy, user: &'static str, settle: Duration) {
-    let start = tokio::time::Instant::now();
-    let deadline = start + settle + Duration::from_secs(10);
-    let quiet_address = quiet.listener(0);
+/// 10 s, one user's bucket of 20 a second: the quiet one's requests all pass, from the
+/// first.
+async fn quiet_beside_busy(busy: &Envoy, quiet: &Envoy, user: &'static str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let pause = Duration::from_millis(500);
     let (busy, quiet) = tokio::join!(
         drive(busy.listener(0), user, 4, Duration::ZERO, deadline),
-        async move {
-            drive(quiet_address, user, 1, pause, start + settle).await;
-            drive(quiet_address, user, 1, pause, deadline).await
-        },
+        drive(quiet.listener(0), user, 1, pause, deadline),
     );
     println!("busy {busy:?}, quiet {quiet:?}");
     assert!(busy.1 > 0, "the busy Envoy was saturated: {busy:?}");
@@ -374,6 +369,19 @@ async fn one_server_two_envoys(config: &Path) -> (Meshlimit, Envoy, Envoy) {
     let server = Meshlimit::start(config, &[]).await;
     let (first, second) = (envoy_for(&server).await, envoy_for(&server).await);
     (server, first, second)
+}
+
+/// Two meshlimit replicas on `config` sharing `redis` (`--redis-failure error`), each with
+/// an Envoy (one worker) of its own: the first Envoy asks the first replica.
+async fn two_replicas_two_envoys(
+    config: &Path,
+    redis: &RedisServer,
+) -> (Meshlimit, Meshlimit, Envoy, Envoy) {
+    let url = redis.url();
+    let one = Meshlimit::start_on_redis(config, &url, "error", 1000, &[]).await;
+    let two = Meshlimit::start_on_redis(config, &url, "error", 1000, &[]).await;
+    let (first, second) = (envoy_for(&one).await, envoy_for(&two).await);
+    (one, two, first, second)
 }
 
 /// Issue 12's accuracy figure: two Envoys (one worker each) sharing one rule of 20/s,
@@ -395,7 +403,7 @@ async fn a_quiet_envoy_beside_a_saturated_one_is_not_refused() {
     let _heavy = HEAVY.lock().await;
     let config = config_dir(TWENTY);
     let (_server, busy, quiet) = one_server_two_envoys(config.path()).await;
-    quiet_beside_busy(&busy, &quiet, "hana", Duration::ZERO).await;
+    quiet_beside_busy(&busy, &quiet, "hana").await;
 }
 
 /// meshlimit killed: its assignments run out their time to live and Envoy falls back to
@@ -461,10 +469,7 @@ async fn two_replicas_on_redis_together_stay_within_the_rule() {
     let _heavy = HEAVY.lock().await;
     let redis = RedisServer::start();
     let config = config_dir(TWENTY);
-    let one = Meshlimit::start_on_redis(config.path(), &redis.url(), "error", 1000, &[]).await;
-    let two = Meshlimit::start_on_redis(config.path(), &redis.url(), "error", 1000, &[]).await;
-    let first = envoy_for(&one).await;
-    let second = envoy_for(&two).await;
+    let (one, two, first, second) = two_replicas_two_envoys(config.path(), &redis).await;
     within_the_rule_under_full_load(&first, &second, "kim").await;
     // Each replica assigns its own Envoy half the rule, knowing the other from Redis.
     for replica in [&one, &two] {
@@ -589,9 +594,6 @@ async fn a_quiet_envoy_on_another_replica_is_not_refused() {
     let _heavy = HEAVY.lock().await;
     let redis = RedisServer::start();
     let config = config_dir(TWENTY);
-    let one = Meshlimit::start_on_redis(config.path(), &redis.url(), "error", 1000, &[]).await;
-    let two = Meshlimit::start_on_redis(config.path(), &redis.url(), "error", 1000, &[]).await;
-    let busy = envoy_for(&one).await;
-    let quiet = envoy_for(&two).await;
-    quiet_beside_busy(&busy, &quiet, "rita", Duration::ZERO).await;
+    let (_one, _two, busy, quiet) = two_replicas_two_envoys(config.path(), &redis).await;
+    quiet_beside_busy(&busy, &quiet, "rita").await;
 }

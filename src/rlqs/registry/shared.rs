@@ -130,8 +130,8 @@ impl Registry {
         let mine = self.local_demands(shared, keys);
         let now_ms = self.clock.now() / 1_000_000;
         let mut read = Vec::with_capacity(keys.len());
-        for chunk in keys.iter().zip(&mine).collect::<Vec<_>>().chunks(IN_FLIGHT) {
-            let calls = chunk.iter().map(|(key, mine)| async move {
+        for (keys, mine) in keys.chunks(IN_FLIGHT).zip(mine.chunks(IN_FLIGHT)) {
+            let calls = keys.iter().zip(mine).map(|(key, mine)| async move {
                 let redis_key = shared.key(key);
                 shared
                     .store
