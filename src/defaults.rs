@@ -115,3 +115,29 @@ pub const MAX_VALUE_BYTES: usize = 4096;
 
 /// `--log`: the log filter.
 pub const LOG_FILTER: &str = "info";
+
+/// `--pg-table`: the table of a PostgreSQL config source, one row per domain.
+pub const PG_TABLE: &str = "meshlimit_config";
+
+/// `--pg-channel`: the NOTIFY channel announcing changes to that table.
+pub const PG_CHANNEL: &str = "meshlimit_config";
+
+/// `--xds-node-id`: the node id meshlimit gives the control plane (the Go server's
+/// `CONFIG_GRPC_XDS_NODE_ID` default).
+pub const XDS_NODE_ID: &str = "default";
+
+/// `--xds-backoff-initial-ms`: the first wait before reconnecting to the control plane
+/// (the Go server's `XDS_CLIENT_BACKOFF_INITIAL_INTERVAL`).
+pub const XDS_BACKOFF_INITIAL: Duration = Duration::from_secs(10);
+
+/// `--xds-backoff-max-ms`: the longest wait between reconnections (the Go server's
+/// `XDS_CLIENT_BACKOFF_MAX_INTERVAL`).
+pub const XDS_BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// `--xds-backoff-random-factor`: each wait is spread by ± this share of itself (the Go
+/// server's `XDS_CLIENT_BACKOFF_RANDOM_FACTOR`).
+pub const XDS_BACKOFF_RANDOM_FACTOR: f64 = 0.5;
+
+/// `--xds-max-msg-bytes`: the largest control-plane response accepted (gRPC's usual 4 MiB;
+/// the Go server's `XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES`).
+pub const XDS_MAX_MESSAGE_BYTES: usize = 4 << 20;

@@ -79,6 +79,13 @@ pub enum ConfigErrorKind {
     /// The config path, or a file under it, cannot be read (missing, a link to nothing,
     /// no permission).
     Unreadable,
+    /// A config source that could not be read: PostgreSQL or the xDS control plane down,
+    /// refusing the connection or the query.
+    SourceUnreachable,
+    /// A PostgreSQL row whose `domain` column differs from its YAML's `domain`.
+    RowDomainMismatch,
+    /// An xDS resource that is not a `RateLimitConfig`, or cannot be decoded.
+    BadResource,
     /// A file that is not UTF-8 text.
     NotUtf8,
     /// No thread could be started to parse the file.

@@ -13,7 +13,6 @@
 //! `--metrics-addr` address serves [`metrics_router`]: metrics and health only.
 
 use std::fmt::Write;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -26,13 +25,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::admin_token::AdminToken;
+use crate::clock::Nanos;
 use crate::explain;
 use crate::json;
 use crate::metrics::{self, Metrics};
-use crate::reload::ReloadHistory;
 use crate::request::Descriptor;
 use crate::rules::Rule;
 use crate::service::Service;
+use crate::source::History;
 use crate::store::StoreHealth;
 
 /// Whether the server answers as healthy; cleared while draining.
@@ -67,12 +67,13 @@ pub struct Operator {
     pub health: Health,
     /// The service answering requests.
     pub service: Service,
-    /// What the config reloader has done.
-    pub reload: Arc<ReloadHistory>,
+    /// What the config source has done.
+    pub source: Arc<History>,
+    /// Health checks fail while no config from the source is in force
+    /// (`--unhealthy-without-config`).
+    pub unhealthy_without_config: bool,
     /// The service's statistics, for `/metrics`.
     pub metrics: Arc<Metrics>,
-    /// The config path, for `/rlconfig`.
-    pub config_path: PathBuf,
     /// A second path for the metrics text, besides `/metrics`.
     pub metrics_path: String,
     /// The token guarding every endpoint but health, metrics and `/`; `None`: no guard.
@@ -203,6 +204,10 @@ async fn healthcheck(State(op): State<Operator>) -> (StatusCode, String) {
     if !op.health.healthy() {
         return (StatusCode::INTERNAL_SERVER_ERROR, "draining".into());
     }
+    if op.unhealthy_without_config && !op.source.loaded() {
+        let why = format!("no config loaded yet from {}", op.source.described());
+        return (StatusCode::INTERNAL_SERVER_ERROR, why);
+    }
     match op.service.store().health() {
         StoreHealth::Healthy => (StatusCode::OK, "OK".into()),
         StoreHealth::Degraded(why) => (StatusCode::OK, format!("OK (degraded: {why})")),
@@ -245,20 +250,40 @@ pub async fn json_answer(service: &Service, body: &[u8]) -> Response {
     }
 }
 
-/// `/rlconfig`: a header with the config's path, version and last reload error, then one
-/// line per rule, sorted, in the Go server's form followed by meshlimit's own fields.
+/// `/rlconfig`: a header with the config's source, versions (meshlimit's count of loads,
+/// and the source's own), last change and last error, then one line per rule, sorted, in
+/// the Go server's form followed by meshlimit's own fields.
 async fn rlconfig(State(op): State<Operator>) -> String {
     let config = op.service.config().load();
-    let version = op.reload.applied.load(Ordering::SeqCst) + 1;
+    let source = &op.source;
+    let loads = source.applied.load(Ordering::SeqCst);
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "# config {} version {version} (fingerprint {:016x}), {} domain(s)",
-        op.config_path.display(),
+        "# config {} version {loads} (fingerprint {:016x}), {} domain(s)",
+        source.described(),
         config.fingerprint(),
         config.domains().len()
     );
-    match &*op.reload.last_error.lock() {
+    match source.changed_at() {
+        Some(at) => {
+            let _ = writeln!(
+                out,
+                "# source {} version {}, last changed {}",
+                source.kind(),
+                source.version(),
+                rfc3339(at)
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "# source {}: no config loaded yet, every request is allowed",
+                source.kind()
+            );
+        }
+    }
+    match &*source.last_error.lock() {
         None => out.push_str("# last reload error: none\n"),
         Some(error) => {
             out.push_str("# last reload error (the config above stays in force):\n");
@@ -274,6 +299,12 @@ async fn rlconfig(State(op): State<Operator>) -> String {
         rule_line(&mut out, rule, &op.service);
     }
     out
+}
+
+/// `at` as RFC 3339 UTC, to the second.
+fn rfc3339(at: Nanos) -> String {
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(at);
+    humantime::format_rfc3339_seconds(time).to_string()
 }
 
 fn rule_line(out: &mut String, rule: &Rule, service: &Service) {

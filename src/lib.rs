@@ -19,10 +19,11 @@
 //! - [`explain`]: why a request gets its answer (`/explain`, `meshlimit explain`).
 //! - [`metrics`]: Prometheus statistics under the Go server's names, served at `/metrics`.
 //! - [`net`]: connections: accept within limits, TLS, idle and age timeouts, drain.
-//! - [`reload`]: watches the config path and swaps in valid edits.
+//! - [`source`]: where the config comes from (files, PostgreSQL, xDS) and the one pipeline
+//!   every snapshot goes through; [`reload`]: watches the config path and swaps in valid edits.
 //! - [`gocompat`]: envoyproxy/ratelimit's environment variables as `serve` flags.
 //! - [`app`]: wires it all together for the `meshlimit` binary and the tests.
-//! - [`cli`]: the `meshlimit` command line (`serve`, `validate`, `explain`);
+//! - [`cli`]: the `meshlimit` command line (`serve`, `validate`, `explain`, `db init`);
 //!   [`defaults`]: every default of the command line and of [`app::Settings`].
 //! - [`clock`]: the one source of time; `throttle`: at most one log line per interval.
 
@@ -59,5 +60,6 @@ pub mod rlqs;
 pub mod rules;
 pub mod service;
 mod short_eq;
+pub mod source;
 pub mod store;
 mod throttle;

@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use meshlimit::cli::{self, Cli, Command, Serve, fail};
+use meshlimit::cli::{self, Cli, Command, DbCommand, Serve, fail};
 use meshlimit::gocompat;
 use tracing::warn;
 
@@ -22,9 +22,16 @@ fn main() -> ExitCode {
         Err(e) => return fail(e),
     };
     match Cli::parse_with(std::env::args_os(), &go.args).command {
-        Command::Validate { config } => cli::validate(&config),
+        Command::Validate(args) => match runtime() {
+            Ok(rt) => rt.block_on(cli::validate(&args)),
+            Err(e) => fail(e),
+        },
         Command::Explain(args) => match runtime() {
             Ok(rt) => rt.block_on(args.run()),
+            Err(e) => fail(e),
+        },
+        Command::Db(DbCommand::Init(args)) => match runtime() {
+            Ok(rt) => rt.block_on(cli::db_init(&args)),
             Err(e) => fail(e),
         },
         Command::Serve(serve) => {

@@ -18,7 +18,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -26,75 +25,19 @@ use parking_lot::Mutex;
 use notify::RecursiveMode;
 use notify_debouncer_mini::{DebounceEventResult, Debouncer, new_debouncer};
 use tokio::sync::mpsc;
-use tracing::{error, info, warn};
+use tracing::warn;
 
-use crate::config::SharedConfig;
-use crate::config::{self, render_errors};
+use crate::config::{self, SharedConfig};
+pub use crate::source::Outcome;
+use crate::source::{self, History, Loaded};
 
 mod paths;
 use paths::Interest;
 
-/// What one reload attempt did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// A new config is in force.
-    Applied,
-    /// The files are byte-for-byte what is running.
-    Unchanged,
-    /// The files have problems; the running config stays.
-    Rejected(String),
-}
-
-/// What the reloader has done so far, for operators and tests.
-#[derive(Debug, Default)]
-pub struct ReloadHistory {
-    /// Reload attempts (file events after debouncing).
-    pub attempts: AtomicU64,
-    /// Configs swapped in.
-    pub applied: AtomicU64,
-    /// Attempts rejected for problems in the files.
-    pub rejected: AtomicU64,
-    /// The problems of the last rejected attempt; cleared by the next attempt that loads.
-    pub last_error: Mutex<Option<String>>,
-}
-
-impl ReloadHistory {
-    /// Counts `outcome`. A config that loads (applied, or the same as the running one)
-    /// clears the last error: the problem it described is gone. Returns whether a
-    /// rejection differs from the previous one, so that an unchanged problem is logged once.
-    fn record(&self, outcome: &Outcome) -> bool {
-        self.attempts.fetch_add(1, Ordering::SeqCst);
-        match outcome {
-            Outcome::Applied | Outcome::Unchanged => {
-                if outcome == &Outcome::Applied {
-                    self.applied.fetch_add(1, Ordering::SeqCst);
-                }
-                if self.last_error.lock().take().is_some() && outcome == &Outcome::Unchanged {
-                    info!("config problems fixed; the files match the running config");
-                }
-                false
-            }
-            Outcome::Rejected(text) => {
-                self.rejected.fetch_add(1, Ordering::SeqCst);
-                let previous = self.last_error.lock().replace(text.clone());
-                previous.as_ref() != Some(text)
-            }
-        }
-    }
-}
-
 /// Loads `path` and swaps it into `config` if it is valid and different. A rejection is
 /// left to the caller to report.
 pub fn reload_once(path: &Path, config: &SharedConfig) -> Outcome {
-    match config::load(path) {
-        Ok(new) if new.fingerprint() == config.load().fingerprint() => Outcome::Unchanged,
-        Ok(new) => {
-            info!(domains = ?new.domains(), "config reloaded");
-            config.store(Arc::new(new));
-            Outcome::Applied
-        }
-        Err(errors) => Outcome::Rejected(render_errors(&errors)),
-    }
+    source::swap(config::load(path).map(Loaded::unversioned), config)
 }
 
 /// A running watcher; dropping it stops watching.
@@ -105,12 +48,12 @@ pub struct Reloader {
     task: tokio::task::JoinHandle<()>,
     /// What the reloads did, recorded by the task; read by the HTTP endpoints and the
     /// metrics.
-    status: Arc<ReloadHistory>,
+    status: Arc<History>,
 }
 
 impl Reloader {
     /// What the reloader has done so far.
-    pub fn status(&self) -> &Arc<ReloadHistory> {
+    pub fn status(&self) -> &Arc<History> {
         &self.status
     }
 }
@@ -122,11 +65,16 @@ impl Drop for Reloader {
 }
 
 /// Starts watching `path`; edits are applied `debounce` after the last event that
-/// concerns the config (see [`paths`]).
+/// concerns the config (see [`paths`]) and recorded in `status`.
 ///
 /// # Errors
 /// The watcher could not be set up.
-pub fn spawn(path: PathBuf, config: SharedConfig, debounce: Duration) -> notify::Result<Reloader> {
+pub fn spawn(
+    path: PathBuf,
+    config: SharedConfig,
+    status: Arc<History>,
+    debounce: Duration,
+) -> notify::Result<Reloader> {
     let (tx, mut rx) = mpsc::channel::<()>(1);
     let interest = Arc::new(Mutex::new(Interest::default()));
     let events_interest = interest.clone();
@@ -147,17 +95,15 @@ pub fn spawn(path: PathBuf, config: SharedConfig, debounce: Duration) -> notify:
         }
     })?;
     watch(&mut debouncer, &path, &interest)?;
-    let status = Arc::new(ReloadHistory::default());
     let task_status = status.clone();
     let task = tokio::spawn(async move {
         while rx.recv().await.is_some() {
             let (p, c) = (path.clone(), config.clone());
-            if let Ok(outcome) = tokio::task::spawn_blocking(move || reload_once(&p, &c)).await {
-                let new_problem = task_status.record(&outcome);
-                if let (Outcome::Rejected(text), true) = (&outcome, new_problem) {
-                    error!("config reload rejected, the running config stays in force:\n{text}");
-                }
-            }
+            let history = task_status.clone();
+            let load =
+                move || source::apply(config::load(&p).map(Loaded::unversioned), &c, &history);
+            // A panic in the parser is the parser's bug; the next event tries again.
+            let _ = tokio::task::spawn_blocking(load).await;
             if let Err(e) = watch(&mut debouncer, &path, &interest) {
                 warn!("cannot watch {}: {e}", path.display());
             }

@@ -33,12 +33,14 @@ pub(super) async fn set_grpc_health(reporter: &HealthReporter, serving: bool) {
     }
 }
 
-/// Every 250 ms: gRPC health follows the store (`NOT_SERVING` while nothing can answer)
-/// and the drain (`health`); every second, the store's upkeep. Runs until aborted.
+/// Every 250 ms: gRPC health follows the store (`NOT_SERVING` while nothing can answer),
+/// the config (`NOT_SERVING` while `config_ready` says no) and the drain (`health`);
+/// every second, the store's upkeep. Runs until aborted.
 pub(super) fn spawn_maintenance(
     store: Store,
     reporter: HealthReporter,
     health: Health,
+    config_ready: impl Fn() -> bool + Send + 'static,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(250));
@@ -48,7 +50,7 @@ pub(super) fn spawn_maintenance(
             if round % 4 == 0 {
                 store.maintain();
             }
-            let now = store.serving() && health.healthy();
+            let now = store.serving() && health.healthy() && config_ready();
             if now != serving {
                 serving = now;
                 set_grpc_health(&reporter, serving).await;

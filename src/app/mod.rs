@@ -6,12 +6,14 @@
 //! - `settings`: [`Settings`], what a server needs, with the command line's defaults.
 //! - `build`: [`build_service`], config and store → the service (also `meshlimit explain`).
 //! - `serve`: [`serve`], the servers, reload and the drain.
-//! - `health`: gRPC health following the store and the drain.
+//! - `health`: gRPC health following the store, the config and the drain.
+//! - `source`: the first config and the task following its source.
 
 mod build;
 mod health;
 mod serve;
 mod settings;
+mod source;
 
 pub use build::build_service;
 pub use serve::{Listeners, serve};
@@ -28,6 +30,10 @@ pub enum Error {
     /// The initial config is invalid: every problem found in it.
     #[error("invalid config:\n{}", render_errors(.0))]
     Config(Vec<ConfigError>),
+    /// The config source cannot be read at startup (PostgreSQL or the control plane
+    /// unreachable): why.
+    #[error("cannot read the config:\n{}", render_errors(.0))]
+    Unreachable(Vec<ConfigError>),
     /// The config path cannot be watched.
     #[error("cannot watch the config: {0}")]
     Watch(#[from] notify::Error),

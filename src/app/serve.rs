@@ -10,13 +10,16 @@ use tokio::task::JoinHandle;
 use tracing::info;
 
 use super::health::{set_grpc_health, spawn_maintenance};
+use super::source::start_source;
 use super::{Error, Settings, build_service};
 use crate::admin_token::AdminToken;
+use crate::config::Config;
 use crate::grpc::Rls;
 use crate::http::{self, Health};
 use crate::net::{self, ConnectionOptions, Connections, Protocols, TlsFiles, TlsSource};
 use crate::rlqs::service::Drain;
 use crate::rlqs::{QuotaService, Registry};
+use crate::source::History;
 
 /// The sockets a server answers on, bound by the caller.
 #[derive(Debug)]
@@ -57,22 +60,36 @@ pub async fn serve(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    let service = build_service(&settings)?;
+    let history = Arc::new(History::new(
+        settings.config.kind(),
+        settings.config.describe(),
+    ));
+    let service = build_service(&settings, Config::default())?;
+    let follower = start_source(&settings, service.config(), &history).await?;
     let metrics = service.metrics().expect("build_service counts").clone();
     let admin_token = match &settings.admin_token_file {
         Some(path) => Some(AdminToken::load(path)?),
         None => None,
     };
-    let reloader = crate::reload::spawn(
-        settings.config.clone(),
-        service.config().clone(),
-        settings.reload_debounce,
-    )?;
-    metrics.follow_reloads(reloader.status().clone());
+    metrics.follow_source(history.clone());
     let health = Health::new();
     let (reporter, health_service) = tonic_health::server::health_reporter();
-    set_grpc_health(&reporter, true).await;
-    let maintenance = spawn_maintenance(service.store().clone(), reporter.clone(), health.clone());
+    set_grpc_health(
+        &reporter,
+        !settings.unhealthy_without_config || history.loaded(),
+    )
+    .await;
+    let config_ready = {
+        let history = history.clone();
+        let required = settings.unhealthy_without_config;
+        move || !required || history.loaded()
+    };
+    let maintenance = spawn_maintenance(
+        service.store().clone(),
+        reporter.clone(),
+        health.clone(),
+        config_ready,
+    );
 
     let connections = Connections::new(
         settings
@@ -99,9 +116,9 @@ pub async fn serve(
     let operator = http::Operator {
         health: health.clone(),
         service: service.clone(),
-        reload: reloader.status().clone(),
+        source: history.clone(),
+        unhealthy_without_config: settings.unhealthy_without_config,
         metrics,
-        config_path: settings.config.clone(),
         metrics_path: settings.metrics_path.clone(),
         admin_token: admin_token.clone(),
         quotas: quotas.clone(),
@@ -121,7 +138,7 @@ pub async fn serve(
         http = %listeners.http.local_addr()?,
         also_http = %also.join(","),
         metrics = %metrics_addr,
-        config = %settings.config.display(),
+        config = %settings.config.describe(),
         max_connections = connections.max(),
         grpc_tls = grpc_tls.is_some(),
         http_tls = http_tls.is_some(),
@@ -193,6 +210,7 @@ pub async fn serve(
     ))
     .await;
     maintenance.abort();
+    drop(follower);
     quota_refresh.abort();
     if let Some(watch) = token_watch {
         watch.abort();

@@ -10,13 +10,21 @@ use crate::grpc::HeaderNames;
 use crate::net::TlsFiles;
 use crate::request_limits::RequestLimits;
 use crate::rules::Algorithm;
+use crate::source::ConfigSource;
 use crate::store::redis::RedisOptions;
 
 /// What `meshlimit serve` needs, whatever it was parsed from.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Descriptor file or directory; watched, and reloaded when a valid edit lands.
-    pub config: PathBuf,
+    /// Where the config comes from; followed, and swapped when a valid change lands.
+    pub config: ConfigSource,
+    /// Serve an empty config (every request OK) until the source's first snapshot loads,
+    /// instead of waiting for it or refusing to start (the Go server's
+    /// `FORCE_START_WITHOUT_INITIAL_CONFIG`).
+    pub start_without_config: bool,
+    /// Health checks fail until a config from the source is in force (the Go server's
+    /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`); matters with `start_without_config`.
+    pub unhealthy_without_config: bool,
     /// Algorithm for rules that do not name one.
     pub algorithm: Algorithm,
     /// Upper bound on buckets held by the embedded store, so that a flood of distinct
@@ -83,11 +91,18 @@ pub struct Settings {
 
 impl Settings {
     /// The command line's defaults ([`crate::defaults`]) for everything but the config
-    /// path: the embedded store, no TLS, no admin token, the command line's drain delay
+    /// path (a file or directory): the embedded store, no TLS, no admin token, the command line's drain delay
     /// (tests that stop servers often set [`Settings::drain_delay`] to zero).
     pub fn new(config: impl Into<PathBuf>) -> Self {
+        Self::from_source(ConfigSource::File(config.into()))
+    }
+
+    /// [`Settings::new`] for any config source.
+    pub fn from_source(config: ConfigSource) -> Self {
         Self {
-            config: config.into(),
+            config,
+            start_without_config: false,
+            unhealthy_without_config: false,
             algorithm: defaults::ALGORITHM,
             max_buckets: defaults::MAX_BUCKETS,
             reload_debounce: defaults::RELOAD_DEBOUNCE,

@@ -1,9 +1,9 @@
 //! `meshlimit explain`: how a request would be decided, without a running server.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::fail;
+use super::source::SourceArgs;
 use super::values::AlgorithmArg;
 use crate::app::{self, Settings};
 use crate::defaults;
@@ -12,9 +12,9 @@ use crate::store::redis::RedisOptions;
 /// The flags of `meshlimit explain`; each field's comment is its `--help` text.
 #[derive(Debug, clap::Args)]
 pub struct ExplainArgs {
-    /// Descriptor file, or directory of *.yaml / *.yml files.
-    #[arg(long, env = "MESHLIMIT_CONFIG")]
-    config: PathBuf,
+    /// Where the config comes from.
+    #[command(flatten)]
+    source: SourceArgs,
     /// The request's domain.
     #[arg(long)]
     domain: String,
@@ -38,10 +38,17 @@ impl ExplainArgs {
     /// Prints the explanation; without `--redis-url`, says that the state shown is not
     /// the real one.
     pub async fn run(self) -> ExitCode {
-        let mut settings = Settings::new(self.config);
+        let Some(source) = self.source.source() else {
+            return fail("explain needs --config PATH_OR_URL or --xds-server ADDRESS");
+        };
+        let config = match source.load().await {
+            Ok(loaded) => loaded.config,
+            Err(errors) => return fail(app::Error::Config(errors)),
+        };
+        let mut settings = Settings::from_source(source);
         settings.algorithm = self.algorithm.into();
         settings.redis = self.redis_url.map(RedisOptions::new);
-        let service = match app::build_service(&settings) {
+        let service = match app::build_service(&settings, config) {
             Ok(service) => service,
             Err(e) => return fail(e),
         };

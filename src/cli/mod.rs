@@ -1,4 +1,4 @@
-//! The `meshlimit` command line: `serve`, `validate` and `explain`, their flags and what
+//! The `meshlimit` command line: `serve`, `validate`, `explain` and `db init`, their flags and what
 //! each command does. `main` only parses, starts logging and dispatches.
 //!
 //! Without a command it serves, configured by envoyproxy/ratelimit's environment variables
@@ -8,18 +8,19 @@
 mod explain;
 mod serve;
 mod settings;
+mod source;
 mod validate;
 mod values;
 
 use std::ffi::OsString;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub use explain::ExplainArgs;
 pub use serve::Serve;
-pub use validate::validate;
+pub use source::SourceArgs;
+pub use validate::{db_init, validate};
 
 /// `meshlimit`: one of its commands.
 #[derive(Debug, Parser)]
@@ -39,16 +40,24 @@ pub struct Cli {
 pub enum Command {
     /// Serve envoy.service.ratelimit.v3.RateLimitService.
     Serve(Box<Serve>),
-    /// Check descriptor files offline; exits non-zero on any problem.
-    Validate {
-        /// Descriptor file, or directory of *.yaml / *.yml files.
-        #[arg(long, env = "MESHLIMIT_CONFIG")]
-        config: PathBuf,
-    },
+    /// Check a config (descriptor files, PostgreSQL rows, or an xDS control plane's
+    /// snapshot) without serving; exits non-zero on any problem.
+    Validate(Box<SourceArgs>),
     /// Show how a request would be decided: which rule each descriptor matches and why
     /// (or where the walk stops), its bucket and, with --redis-url, the bucket's state in
     /// Redis. Consumes nothing.
     Explain(ExplainArgs),
+    /// Set up a PostgreSQL config source.
+    #[command(subcommand)]
+    Db(DbCommand),
+}
+
+/// `meshlimit db`: what it does to PostgreSQL.
+#[derive(Debug, Subcommand)]
+pub enum DbCommand {
+    /// Create the config table and the trigger that notifies meshlimit of every insert,
+    /// update and delete, so that a plain UPDATE is enough; safe to run twice.
+    Init(Box<SourceArgs>),
 }
 
 impl Cli {

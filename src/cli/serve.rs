@@ -4,21 +4,32 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use super::source::SourceArgs;
 use super::values::{
     AlgorithmArg, FailureArg, LogFormat, RateLimitHeadersArg, StoreKind, UnmatchedArg,
     at_least_one, metrics_path, millis, ratio,
 };
 use crate::app::{self, Listeners};
+use crate::source::ConfigSource;
 use crate::{defaults, gocompat};
 
 /// The flags of `meshlimit serve`; each field's comment is its `--help` text.
 #[derive(Debug, clap::Args)]
 pub struct Serve {
-    /// Descriptor file, or directory of *.yaml / *.yml files (watched for edits).
-    /// Default: the Go server's RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY,
+    /// Where the config comes from. Without --config or --xds-server: the Go server's
+    /// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY,
     /// /srv/runtime_data/current/config.
-    #[arg(long, env = "MESHLIMIT_CONFIG")]
-    pub(crate) config: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) source: SourceArgs,
+    /// Serve an empty config (every request allowed) until the source's first config
+    /// loads, instead of waiting for it (xDS) or refusing to start (a file or PostgreSQL
+    /// that cannot be read or is invalid).
+    #[arg(long, env = "MESHLIMIT_START_WITHOUT_CONFIG")]
+    pub(crate) start_without_config: bool,
+    /// Health checks fail until a config from the source is in force (with
+    /// --start-without-config).
+    #[arg(long, env = "MESHLIMIT_UNHEALTHY_WITHOUT_CONFIG")]
+    pub(crate) unhealthy_without_config: bool,
     /// gRPC listen address (RateLimitService and grpc.health.v1.Health).
     #[arg(long, env = "MESHLIMIT_GRPC_ADDR", default_value_t = defaults::GRPC_ADDR)]
     pub(crate) grpc_addr: SocketAddr,
@@ -221,13 +232,13 @@ impl Serve {
     /// server's variables point, an address that cannot be bound, or what [`app::serve`]
     /// fails with.
     pub async fn run(
-        mut self,
+        self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), Box<dyn std::error::Error>> {
         self.check_header_names()?;
-        let config = match self.config.take() {
-            Some(path) => path,
-            None => runtime_config()?,
+        let config = match self.source.source() {
+            Some(source) => source,
+            None => ConfigSource::File(runtime_config()?),
         };
         let (grpc_addr, http_addr) = (self.grpc_addr, self.http_addr);
         let (debug_addr, metrics_addr) = (self.debug_addr, self.metrics_addr);

@@ -1,7 +1,6 @@
 //! The `serve` flags as [`Settings`]: milliseconds as durations, 0 as "never", the store
 //! and TLS flags as their option structs.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use super::serve::Serve;
@@ -10,12 +9,15 @@ use crate::app::Settings;
 use crate::grpc::{HeaderNames, LIMIT_FIELD, POLICY_FIELD};
 use crate::net::TlsFiles;
 use crate::request_limits::RequestLimits;
+use crate::source::ConfigSource;
 use crate::store::redis::RedisOptions;
 
 impl Serve {
     /// The settings these flags ask for, serving `config`.
-    pub(super) fn into_settings(self, config: PathBuf) -> Settings {
+    pub(super) fn into_settings(self, config: ConfigSource) -> Settings {
         Settings {
+            start_without_config: self.start_without_config,
+            unhealthy_without_config: self.unhealthy_without_config,
             algorithm: self.algorithm.into(),
             max_buckets: self.max_buckets,
             reload_debounce: Duration::from_millis(self.reload_debounce_ms),
@@ -62,7 +64,7 @@ impl Serve {
             max_metric_values: self.max_metric_values,
             rlqs_unmatched: self.rlqs_unmatched.into(),
             rlqs_assignment_ttl: Duration::from_millis(self.rlqs_assignment_ttl_ms),
-            ..Settings::new(config)
+            ..Settings::from_source(config)
         }
     }
 
@@ -129,7 +131,7 @@ mod tests {
     // Settings has no PartialEq (TLS sources, Redis options); Debug shows every field.
     #[test]
     fn the_flags_defaults_are_the_settings_defaults() {
-        let from_flags = serve(&[]).into_settings("c.yaml".into());
+        let from_flags = serve(&[]).into_settings(ConfigSource::File("c.yaml".into()));
         assert_eq!(
             format!("{from_flags:?}"),
             format!("{:?}", Settings::new("c.yaml"))
@@ -138,7 +140,8 @@ mod tests {
 
     #[test]
     fn ratelimit_headers_draft_turns_the_draft_fields_on() {
-        let settings = |args: &[&str]| serve(args).into_settings("c.yaml".into());
+        let settings =
+            |args: &[&str]| serve(args).into_settings(ConfigSource::File("c.yaml".into()));
         assert!(!settings(&[]).draft_headers);
         assert!(!settings(&["--ratelimit-headers", "off"]).draft_headers);
         let both = settings(&["--ratelimit-headers", "draft", "--response-headers"]);

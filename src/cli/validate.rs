@@ -1,20 +1,25 @@
-//! `meshlimit validate`: load descriptor files as `serve` would, and say what is wrong.
+//! `meshlimit validate`: load a config as `serve` would, and say what is wrong; and
+//! `meshlimit db init`, which prepares a PostgreSQL source.
 
-use std::path::Path;
 use std::process::ExitCode;
 
-use crate::config;
+use super::fail;
+use super::source::SourceArgs;
+use crate::source::postgres;
 
-/// Loads `path`; prints a one-line summary, or every problem and their count to stderr
-/// (then exits non-zero).
-pub fn validate(path: &Path) -> ExitCode {
-    match config::load(path) {
-        Ok(config) => {
-            let rules = config.rules().len();
+/// Loads the config `args` name; prints a one-line summary, or every problem and their
+/// count to stderr (then exits non-zero).
+pub async fn validate(args: &SourceArgs) -> ExitCode {
+    let Some(source) = args.source() else {
+        return fail("validate needs --config PATH_OR_URL or --xds-server ADDRESS");
+    };
+    let name = source.describe();
+    match source.load().await {
+        Ok(loaded) => {
+            let rules = loaded.config.rules().len();
             println!(
-                "{}: OK ({} domains, {rules} rules)",
-                path.display(),
-                config.domains().len()
+                "{name}: OK ({} domains, {rules} rules)",
+                loaded.config.domains().len()
             );
             ExitCode::SUCCESS
         }
@@ -22,8 +27,28 @@ pub fn validate(path: &Path) -> ExitCode {
             for e in &errors {
                 eprintln!("{e}");
             }
-            eprintln!("{}: {} problem(s)", path.display(), errors.len());
+            eprintln!("{name}: {} problem(s)", errors.len());
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Creates the PostgreSQL table and trigger `args` name (see [`postgres::init`]).
+pub async fn db_init(args: &SourceArgs) -> ExitCode {
+    let Some(url) = args.config.as_deref().filter(|_| args.is_postgres()) else {
+        return fail("db init needs --config postgres://...");
+    };
+    let options = args.postgres(url);
+    match postgres::init(&options).await {
+        Ok(()) => {
+            println!(
+                "{}: table {} and its NOTIFY trigger on channel {} are ready",
+                options.describe(),
+                options.table,
+                options.channel
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
     }
 }

@@ -17,7 +17,8 @@
 //! - `ratelimit_service_global_shadow_mode`: requests over their limits that global shadow
 //!   mode (`--shadow-mode`) answered OK;
 //! - `ratelimit_service_config_load_success` (the initial load and every reload that swapped
-//!   in a new config) and `ratelimit_service_config_load_error` (rejected reloads);
+//!   in a new config) and `ratelimit_service_config_load_error` (rejected reloads), with
+//!   meshlimit's `meshlimit_config_*` about the source (see [`source`]);
 //! - `ratelimit_service_rate_limit_domain_not_found{domain}`: descriptors of requests to a
 //!   domain the config does not have (Go's `ratelimit.service.rate_limit.<domain>.domain_not_found`,
 //!   which its mapping leaves unmapped; see [`domains`]).
@@ -80,6 +81,7 @@ mod limits;
 mod render;
 mod rlqs;
 mod rules;
+mod source;
 mod text;
 mod value_to_metric;
 
@@ -97,7 +99,7 @@ use crate::config::Config;
 use crate::config::SharedConfig;
 use crate::defaults;
 use crate::error::RequestError;
-use crate::reload::ReloadHistory;
+use crate::source::History;
 use crate::store::Store;
 pub use detailed::OVERFLOW_VALUE;
 use detailed::Series;
@@ -130,8 +132,8 @@ pub struct Metrics {
     global_shadow: AtomicU64,
     /// Latency of store calls.
     store_latency: Histogram,
-    /// The reloader's counts, once [`Metrics::follow_reloads`] was called.
-    reloads: Mutex<Option<Arc<ReloadHistory>>>,
+    /// What the config source did, once [`Metrics::follow_source`] was called.
+    source: Mutex<Option<Arc<History>>>,
     /// Every per-rule series. A `parking_lot` mutex: taken to build a rule table, for
     /// detailed-metric hits and by scrapes, never by the other hits.
     series: Mutex<Series>,
@@ -175,7 +177,7 @@ impl Metrics {
             store_errors: AtomicU64::new(0),
             global_shadow: AtomicU64::new(0),
             store_latency: Histogram::default(),
-            reloads: Mutex::new(None),
+            source: Mutex::new(None),
             series,
             table: ArcSwap::from_pointee(table),
             rebuilding: Mutex::new(()),
@@ -197,10 +199,11 @@ impl Metrics {
         self.near_limit_ratio.store(ratio.to_bits(), Relaxed);
     }
 
-    /// Counts reloads from the reloader's `status` from now on: applied ones as
-    /// `config_load_success`, rejected ones as `config_load_error`.
-    pub fn follow_reloads(&self, status: Arc<ReloadHistory>) {
-        *self.reloads.lock() = Some(status);
+    /// Reports the config source's `history` from now on: loads as
+    /// `config_load_success`, rejected ones as `config_load_error`, and the source, its
+    /// version, last change and whether the last attempt failed (see [`source`]).
+    pub fn follow_source(&self, history: Arc<History>) {
+        *self.source.lock() = Some(history);
     }
 
     /// Shows the servers' connection counters (open, refused, closed as idle, ...) from

@@ -74,25 +74,7 @@ impl Metrics {
         );
         sample(out, name, [], self.global_shadow.load(Relaxed));
 
-        let (applied, rejected) = self.reloads.lock().as_ref().map_or((0, 0), |s| {
-            (s.applied.load(Relaxed), s.rejected.load(Relaxed))
-        });
-        let name = "ratelimit_service_config_load_success";
-        family(
-            out,
-            name,
-            "counter",
-            "Configs loaded: the initial one and every reload swapped in.",
-        );
-        sample(out, name, [], 1 + applied);
-        let name = "ratelimit_service_config_load_error";
-        family(
-            out,
-            name,
-            "counter",
-            "Reloads rejected for problems in the config files.",
-        );
-        sample(out, name, [], rejected);
+        super::source::render(out, self.source.lock().as_deref());
         let name = "meshlimit_config_rules";
         family(
             out,

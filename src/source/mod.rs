@@ -1,0 +1,97 @@
+//! Where the config comes from: descriptor files, PostgreSQL rows (LISTEN/NOTIFY) or an
+//! xDS control plane (state of the world over ADS). One source at a time.
+//!
+//! Every source feeds one pipeline: a full snapshot of the config → the validation of
+//! [`crate::config`] → [`apply`], which swaps it in atomically or keeps the last good
+//! config and records why. Bucket identity does not depend on the config, so unchanged
+//! rules keep their counters whatever the source.
+//!
+//! - `apply`: [`apply`], one snapshot into the running config and the [`History`].
+//! - `history`: [`History`], what the source has done, for `/rlconfig` and the metrics.
+//! - `postgres`: rows of a table, reloaded on NOTIFY; `meshlimit db init`.
+//! - `xds`: the ADS client.
+
+mod apply;
+mod history;
+pub mod postgres;
+pub mod xds;
+
+use std::path::PathBuf;
+
+pub use apply::{Loaded, Outcome, apply, swap};
+pub use history::History;
+
+use crate::config::{self, Config};
+use crate::error::ConfigError;
+
+/// One config source, as `--config` (and the xDS flags) name it.
+#[derive(Debug, Clone)]
+pub enum ConfigSource {
+    /// A descriptor file or a directory of them, watched for edits.
+    File(PathBuf),
+    /// Rows of a PostgreSQL table, one domain file each, reloaded on NOTIFY.
+    Postgres(postgres::PgOptions),
+    /// `RateLimitConfig` resources from an xDS control plane.
+    Xds(xds::XdsOptions),
+}
+
+impl ConfigSource {
+    /// `--config`'s value: a `postgres://` or `postgresql://` URL (with the table and
+    /// channel of [`postgres::PgOptions::new`]), else a path.
+    pub fn parse(config: &str) -> ConfigSource {
+        if postgres::is_url(config) {
+            ConfigSource::Postgres(postgres::PgOptions::new(config))
+        } else {
+            ConfigSource::File(PathBuf::from(config))
+        }
+    }
+
+    /// The source's kind as the metrics and `/rlconfig` name it: `file`, `postgres`, `xds`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ConfigSource::File(_) => "file",
+            ConfigSource::Postgres(_) => "postgres",
+            ConfigSource::Xds(_) => "xds",
+        }
+    }
+
+    /// Where the config comes from, in words safe to log (no password).
+    pub fn describe(&self) -> String {
+        match self {
+            ConfigSource::File(path) => path.display().to_string(),
+            ConfigSource::Postgres(options) => options.describe(),
+            ConfigSource::Xds(options) => options.describe(),
+        }
+    }
+
+    /// The config as the source holds it now, validated, for `validate`, `explain` and
+    /// the first load of `serve`; an xDS source waits for the control plane's first
+    /// snapshot (its later snapshots are [`xds::follow`]'s).
+    ///
+    /// # Errors
+    /// Every problem of the config, or why the source could not be read.
+    pub async fn load(&self) -> Result<Loaded, Vec<ConfigError>> {
+        match self {
+            ConfigSource::File(path) => {
+                let path = path.clone();
+                let loaded = tokio::task::spawn_blocking(move || config::load(&path)).await;
+                match loaded {
+                    Ok(result) => result.map(Loaded::unversioned),
+                    Err(join) => std::panic::resume_unwind(join.into_panic()),
+                }
+            }
+            ConfigSource::Postgres(options) => postgres::load(options).await,
+            ConfigSource::Xds(options) => xds::first(options).await,
+        }
+    }
+}
+
+impl Loaded {
+    /// A config whose version is its fingerprint.
+    pub fn unversioned(config: Config) -> Loaded {
+        Loaded {
+            config,
+            version: None,
+        }
+    }
+}
