@@ -6,7 +6,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use super::{Error, Settings};
-use crate::config::{SharedConfig, render_errors};
+use crate::config::SharedConfig;
 use crate::error::ConfigErrorKind;
 use crate::reload::{self, Reloader};
 use crate::source::{ConfigSource, History, postgres, xds};
@@ -46,10 +46,11 @@ pub(super) async fn start_source(
                 history.record_first(loaded.version_or_fingerprint());
                 shared.store(Arc::new(loaded.config));
             }
-            Err(errors) if settings.start_without_config => warn!(
-                "starting without a config (every request is allowed until one loads):\n{}",
-                render_errors(&errors)
-            ),
+            Err(errors) if settings.start_without_config => {
+                // Recorded (and logged) as a rejected load, so that /rlconfig shows why.
+                crate::source::apply(Err(errors), shared, history);
+                warn!("starting without a config: every request is allowed until one loads");
+            }
             Err(errors)
                 if errors
                     .iter()

@@ -161,7 +161,58 @@ fn sql_name(text: &str) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn source(args: &[&str]) -> Option<ConfigSource> {
+        let argv = ["meshlimit", "validate"].iter().chain(args);
+        match Cli::try_parse_from(argv).expect("valid flags").command {
+            Command::Validate(args) => args.source(),
+            _ => unreachable!("parsed validate"),
+        }
+    }
+
+    #[test]
+    fn the_flags_defaults_are_the_sources_defaults() {
+        let Some(ConfigSource::Xds(xds)) = source(&["--xds-server", "cp:18000"]) else {
+            panic!("--xds-server names an xDS source");
+        };
+        assert_eq!(xds, XdsOptions::new("cp:18000"));
+        let url = "postgres://u:p@db/limits";
+        let Some(ConfigSource::Postgres(pg)) = source(&["--config", url]) else {
+            panic!("a postgres URL names PostgreSQL");
+        };
+        assert_eq!(pg, PgOptions::new(url));
+        assert!(matches!(
+            source(&["--config", "config/"]),
+            Some(ConfigSource::File(_))
+        ));
+        assert!(source(&[]).is_none());
+        let both = [
+            "meshlimit",
+            "validate",
+            "--config",
+            "c",
+            "--xds-server",
+            "x",
+        ];
+        assert!(Cli::try_parse_from(both).is_err());
+    }
+
+    #[test]
+    fn any_tls_setting_asks_for_tls() {
+        let tls = |args: &[&str]| match source(args) {
+            Some(ConfigSource::Xds(xds)) => xds.tls,
+            _ => panic!("an xDS source"),
+        };
+        assert_eq!(tls(&["--xds-server", "cp:1"]), None);
+        assert!(tls(&["--xds-server", "https://cp:1"]).is_some());
+        let with_ca = tls(&["--xds-server", "cp:1", "--xds-tls-ca", "ca.pem"]).unwrap();
+        assert_eq!(with_ca.ca, Some("ca.pem".into()));
+        assert!(tls(&["--xds-server", "cp:1", "--xds-tls"]).is_some());
+    }
 
     #[test]
     fn pairs_and_names_are_checked() {

@@ -65,7 +65,7 @@ pub fn apply(
     if let (Outcome::Rejected(text), true) = (&outcome, new_problem) {
         error!(
             source = history.kind(),
-            "config rejected, the running config stays in force:\n{text}"
+            "config reload rejected, the running config stays in force:\n{text}"
         );
     }
     outcome
