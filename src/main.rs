@@ -27,7 +27,7 @@ fn main() -> ExitCode {
             Err(e) => fail(e),
         },
         Command::Explain(args) => match runtime() {
-            Ok(rt) => rt.block_on(args.run()),
+            Ok(rt) => rt.block_on((*args).run()),
             Err(e) => fail(e),
         },
         Command::Db(DbCommand::Init(args)) => match runtime() {
