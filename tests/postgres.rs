@@ -70,6 +70,16 @@ async fn db_init(pg: &Postgres) {
     );
 }
 
+/// A PostgreSQL whose table holds `shop` at [`ONE_A_DAY`], and a server on it, `user=a`'s
+/// one request of the day taken.
+async fn shop_served() -> (Postgres, Meshlimit) {
+    let pg = Postgres::start();
+    table(&pg, &[("shop", ONE_A_DAY)]).await;
+    let ml = serve(&pg.url(), &[]).await;
+    assert!(one_a_day(&ml, "a").await);
+    (pg, ml)
+}
+
 /// `meshlimit serve --config <url> --log info args...`, serving.
 async fn serve(url: &str, args: &[&str]) -> Meshlimit {
     let mut argv = process::serve_on_loopback(url, &["--log", "info"]);
@@ -176,10 +186,7 @@ async fn db_init_twice_then_a_row_goes_live_within_two_seconds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_row_keeps_the_last_good_config_and_says_why() {
-    let pg = Postgres::start();
-    table(&pg, &[("shop", ONE_A_DAY)]).await;
-    let ml = serve(&pg.url(), &[]).await;
-    assert!(one_a_day(&ml, "a").await);
+    let (pg, ml) = shop_served().await;
     assert!(rlconfig(&ml).await.contains("# last reload error: none"));
 
     pg.put(TABLE, "shop", BAD_KEY).await;
@@ -206,10 +213,7 @@ async fn an_invalid_row_keeps_the_last_good_config_and_says_why() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_restarted_changes_made_while_away_are_picked_up() {
-    let pg = Postgres::start();
-    table(&pg, &[("shop", ONE_A_DAY)]).await;
-    let ml = serve(&pg.url(), &[]).await;
-    assert!(one_a_day(&ml, "a").await);
+    let (pg, ml) = shop_served().await;
 
     // PostgreSQL goes away: the outage is noticed and shown, serving goes on.
     pg.stop();
@@ -413,4 +417,45 @@ async fn a_row_must_hold_the_domain_it_is_filed_under() {
     last_load_failed(&ml, 1, 10).await;
     assert!(rlconfig(&ml).await.contains(expected));
     ml.terminate().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_by_sslmode() {
+    let pg = Postgres::start_tls_only();
+    pg.sql(&format!(
+        "CREATE TABLE {TABLE} (domain text PRIMARY KEY, config text NOT NULL)"
+    ))
+    .await;
+    pg.put(TABLE, "shop", ONE_A_DAY).await;
+    let url = |mode: &str| {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/postgres?sslmode={mode}",
+            pg.port
+        )
+    };
+    let validate = |mode: &str, ca: Option<&std::path::Path>| {
+        let mut command = process::command(&["validate", "--config", &url(mode)]);
+        if let Some(ca) = ca {
+            command.env("SSL_CERT_FILE", ca);
+        }
+        async move {
+            let out = command.output().await.expect("running meshlimit");
+            let (stdout, stderr) = output(&out);
+            (out.status.success(), format!("{stdout}{stderr}"))
+        }
+    };
+    // The server takes TLS only: without it, refused.
+    let (ok, text) = validate("disable", None).await;
+    assert!(!ok && text.contains("no encryption"), "{text}");
+    // prefer: TLS, the certificate not verified (libpq's prefer).
+    let (ok, text) = validate("prefer", None).await;
+    assert!(ok && text.contains("OK (1 domains, 1 rules)"), "{text}");
+    // require: the certificate must chain to a trusted root.
+    let (ok, text) = validate("require", None).await;
+    assert!(
+        !ok && text.contains("invalid peer certificate: UnknownIssuer"),
+        "{text}"
+    );
+    let (ok, text) = validate("require", Some(&pg.ca())).await;
+    assert!(ok && text.contains("OK (1 domains, 1 rules)"), "{text}");
 }

@@ -83,13 +83,111 @@ impl Postgres {
         pg
     }
 
+    /// Creates a cluster that takes TCP connections over TLS only (`hostssl` in
+    /// pg_hba.conf), its certificate for IP 127.0.0.1 signed by a CA of its own
+    /// ([`Postgres::ca`]), and starts its server.
+    pub fn start_tls_only() -> Postgres {
+        let pg = Postgres::create();
+        let openssl = |args: &[&str]| {
+            let mut command = Command::new("openssl");
+            command.args(args).current_dir(pg.dir.path());
+            pg.run(&mut command);
+        };
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-subj",
+            "/CN=meshlimit test CA",
+        ]);
+        std::fs::write(
+            pg.dir.path().join("server.ext"),
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
+             extendedKeyUsage=serverAuth\n",
+        )
+        .expect("writing the extensions");
+        openssl(&[
+            "req",
+            "-new",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ]);
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+            "-out",
+            "server.pem",
+        ]);
+        std::fs::write(
+            pg.data().join("pg_hba.conf"),
+            "local all all trust\nhostssl all all 127.0.0.1/32 trust\n",
+        )
+        .expect("writing pg_hba.conf");
+        if is_root() {
+            pg.run(
+                Command::new("chown")
+                    .args(["-R", "postgres"])
+                    .arg(pg.dir.path()),
+            );
+        }
+        pg.run(
+            Command::new("chmod")
+                .arg("600")
+                .arg(pg.dir.path().join("server.key")),
+        );
+        let dir = pg.dir.path().display();
+        pg.start_server_with(
+            true,
+            &format!(
+                "-c ssl=on -c ssl_cert_file={dir}/server.pem -c ssl_key_file={dir}/server.key"
+            ),
+        );
+        pg
+    }
+
+    /// The CA of [`Postgres::start_tls_only`]'s certificate.
+    pub fn ca(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
     /// Starts the server (waiting until it accepts connections): on the loopback port
     /// when `tcp`, else on the unix socket only, where nothing that connects by TCP (as
     /// meshlimit does in these tests) can reach it.
     pub fn start_server(&self, tcp: bool) {
+        self.start_server_with(tcp, "");
+    }
+
+    /// [`Postgres::start_server`] with more server options (`-c name=value ...`).
+    fn start_server_with(&self, tcp: bool, more: &str) {
         let listen = if tcp { "127.0.0.1" } else { "''" };
         let options = format!(
-            "-p {} -k {} -c listen_addresses={listen} -c fsync=off",
+            "-p {} -k {} -c listen_addresses={listen} -c fsync=off {more}",
             self.port,
             self.dir.path().display()
         );
