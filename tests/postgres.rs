@@ -386,6 +386,18 @@ async fn serve_without_postgres_refuses_or_starts_without_config() {
     last_load_failed(&ml, 1, 10).await;
 
     pg.start_server(true);
+    // Up, but no table yet: still no config, and `validate` says what to do.
+    let out = process::run(&["validate", "--config", &pg.url()]).await;
+    let (stdout, stderr) = output(&out);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(
+        stderr.contains(
+            "PostgreSQL: cannot read the table: db error: ERROR: relation \"meshlimit_config\" \
+             does not exist (create it with `meshlimit db init --config <URL>`)"
+        ),
+        "{stderr}"
+    );
+    assert!(allowed(&ml, shop("a", 1)).await);
     table(&pg, &[("shop", ONE_A_DAY)]).await;
     until_one_a_day(&ml, "late", RECONNECTED).await;
     last_load_failed(&ml, 0, 10).await;
