@@ -13,6 +13,9 @@ python3 -m venv --help >/dev/null 2>&1 || need_apt+=(python3-venv)
 command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v redis-cli >/dev/null || need_apt+=(redis-tools)
 command -v redis-sentinel >/dev/null || need_apt+=(redis-sentinel)
+# A real PostgreSQL (initdb, pg_ctl) for the PostgreSQL config source's tests; no cluster
+# of the package's own is needed, the tests make theirs.
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need_apt+=(postgresql)
 # A self-signed certificate for the rediss:// test.
 command -v openssl >/dev/null || need_apt+=(openssl)
 if ((${#need_apt[@]})); then

@@ -2,6 +2,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod envoy;
+pub mod postgres;
 pub mod process;
 pub mod redis;
 

@@ -1,28 +1,44 @@
 //! Config from PostgreSQL: every row of a table holds one domain file's YAML; a change is
 //! announced with NOTIFY and the whole table is read again.
+//!
+//! - `connect`: the URL's forms, one connection and the task driving it.
+//! - `tls`: TLS by `sslmode` (see there: `prefer` does not verify, `require` does).
+//! - `rows`: rows → a validated config, each row named `postgres:<table>/<domain>`.
+//! - `snapshot`: one read of the table.
+//! - `follow`: LISTEN, reload on NOTIFY (bursts coalesced), reconnect with backoff.
+//! - `backoff`: the waits between reconnections.
+//! - `init`: `meshlimit db init`'s table and trigger.
+#![forbid(unsafe_code)]
 
+mod backoff;
+mod connect;
+mod follow;
+mod init;
 mod options;
+mod rows;
+mod snapshot;
+mod tls;
 
+pub use follow::follow;
 pub use options::{PgOptions, is_url};
 
 use super::{History, Loaded};
-use crate::config::SharedConfig;
 use crate::error::ConfigError;
+use connect::Session;
+use snapshot::unreachable;
 
 /// Reads and validates every row once.
 ///
 /// # Errors
-/// Every problem of the rows, or why PostgreSQL could not be read.
+/// Every problem of the rows, or why PostgreSQL could not be read (one error of kind
+/// [`crate::error::ConfigErrorKind::SourceUnreachable`]).
 pub async fn load(options: &PgOptions) -> Result<Loaded, Vec<ConfigError>> {
-    let _ = options;
-    unimplemented!("postgres::load")
-}
-
-/// Follows the table for ever: LISTEN, reload on each notification, reconnect (and reload)
-/// after PostgreSQL went away.
-pub async fn follow(options: PgOptions, config: SharedConfig, history: std::sync::Arc<History>) {
-    let _ = (options, config, history);
-    unimplemented!("postgres::follow")
+    let session = Session::open(options)
+        .await
+        .map_err(|why| vec![unreachable(options, &why)])?;
+    snapshot::read(&session.client, options)
+        .await
+        .map_err(|why| vec![unreachable(options, &why)])?
 }
 
 /// `meshlimit db init`: creates the table and the trigger that notifies on every change;
@@ -31,6 +47,12 @@ pub async fn follow(options: PgOptions, config: SharedConfig, history: std::sync
 /// # Errors
 /// PostgreSQL could not be reached or refused a statement.
 pub async fn init(options: &PgOptions) -> Result<(), String> {
-    let _ = options;
-    unimplemented!("postgres::init")
+    let session = Session::open(options)
+        .await
+        .map_err(|why| format!("{}: {why}", options.describe()))?;
+    session
+        .client
+        .batch_execute(&init::statements(options))
+        .await
+        .map_err(|e| format!("{}: {}", options.describe(), connect::describe(&e)))
 }
