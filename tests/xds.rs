@@ -112,7 +112,10 @@ async fn the_first_snapshot_is_enforced_and_acked_with_the_node() {
     assert_eq!(text("zone"), "Some(StringValue(\"a\"))");
     assert_eq!(text("team"), "Some(StringValue(\"rl\"))");
     let ack = ads.wait_for("ACK of v1", |s| s.is_ack_of("v1")).await;
-    assert_eq!(ads.nonces_of("v1"), [ack.response_nonce.clone()]);
+    assert_eq!(
+        ads.nonces_of("v1"),
+        std::slice::from_ref(&ack.response_nonce)
+    );
     assert_eq!(ack.node.map(|n| n.id).as_deref(), Some("ml-test"));
 
     let rlconfig = http_get(ml.http, "/rlconfig").await.1;
@@ -157,7 +160,10 @@ async fn an_invalid_update_is_nacked_and_the_last_good_limits_stay() {
         nack.version_info, "v1",
         "a NACK names the version still held"
     );
-    assert_eq!(ads.nonces_of("v2"), [nack.response_nonce.clone()]);
+    assert_eq!(
+        ads.nonces_of("v2"),
+        std::slice::from_ref(&nack.response_nonce)
+    );
     let detail = nack.error_detail.unwrap();
     assert_eq!(detail.code, 3, "INVALID_ARGUMENT");
     assert_eq!(

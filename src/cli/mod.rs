@@ -46,7 +46,7 @@ pub enum Command {
     /// Show how a request would be decided: which rule each descriptor matches and why
     /// (or where the walk stops), its bucket and, with --redis-url, the bucket's state in
     /// Redis. Consumes nothing.
-    Explain(ExplainArgs),
+    Explain(Box<ExplainArgs>),
     /// Set up a PostgreSQL config source.
     #[command(subcommand)]
     Db(DbCommand),
