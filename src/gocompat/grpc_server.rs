@@ -107,7 +107,8 @@ pub(crate) fn translate(
     Ok(out)
 }
 
-fn millis(name: &str, value: &str) -> Result<u64, String> {
+/// `value`, a Go duration, in milliseconds; the error names the variable `name`.
+pub(super) fn millis(name: &str, value: &str) -> Result<u64, String> {
     let duration = go_duration::parse(value).map_err(|e| format!("{name}: {e}"))?;
     Ok(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
 }

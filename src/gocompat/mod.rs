@@ -13,6 +13,7 @@ mod redis_url;
 #[cfg(test)]
 mod tests;
 mod unsupported;
+mod xds;
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
@@ -45,7 +46,9 @@ fn parse_bool(value: &str) -> Option<bool> {
 /// a map in tests) and `names` (every variable name set, for the prefix families).
 ///
 /// # Errors
-/// A variable the Go server would also refuse: `CONFIG_TYPE` other than `FILE`, a
+/// A variable the Go server would also refuse: `CONFIG_TYPE` other than `FILE` or
+/// `GRPC_XDS_SOTW`, an xDS variable that is not what it should be (a duration, a
+/// boolean, a number, headers as `k:v`, a client certificate without its key), a
 /// `BACKEND_TYPE` of memcache, an unknown `REDIS_TYPE` or `REDIS_SOCKET_TYPE`, a
 /// duration that is not one, `GRPC_SERVER_USE_TLS=true` without a certificate and key.
 pub fn translate(
@@ -66,10 +69,13 @@ pub fn translate(
     let set = |name: &str| env.set(name);
     let ours = |name: &str| env.ours(name);
     let grpc = grpc_server::translate(&set, &ours, env.flag("GRPC_SERVER_USE_TLS"))?;
+    let xds = xds::translate(&set, &ours, names)?;
     let mut unsupported = grpc.ignored;
+    unsupported.extend(xds.ignored);
     unsupported.extend(unsupported::named(&set, names));
     let mut args = env.args;
     args.extend(grpc.args);
+    args.extend(xds.args);
     Ok(Translated { args, unsupported })
 }
 
@@ -103,12 +109,15 @@ impl<V: Fn(&str) -> Option<String>> Env<V> {
     }
 }
 
-/// Config and rate-limit backends meshlimit does not have: files and Redis only.
+/// Config and rate-limit backends meshlimit does not have: files or xDS, and Redis only.
 fn refuse_other_sources(env: &Env<impl Fn(&str) -> Option<String>>) -> Result<(), String> {
     if let Some(kind) = env.set("CONFIG_TYPE")
         && !kind.eq_ignore_ascii_case("FILE")
+        && !xds::is_xds(&|name| env.set(name))
     {
-        return Err(format!("CONFIG_TYPE={kind}: only FILE is supported"));
+        return Err(format!(
+            "CONFIG_TYPE={kind}: only FILE and GRPC_XDS_SOTW are supported"
+        ));
     }
     if let Some(backend) = env.set("BACKEND_TYPE")
         && !backend.eq_ignore_ascii_case("redis")
@@ -118,14 +127,16 @@ fn refuse_other_sources(env: &Env<impl Fn(&str) -> Option<String>>) -> Result<()
     Ok(())
 }
 
-/// `--config` from `RUNTIME_*`; the gRPC, HTTP and debug addresses from `*HOST`, `*PORT`.
+/// `--config` from `RUNTIME_*` (unless the config comes from xDS); the gRPC, HTTP and
+/// debug addresses from `*HOST`, `*PORT`.
 fn addresses(env: &mut Env<impl Fn(&str) -> Option<String>>) {
     let runtime = [
         "RUNTIME_ROOT",
         "RUNTIME_SUBDIRECTORY",
         "RUNTIME_APPDIRECTORY",
     ];
-    if !env.ours("MESHLIMIT_CONFIG") && runtime.iter().any(|n| env.set(n).is_some()) {
+    let files = !xds::is_xds(&|name| env.set(name));
+    if files && !env.ours("MESHLIMIT_CONFIG") && runtime.iter().any(|n| env.set(n).is_some()) {
         let path = runtime_config_path(&|name| env.set(name));
         env.push(&["--config", &path]);
     }

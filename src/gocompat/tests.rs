@@ -153,7 +153,7 @@ fn unsupported_variables_are_named() {
     ] {
         assert!(names.contains(&name), "{name} in {names:?}");
     }
-    assert!(run(&[("CONFIG_TYPE", "GRPC_XDS_SOTW")]).is_err());
+    assert!(run(&[("CONFIG_TYPE", "GRPC_XDS_DELTA")]).is_err());
     assert!(run(&[("BACKEND_TYPE", "memcache")]).is_err());
 }
 
@@ -184,4 +184,125 @@ fn grpc_tls_and_connection_ages() {
     assert_eq!(ignored.unsupported.len(), 1);
     assert!(run(&[("GRPC_SERVER_USE_TLS", "true")]).is_err());
     assert!(run(&[("GRPC_MAX_CONNECTION_AGE", "1 day")]).is_err());
+}
+
+#[test]
+fn xds_source_and_its_settings() {
+    assert_eq!(
+        args(&[("CONFIG_TYPE", "GRPC_XDS_SOTW")]),
+        "--xds-server localhost:18000"
+    );
+    assert_eq!(
+        args(&[
+            ("CONFIG_TYPE", "grpc_xds_sotw"),
+            ("RUNTIME_ROOT", "/ignored"),
+            ("CONFIG_GRPC_XDS_SERVER_URL", "cp:18001"),
+            ("CONFIG_GRPC_XDS_NODE_ID", "rl-1"),
+            ("CONFIG_GRPC_XDS_NODE_METADATA", "zone=a,bare,team=x=y"),
+            (
+                "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+                "x-token:abc, x-b:c:d"
+            ),
+            ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "250ms"),
+            ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "2s"),
+            ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.25"),
+            ("XDS_CLIENT_BACKOFF_JITTER", "false"),
+            ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "1048576"),
+            ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+            ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true"),
+        ]),
+        "--start-without-config --unhealthy-without-config --xds-server cp:18001 \
+         --xds-node-id rl-1 --xds-node-metadata zone=a,team=x=y \
+         --xds-headers x-token=abc,x-b=c:d --xds-backoff-initial-ms 250 \
+         --xds-backoff-max-ms 2000 --xds-backoff-random-factor 0.25 \
+         --xds-backoff-jitter false --xds-max-msg-bytes 1048576"
+    );
+    // The connect retry interval is the first wait when the backoff's is not set.
+    assert_eq!(
+        args(&[
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "3s"),
+        ]),
+        "--xds-server localhost:18000 --xds-backoff-initial-ms 3000"
+    );
+    for bad in [
+        ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "10"),
+        ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "2"),
+        ("XDS_CLIENT_BACKOFF_JITTER", "maybe"),
+        ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "4MB"),
+        ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "novalue"),
+    ] {
+        assert!(
+            run(&[("CONFIG_TYPE", "GRPC_XDS_SOTW"), bad]).is_err(),
+            "{bad:?}"
+        );
+    }
+}
+
+#[test]
+fn xds_tls_only_with_use_tls() {
+    assert_eq!(
+        args(&[
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_SERVER_URL", "cp:443"),
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/tls/ca.pem"),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/tls/c.pem"),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/tls/c.key"),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "cp.mesh"),
+        ]),
+        "--xds-server cp:443 --xds-tls --xds-tls-ca /tls/ca.pem --xds-tls-cert /tls/c.pem \
+         --xds-tls-key /tls/c.key --xds-tls-san cp.mesh"
+    );
+    let without = run(&[
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+        ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/tls/ca.pem"),
+    ])
+    .unwrap();
+    assert_eq!(without.args.join(" "), "--xds-server localhost:18000");
+    assert_eq!(without.unsupported.len(), 1, "{:?}", without.unsupported);
+    assert!(
+        run(&[
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/tls/c.pem"),
+        ])
+        .is_err()
+    );
+}
+
+#[test]
+fn xds_variables_yield_to_ours_and_to_files() {
+    assert_eq!(
+        args(&[
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_SERVER_URL", "cp:1"),
+            ("MESHLIMIT_XDS_SERVER", "cp:2"),
+            ("CONFIG_GRPC_XDS_NODE_ID", "go"),
+            ("MESHLIMIT_XDS_NODE_ID", "ours"),
+            ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+            ("MESHLIMIT_START_WITHOUT_CONFIG", "false"),
+        ]),
+        ""
+    );
+    // meshlimit's own --config wins over the whole xDS source.
+    assert_eq!(
+        args(&[("CONFIG_TYPE", "GRPC_XDS_SOTW"), ("MESHLIMIT_CONFIG", "/c")]),
+        ""
+    );
+    // Without CONFIG_TYPE=GRPC_XDS_SOTW the xDS variables are ignored, and said to be.
+    let files = run(&[
+        ("CONFIG_GRPC_XDS_NODE_ID", "x"),
+        ("XDS_CLIENT_BACKOFF_JITTER", "false"),
+        ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+    ])
+    .unwrap();
+    assert_eq!(files.args.join(" "), "--start-without-config");
+    assert_eq!(files.unsupported.len(), 2, "{:?}", files.unsupported);
+    assert!(
+        files
+            .unsupported
+            .iter()
+            .all(|u| u.contains("CONFIG_TYPE=GRPC_XDS_SOTW"))
+    );
 }

@@ -47,11 +47,6 @@ const UNSUPPORTED: &[(&str, Option<bool>, &str)] = &[
         Some(true),
         "a domain in two files is an error",
     ),
-    (
-        "FORCE_START_WITHOUT_INITIAL_CONFIG",
-        Some(true),
-        "meshlimit starts only with a valid config",
-    ),
     ("QUOTA_MODE", Some(true), "set quota_mode per descriptor"),
     (
         "RESPONSE_DYNAMIC_METADATA",
@@ -148,8 +143,6 @@ const UNSUPPORTED: &[(&str, Option<bool>, &str)] = &[
 
 /// Prefixes of whole families of unsupported variables.
 const UNSUPPORTED_PREFIXES: &[(&str, &str)] = &[
-    ("CONFIG_GRPC_XDS_", "config comes from files only"),
-    ("XDS_CLIENT_", "config comes from files only"),
     ("MEMCACHE_", "memcache is not supported"),
     ("REDIS_PERSECOND_", "one Redis holds every unit"),
 ];

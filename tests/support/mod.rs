@@ -1,6 +1,7 @@
 //! Shared helpers for the integration tests.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod ads;
 pub mod envoy;
 pub mod postgres;
 pub mod process;
