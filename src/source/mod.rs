@@ -7,11 +7,13 @@
 //! rules keep their counters whatever the source.
 //!
 //! - `apply`: [`apply`], one snapshot into the running config and the [`History`].
+//! - `backoff`: the waits between reconnections to PostgreSQL or the control plane.
 //! - `history`: [`History`], what the source has done, for `/rlconfig` and the metrics.
 //! - `postgres`: rows of a table, reloaded on NOTIFY; `meshlimit db init`.
 //! - `xds`: the ADS client.
 
 mod apply;
+pub mod backoff;
 mod history;
 pub mod postgres;
 pub mod xds;

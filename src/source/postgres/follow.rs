@@ -8,17 +8,25 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use super::backoff::Backoff;
 use super::connect::{Session, ident};
 use super::snapshot::{Snapshot, read, unreachable};
 use super::{History, PgOptions};
 use crate::config::SharedConfig;
+use crate::source::backoff::{Backoff, Waits};
 use crate::source::{Outcome, apply};
 
 /// After a notification, how long to wait for the rest of a burst (a transaction
 /// touching many rows, a script updating them one by one) before the one read they all
 /// ask for.
 pub(super) const COALESCE: Duration = Duration::from_millis(50);
+
+/// The waits between reconnections: 100 ms doubling to 5 s, each spread by ±25%.
+const RECONNECT: Backoff = Backoff {
+    initial: Duration::from_millis(100),
+    max: Duration::from_secs(5),
+    random_factor: 0.25,
+    jitter: true,
+};
 
 /// Whether PostgreSQL could be read, as last logged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +41,7 @@ enum Link {
 /// recorded in `history` (so `/rlconfig` and `meshlimit_config_last_load_failed` show it),
 /// once when it starts; the return once when it ends; never once per attempt.
 pub async fn follow(options: PgOptions, shared: SharedConfig, history: Arc<History>) {
-    let mut backoff = Backoff::new();
+    let mut backoff = Waits::new(RECONNECT);
     let mut link = None;
     loop {
         let why = match start(&options).await {
@@ -67,7 +75,7 @@ pub async fn follow(options: PgOptions, shared: SharedConfig, history: Arc<Histo
             history.record(&Outcome::Rejected(outage), None);
             link = Some(Link::Down);
         }
-        tokio::time::sleep(backoff.next()).await;
+        tokio::time::sleep(backoff.next_wait()).await;
     }
 }
 

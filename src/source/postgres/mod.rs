@@ -6,11 +6,9 @@
 //! - `rows`: rows → a validated config, each row named `postgres:<table>/<domain>`.
 //! - `snapshot`: one read of the table.
 //! - `follow`: LISTEN, reload on NOTIFY (bursts coalesced), reconnect with backoff.
-//! - `backoff`: the waits between reconnections.
 //! - `init`: `meshlimit db init`'s table and trigger.
 #![forbid(unsafe_code)]
 
-mod backoff;
 mod connect;
 mod follow;
 mod init;

@@ -5,22 +5,21 @@
 //! Each response is the whole config: its resources are validated as descriptor files
 //! (`resources`), then swapped in by [`crate::source::apply`] and ACKed, or NACKed with
 //! the errors while the last good config stays (`stream`). When the stream ends, the
-//! follower reconnects after a jittered exponential wait (`backoff`) over a plain or TLS
-//! connection (`channel`); serving goes on meanwhile.
+//! follower reconnects after a jittered exponential wait ([`crate::source::backoff`])
+//! over a plain or TLS connection (`channel`); serving goes on meanwhile.
 //!
-//! - `options`: [`XdsOptions`], [`XdsTls`], [`Backoff`].
+//! - `options`: [`XdsOptions`], [`XdsTls`].
 //! - `resources`: a snapshot's `RateLimitConfig`s → a validated config.
 //! - `stream`: one ADS stream: subscribe, ACK, NACK.
-//! - `backoff`: the waits between reconnections.
 //! - `channel`: the endpoint and its TLS.
 
-mod backoff;
 mod channel;
 mod options;
 mod resources;
 mod stream;
 
-pub use options::{Backoff, XdsOptions, XdsTls};
+pub use crate::source::backoff::Backoff;
+pub use options::{XdsOptions, XdsTls};
 
 use std::path::Path;
 use std::sync::Arc;
@@ -29,10 +28,10 @@ use std::time::Duration;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
 use tracing::{debug, info, warn};
 
-use super::{History, Loaded, apply};
+use super::{History, Loaded, Outcome, apply};
 use crate::config::{Config, SharedConfig, render_errors};
 use crate::error::{ConfigError, ConfigErrorKind};
-use backoff::Waits;
+use crate::source::backoff::Waits;
 use stream::Ads;
 
 /// The type URL meshlimit subscribes to.
@@ -52,15 +51,7 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Every problem of the snapshot, or why the control plane could not be reached (kind
 /// [`ConfigErrorKind::SourceUnreachable`]; no response within 15 s counts as that).
 pub async fn first(options: &XdsOptions) -> Result<Loaded, Vec<ConfigError>> {
-    let unreachable = |why: String| {
-        vec![ConfigError::new(
-            ConfigErrorKind::SourceUnreachable,
-            Path::new(&format!("xds:{}", options.server)),
-            None,
-            None,
-            why,
-        )]
-    };
+    let unreachable = |why: String| vec![unreachable(options, why)];
     let opened = async {
         let mut ads = Ads::open(options, "").await?;
         let response = ads.next().await?;
@@ -90,6 +81,18 @@ pub async fn first(options: &XdsOptions) -> Result<Loaded, Vec<ConfigError>> {
     })
 }
 
+/// The control plane could not be reached, or gave no response: why, named by its
+/// address.
+fn unreachable(options: &XdsOptions, why: String) -> ConfigError {
+    ConfigError::new(
+        ConfigErrorKind::SourceUnreachable,
+        Path::new(&format!("xds:{}", options.server)),
+        None,
+        None,
+        why,
+    )
+}
+
 /// Follows the control plane for ever: ACKs each valid snapshot after swapping it in,
 /// NACKs an invalid one (keeping the last good config), reconnects with jittered backoff.
 pub async fn follow(options: XdsOptions, config: SharedConfig, history: Arc<History>) {
@@ -117,6 +120,10 @@ pub async fn follow(options: XdsOptions, config: SharedConfig, history: Arc<Hist
                  reconnecting with backoff"
             );
             follower.reachable = Some(false);
+            // Recorded as a failed load, so that /rlconfig and
+            // meshlimit_config_last_load_failed show the outage until a snapshot loads.
+            let outage = unreachable(&options, why).to_string();
+            follower.history.record(&Outcome::Rejected(outage), None);
         } else {
             debug!(server = %options.server, ?wait, "xDS control plane still unreachable: {why}");
         }

@@ -1,9 +1,9 @@
 //! How to reach the control plane and what to tell it.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use crate::defaults;
+use crate::source::backoff::Backoff;
 
 /// An xDS config source.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,19 +35,6 @@ pub struct XdsTls {
     /// The name to check the server's certificate against, when it is not the host in
     /// `server` (`--xds-tls-san`).
     pub server_name: Option<String>,
-}
-
-/// Exponential backoff between reconnections, each wait spread at random.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Backoff {
-    /// The first wait.
-    pub initial: Duration,
-    /// The longest wait.
-    pub max: Duration,
-    /// Each wait is spread by ± this share of itself, with `jitter`.
-    pub random_factor: f64,
-    /// Whether waits are spread at all.
-    pub jitter: bool,
 }
 
 impl Default for Backoff {

@@ -1,16 +1,29 @@
-//! The waits between reconnections to the control plane: exponential (the first
-//! [`Backoff::initial`], doubling up to [`Backoff::max`]), each spread at random by ±
-//! [`Backoff::random_factor`] of itself when [`Backoff::jitter`] is on (as the Go
-//! server's cenkalti/backoff does, so a spread wait may pass `max` by that share).
+//! The waits between reconnections to a config source (PostgreSQL, the xDS control
+//! plane): exponential (the first [`Backoff::initial`], doubling up to [`Backoff::max`]),
+//! each spread at random by ± [`Backoff::random_factor`] of itself when
+//! [`Backoff::jitter`] is on, so that replicas restarted together do not knock in step
+//! (as the Go server's cenkalti/backoff does, so a spread wait may pass `max` by that
+//! share).
 
 use std::hash::BuildHasher;
 use std::time::Duration;
 
-use super::Backoff;
+/// Exponential backoff between reconnections, each wait spread at random.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backoff {
+    /// The first wait.
+    pub initial: Duration,
+    /// The longest wait.
+    pub max: Duration,
+    /// Each wait is spread by ± this share of itself, with `jitter`.
+    pub random_factor: f64,
+    /// Whether waits are spread at all.
+    pub jitter: bool,
+}
 
 /// The waits of one outage; [`Waits::reset`] after a stream that delivered a response.
 #[derive(Debug)]
-pub(super) struct Waits {
+pub(crate) struct Waits {
     /// The settings.
     backoff: Backoff,
     /// The wait before spreading, for the next reconnection.
@@ -23,7 +36,7 @@ pub(super) struct Waits {
 
 impl Waits {
     /// The waits of `backoff`, starting at its initial one.
-    pub(super) fn new(backoff: Backoff) -> Waits {
+    pub(crate) fn new(backoff: Backoff) -> Waits {
         Waits {
             backoff,
             next: backoff.initial,
@@ -33,13 +46,13 @@ impl Waits {
     }
 
     /// Back to the initial wait.
-    pub(super) fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.next = self.backoff.initial;
     }
 
     /// The next wait: the current one spread at random; the one after it is doubled,
     /// up to the maximum.
-    pub(super) fn next_wait(&mut self) -> Duration {
+    pub(crate) fn next_wait(&mut self) -> Duration {
         let base = self.next.min(self.backoff.max);
         self.next = base.saturating_mul(2).min(self.backoff.max);
         self.count += 1;
