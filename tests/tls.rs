@@ -11,7 +11,7 @@ mod support;
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,6 +23,7 @@ use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use support::envoy::{Envoy, EnvoyPorts};
+use support::pki::Pki;
 use support::process::Meshlimit;
 use support::{eventually_async, rls_request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -31,115 +32,6 @@ use tokio_rustls::TlsConnector;
 use tonic::transport::{Channel, Endpoint};
 
 const LIMITS: &str = "domain: e2e\ndescriptors:\n  - key: route\n    value: tls\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n";
-
-/// A CA and certificates it signed, in a temporary directory.
-struct Pki {
-    dir: tempfile::TempDir,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let pki = Pki {
-            dir: tempfile::tempdir().unwrap(),
-        };
-        pki.openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=meshlimit test CA",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-        ]);
-        pki
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn openssl(&self, args: &[&str]) {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(self.dir.path())
-            .output()
-            .expect(
-                "the openssl CLI is needed (scripts/test.sh installs it; apt-get install openssl)",
-            );
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    /// `<name>.pem` and `<name>.key`: a certificate for `sans` (`DNS:…`/`IP:…`), for
-    /// servers and clients, with serial `serial`.
-    fn issue(&self, name: &str, sans: &str, serial: u32) {
-        let ext = format!("{name}.ext");
-        std::fs::write(
-            self.path(&ext),
-            format!(
-                "subjectAltName={sans}\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n\
-                 extendedKeyUsage=serverAuth,clientAuth\n"
-            ),
-        )
-        .unwrap();
-        let (key, csr, pem) = (
-            format!("{name}.key"),
-            format!("{name}.csr"),
-            format!("{name}.pem"),
-        );
-        self.openssl(&[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            &csr,
-            "-subj",
-            &format!("/CN={name}"),
-        ]);
-        self.openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-set_serial",
-            &serial.to_string(),
-            "-days",
-            "2",
-            "-extfile",
-            &ext,
-            "-out",
-            &pem,
-        ]);
-    }
-
-    fn arg(&self, name: &str) -> String {
-        self.path(name).display().to_string()
-    }
-}
 
 fn config() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();

@@ -12,6 +12,7 @@ use envoy_types::pb::ratelimit::config::ratelimit::v3::{
     RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
 };
 use support::ads::{AdsServer, TYPE_URL};
+use support::pki::Pki;
 use support::process::{self, Meshlimit};
 use support::{eventually_async, http_get, rls_request};
 
@@ -388,83 +389,13 @@ async fn validate_and_explain_read_the_control_plane() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_to_the_control_plane() {
-    let dir = tempfile::tempdir().unwrap();
-    let openssl = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir.path())
-            .output()
-            .expect("the openssl CLI is needed (apt-get install openssl)");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
     // A CA, and the control plane's certificate it signs.
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=xds test CA",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign,cRLSign",
-    ]);
-    std::fs::write(
-        dir.path().join("cp.ext"),
-        "subjectAltName=DNS:cp.test,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
-         keyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    openssl(&[
-        "req",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        "cp.key",
-        "-out",
-        "cp.csr",
-        "-subj",
-        "/CN=control plane",
-    ]);
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "cp.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-set_serial",
-        "2",
-        "-days",
-        "2",
-        "-extfile",
-        "cp.ext",
-        "-out",
-        "cp.pem",
-    ]);
-    let read = |name: &str| std::fs::read(dir.path().join(name)).unwrap();
+    let pki = Pki::new();
+    pki.issue("cp", "DNS:cp.test,IP:127.0.0.1", 2);
+    let read = |name: &str| std::fs::read(pki.path(name)).unwrap();
     let ads = AdsServer::start_tls(read("cp.pem"), read("cp.key")).await;
     ads.push("tls-1", &[per_minute(2)]);
-    let ca = dir.path().join("ca.pem").display().to_string();
+    let ca = pki.arg("ca.pem");
     let server = format!("https://{}", ads.address());
     let ml = Meshlimit::start_with(
         &[

@@ -3,6 +3,7 @@
 
 pub mod ads;
 pub mod envoy;
+pub mod pki;
 pub mod postgres;
 pub mod process;
 pub mod redis;

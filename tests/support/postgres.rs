@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use tempfile::TempDir;
+
+use super::pki::Pki;
 use tokio_postgres::{Client, NoTls};
 
 /// The server binaries: `MESHLIMIT_TEST_PG_BIN`, else the newest
@@ -88,62 +90,12 @@ impl Postgres {
     /// ([`Postgres::ca`]), and starts its server.
     pub fn start_tls_only() -> Postgres {
         let pg = Postgres::create();
-        let openssl = |args: &[&str]| {
-            let mut command = Command::new("openssl");
-            command.args(args).current_dir(pg.dir.path());
-            pg.run(&mut command);
-        };
-        openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-subj",
-            "/CN=meshlimit test CA",
-        ]);
-        std::fs::write(
-            pg.dir.path().join("server.ext"),
-            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
-             extendedKeyUsage=serverAuth\n",
-        )
-        .expect("writing the extensions");
-        openssl(&[
-            "req",
-            "-new",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=127.0.0.1",
-        ]);
-        openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "server.ext",
-            "-out",
-            "server.pem",
-        ]);
+        let pki = Pki::new();
+        pki.issue("server", "IP:127.0.0.1", 2);
+        // Copied next to the cluster, which the postgres user owns and can read.
+        for name in ["ca.pem", "server.pem", "server.key"] {
+            std::fs::copy(pki.path(name), pg.dir.path().join(name)).expect("copying the PKI");
+        }
         std::fs::write(
             pg.data().join("pg_hba.conf"),
             "local all all trust\nhostssl all all 127.0.0.1/32 trust\n",
