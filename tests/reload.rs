@@ -22,6 +22,11 @@ use meshlimit::store::{MemoryStore, Store};
 
 const DEBOUNCE: Duration = Duration::from_millis(50);
 
+/// Watches `path` for `config`, as `serve` does after the first load.
+fn watch(path: impl Into<std::path::PathBuf>, config: &SharedConfig) -> reload::Reloader {
+    reload::spawn(path.into(), config.clone(), history(), DEBOUNCE).expect("watching")
+}
+
 /// The history of a source whose first config (the one `service_for` loads) is in force:
 /// counted as one load.
 fn history() -> Arc<History> {
@@ -81,13 +86,7 @@ async fn a_good_edit_is_live_and_keeps_counters() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("a.yaml"), rule("a", 10)).unwrap();
     let (service, config) = service_for(dir.path());
-    let reloader = reload::spawn(
-        dir.path().to_path_buf(),
-        config.clone(),
-        history(),
-        DEBOUNCE,
-    )
-    .unwrap();
+    let reloader = watch(dir.path().to_path_buf(), &config);
 
     for _ in 0..4 {
         limit_of(&service, "a").await;
@@ -127,13 +126,7 @@ async fn a_broken_edit_is_rejected_and_the_running_config_stays() {
     let file = dir.path().join("a.yaml");
     std::fs::write(&file, rule("a", 10)).unwrap();
     let (service, config) = service_for(dir.path());
-    let reloader = reload::spawn(
-        dir.path().to_path_buf(),
-        config.clone(),
-        history(),
-        DEBOUNCE,
-    )
-    .unwrap();
+    let reloader = watch(dir.path().to_path_buf(), &config);
 
     std::fs::write(
         &file,
@@ -206,7 +199,7 @@ async fn a_configmap_style_swap_is_picked_up() {
 
     let (service, config) = service_for(root);
     assert_eq!(limit_of(&service, "cm").await, Some(5));
-    let _reloader = reload::spawn(root.to_path_buf(), config.clone(), history(), DEBOUNCE).unwrap();
+    let _reloader = watch(root.to_path_buf(), &config);
 
     std::fs::create_dir(root.join("..2026_01_02_v2")).unwrap();
     std::fs::write(root.join("..2026_01_02_v2/rules.yaml"), rule("cm", 7)).unwrap();
@@ -235,7 +228,7 @@ async fn a_swapped_directory_link_is_followed() {
     symlink("v1", root.join("current")).unwrap();
     let path = root.join("current");
     let (_service, config) = service_for(&path);
-    let _reloader = reload::spawn(path.clone(), config.clone(), history(), DEBOUNCE).unwrap();
+    let _reloader = watch(path.clone(), &config);
 
     symlink("v2", root.join("next")).unwrap();
     std::fs::rename(root.join("next"), &path).unwrap();
@@ -257,7 +250,7 @@ async fn a_single_file_path_is_watched() {
     let file = dir.path().join("only.yaml");
     std::fs::write(&file, rule("one", 1)).unwrap();
     let (_service, config) = service_for(&file);
-    let _reloader = reload::spawn(file.clone(), config.clone(), history(), DEBOUNCE).unwrap();
+    let _reloader = watch(file.clone(), &config);
     // Editors often write a temporary file and rename it over the original.
     let tmp = dir.path().join(".only.yaml.swp");
     std::fs::write(&tmp, rule("one", 9)).unwrap();
@@ -276,13 +269,7 @@ async fn a_fixed_or_removed_broken_file_clears_the_error() {
     let good = rule("a", 10);
     std::fs::write(dir.path().join("a.yaml"), &good).unwrap();
     let (_service, config) = service_for(dir.path());
-    let reloader = reload::spawn(
-        dir.path().to_path_buf(),
-        config.clone(),
-        history(),
-        DEBOUNCE,
-    )
-    .unwrap();
+    let reloader = watch(dir.path().to_path_buf(), &config);
     let status = reloader.status().clone();
 
     // A broken file added, then removed: the files are the running config again.
@@ -323,13 +310,7 @@ async fn a_symlink_loop_error_goes_with_its_files() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("a.yaml"), rule("a", 10)).unwrap();
     let (_service, config) = service_for(dir.path());
-    let reloader = reload::spawn(
-        dir.path().to_path_buf(),
-        config.clone(),
-        history(),
-        DEBOUNCE,
-    )
-    .unwrap();
+    let reloader = watch(dir.path().to_path_buf(), &config);
     let status = reloader.status().clone();
 
     symlink("y.yaml", dir.path().join("x.yaml")).unwrap();
@@ -355,7 +336,7 @@ async fn writes_to_other_files_next_to_the_config_do_not_reload() {
     std::fs::create_dir(&config_dir).unwrap();
     std::fs::write(config_dir.join("a.yaml"), rule("a", 10)).unwrap();
     let (_service, config) = service_for(&config_dir);
-    let reloader = reload::spawn(config_dir.clone(), config.clone(), history(), DEBOUNCE).unwrap();
+    let reloader = watch(config_dir.clone(), &config);
     let status = reloader.status().clone();
 
     let log = root.path().join("meshlimit.log");

@@ -94,6 +94,14 @@ async fn assert_limit(ml: &Meshlimit, user: &str, limit: usize) {
     );
 }
 
+/// `/rlconfig` names the xDS source at `version` and holds `line`.
+async fn assert_rlconfig(ml: &Meshlimit, version: &str, line: &str) {
+    let rlconfig = http_get(ml.http, "/rlconfig").await.1;
+    let source = format!("# source xds version {version},");
+    assert!(rlconfig.contains(&source), "{rlconfig}");
+    assert!(rlconfig.contains(line), "{rlconfig}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_snapshot_is_enforced_and_acked_with_the_node() {
     let ads = AdsServer::start().await;
@@ -119,12 +127,7 @@ async fn the_first_snapshot_is_enforced_and_acked_with_the_node() {
     );
     assert_eq!(ack.node.map(|n| n.id).as_deref(), Some("ml-test"));
 
-    let rlconfig = http_get(ml.http, "/rlconfig").await.1;
-    assert!(rlconfig.contains("# source xds version v1,"), "{rlconfig}");
-    assert!(
-        rlconfig.contains("shop.user: unit=MINUTE requests_per_unit=3,"),
-        "{rlconfig}"
-    );
+    assert_rlconfig(&ml, "v1", "shop.user: unit=MINUTE requests_per_unit=3,").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,12 +143,7 @@ async fn an_update_is_enforced_and_acked() {
     assert_eq!(ads.nonces_of("v2"), [ack.response_nonce]);
     // The swap comes before the ACK: the new limit is in force.
     assert_limit(&ml, "carol", 5).await;
-    let rlconfig = http_get(ml.http, "/rlconfig").await.1;
-    assert!(rlconfig.contains("# source xds version v2,"), "{rlconfig}");
-    assert!(
-        rlconfig.contains("shop.user: unit=HOUR requests_per_unit=5,"),
-        "{rlconfig}"
-    );
+    assert_rlconfig(&ml, "v2", "shop.user: unit=HOUR requests_per_unit=5,").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,12 +171,12 @@ async fn an_invalid_update_is_nacked_and_the_last_good_limits_stay() {
     );
 
     assert_limit(&ml, "dave", 3).await;
-    let rlconfig = http_get(ml.http, "/rlconfig").await.1;
-    assert!(rlconfig.contains("# source xds version v1,"), "{rlconfig}");
-    assert!(
-        rlconfig.contains("#   xds:limits: descriptor 'shop.user': invalid rate limit unit ''"),
-        "{rlconfig}"
-    );
+    assert_rlconfig(
+        &ml,
+        "v1",
+        "#   xds:limits: descriptor 'shop.user': invalid rate limit unit ''",
+    )
+    .await;
     let metrics = http_get(ml.http, "/metrics").await.1;
     assert!(
         metrics
