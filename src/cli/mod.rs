@@ -19,7 +19,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub use explain::ExplainArgs;
 pub use serve::Serve;
-pub use source::SourceArgs;
+pub use source::{DbArgs, PgArgs, SourceArgs};
 pub use validate::{db_init, validate};
 
 /// `meshlimit`: one of its commands.
@@ -57,7 +57,7 @@ pub enum Command {
 pub enum DbCommand {
     /// Create the config table and the trigger that notifies meshlimit of every insert,
     /// update and delete, so that a plain UPDATE is enough; safe to run twice.
-    Init(Box<SourceArgs>),
+    Init(DbArgs),
 }
 
 impl Cli {

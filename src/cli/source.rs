@@ -20,13 +20,9 @@ pub struct SourceArgs {
     /// domain file per row, reloaded on NOTIFY.
     #[arg(long, env = "MESHLIMIT_CONFIG", conflicts_with = "xds_server")]
     pub(crate) config: Option<String>,
-    /// With a PostgreSQL --config: the table, columns `domain text primary key` and
-    /// `config text not null`.
-    #[arg(long, env = "MESHLIMIT_PG_TABLE", default_value = defaults::PG_TABLE, value_parser = sql_name)]
-    pub(crate) pg_table: String,
-    /// With a PostgreSQL --config: the NOTIFY channel announcing changes.
-    #[arg(long, env = "MESHLIMIT_PG_CHANNEL", default_value = defaults::PG_CHANNEL, value_parser = sql_name)]
-    pub(crate) pg_channel: String,
+    /// The table and channel of a PostgreSQL --config.
+    #[command(flatten)]
+    pub(crate) pg: PgArgs,
     /// Take the config from this xDS control plane (host:port, http://host:port or
     /// https://host:port): RateLimitConfig resources over ADS, as envoyproxy/ratelimit's
     /// CONFIG_TYPE=GRPC_XDS_SOTW.
@@ -74,6 +70,51 @@ pub struct SourceArgs {
     pub(crate) xds_max_msg_bytes: usize,
 }
 
+/// The table and channel of a PostgreSQL source; each field's comment is its `--help` text.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PgArgs {
+    /// With a PostgreSQL --config: the table, columns `domain text primary key` and
+    /// `config text not null`.
+    #[arg(long, env = "MESHLIMIT_PG_TABLE", default_value = defaults::PG_TABLE, value_parser = sql_name)]
+    pub(crate) pg_table: String,
+    /// With a PostgreSQL --config: the NOTIFY channel announcing changes.
+    #[arg(long, env = "MESHLIMIT_PG_CHANNEL", default_value = defaults::PG_CHANNEL, value_parser = sql_name)]
+    pub(crate) pg_channel: String,
+}
+
+impl PgArgs {
+    /// The PostgreSQL options for `url`.
+    pub(crate) fn options(&self, url: &str) -> PgOptions {
+        PgOptions {
+            table: self.pg_table.clone(),
+            channel: self.pg_channel.clone(),
+            ..PgOptions::new(url)
+        }
+    }
+}
+
+/// `meshlimit db init`'s flags: a PostgreSQL source only.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DbArgs {
+    /// The PostgreSQL URL (postgres://user:password@host:port/db, postgresql://...).
+    #[arg(long, env = "MESHLIMIT_CONFIG", value_parser = postgres_url)]
+    pub(crate) config: String,
+    /// The table and channel.
+    #[command(flatten)]
+    pub(crate) pg: PgArgs,
+}
+
+/// A `postgres://` or `postgresql://` URL.
+fn postgres_url(text: &str) -> Result<String, String> {
+    if postgres::is_url(text) {
+        Ok(text.to_string())
+    } else {
+        Err(format!(
+            "{text:?} is not a postgres:// or postgresql:// URL"
+        ))
+    }
+}
+
 /// `key=value` pairs, in order.
 pub(crate) type Pairs = Vec<(String, String)>;
 
@@ -85,18 +126,9 @@ impl SourceArgs {
         }
         let config = self.config.as_deref()?;
         Some(match ConfigSource::parse(config) {
-            ConfigSource::Postgres(_) => ConfigSource::Postgres(self.postgres(config)),
+            ConfigSource::Postgres(_) => ConfigSource::Postgres(self.pg.options(config)),
             other => other,
         })
-    }
-
-    /// The PostgreSQL options for `url`.
-    pub(crate) fn postgres(&self, url: &str) -> PgOptions {
-        PgOptions {
-            table: self.pg_table.clone(),
-            channel: self.pg_channel.clone(),
-            ..PgOptions::new(url)
-        }
     }
 
     fn xds(&self, server: &str) -> XdsOptions {
@@ -124,11 +156,6 @@ impl SourceArgs {
             max_message_bytes: self.xds_max_msg_bytes,
             ..XdsOptions::new(server)
         }
-    }
-
-    /// Whether `--config` names PostgreSQL.
-    pub(crate) fn is_postgres(&self) -> bool {
-        self.config.as_deref().is_some_and(postgres::is_url)
     }
 }
 

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use super::fail;
-use super::source::SourceArgs;
+use super::source::{DbArgs, SourceArgs};
 use crate::source::postgres;
 
 /// Loads the config `args` name; prints a one-line summary, or every problem and their
@@ -34,11 +34,8 @@ pub async fn validate(args: &SourceArgs) -> ExitCode {
 }
 
 /// Creates the PostgreSQL table and trigger `args` name (see [`postgres::init`]).
-pub async fn db_init(args: &SourceArgs) -> ExitCode {
-    let Some(url) = args.config.as_deref().filter(|_| args.is_postgres()) else {
-        return fail("db init needs --config postgres://...");
-    };
-    let options = args.postgres(url);
+pub async fn db_init(args: &DbArgs) -> ExitCode {
+    let options = args.pg.options(&args.config);
     match postgres::init(&options).await {
         Ok(()) => {
             println!(
