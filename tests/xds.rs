@@ -298,6 +298,32 @@ async fn startup_waits_for_the_first_snapshot() {
     assert_limit(&ml, "ivan", 3).await;
 }
 
+/// A server still waiting for its first snapshot stops at once when asked, and cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_waiting_for_its_first_snapshot_stops_on_sigterm() {
+    let ads = AdsServer::start().await;
+    let argv = serve_args(&ads, &[]);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let mut child = process::command(&argv)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("starting meshlimit");
+    ads.wait_for("subscription", |s| s.response_nonce.is_empty())
+        .await;
+    let pid = child.id().expect("running").to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    let status = tokio::time::timeout(std::time::Duration::from_secs(20), child.wait())
+        .await
+        .expect("meshlimit ignored SIGTERM while waiting for its first config")
+        .expect("waiting for meshlimit");
+    assert!(status.success(), "{status}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_first_snapshot_every_request_is_allowed() {
     let ads = AdsServer::start().await;

@@ -65,12 +65,24 @@ pub async fn serve(
         settings.config.describe(),
     ));
     let service = build_service(&settings, Config::default())?;
-    let follower = start_source(&settings, service.config(), &history).await?;
-    let metrics = service.metrics().expect("build_service counts").clone();
+    // Before waiting on the source: a bad token file is refused at once.
     let admin_token = match &settings.admin_token_file {
         Some(path) => Some(AdminToken::load(path)?),
         None => None,
     };
+    // The shutdown is followed from the start, so that a server still waiting for its
+    // first config stops when asked.
+    let (stop_tx, mut stopped) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let Some(follower) = start_source(&settings, service.config(), &history, &mut stopped).await?
+    else {
+        info!("meshlimit stopped before its first config loaded");
+        return Ok(());
+    };
+    let metrics = service.metrics().expect("build_service counts").clone();
     metrics.follow_source(history.clone());
     let health = Health::new();
     let (reporter, health_service) = tonic_health::server::health_reporter();
@@ -167,7 +179,7 @@ pub async fn serve(
         let reporter = reporter.clone();
         let delay = settings.drain_delay;
         async move {
-            shutdown.await;
+            let _ = stopped.wait_for(|&stop| stop).await;
             info!(delay = ?delay, "shutting down: health checks fail while draining");
             health.set(false);
             let _ = quota_drain.send(Drain::Refusing);

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
@@ -30,7 +31,8 @@ impl Drop for Follower {
 
 /// Loads the first config into `shared` and starts following the source. Files and
 /// PostgreSQL are read here, once; an xDS source's first snapshot comes from its follower.
-/// Without [`Settings::start_without_config`], returns only once a config is in force.
+/// Without [`Settings::start_without_config`], returns only once a config is in force, or
+/// `None` if `stopped` turns true first (the server is asked to stop meanwhile).
 ///
 /// # Errors
 /// The first config is invalid, or the source cannot be read (unless starting without a
@@ -39,7 +41,8 @@ pub(super) async fn start_source(
     settings: &Settings,
     shared: &SharedConfig,
     history: &Arc<History>,
-) -> Result<Follower, Error> {
+    stopped: &mut watch::Receiver<bool>,
+) -> Result<Option<Follower>, Error> {
     if !matches!(settings.config, ConfigSource::Xds(_)) {
         match settings.config.load().await {
             Ok(loaded) => {
@@ -80,7 +83,10 @@ pub(super) async fn start_source(
     };
     if !settings.start_without_config && !history.loaded() {
         info!(source = %history.described(), "waiting for the first config");
-        history.wait_loaded().await;
+        tokio::select! {
+            () = history.wait_loaded() => {}
+            _ = stopped.wait_for(|&stop| stop) => return Ok(None),
+        }
     }
-    Ok(follower)
+    Ok(Some(follower))
 }
