@@ -65,6 +65,16 @@ impl Config {
 
     /// Parses descriptor files given as `(name, text)` pairs, as [`load`] does after reading.
     pub fn from_sources(sources: &[(PathBuf, String)]) -> Result<Config, Vec<ConfigError>> {
+        Self::from_sources_checked(sources, |_, _| None)
+    }
+
+    /// [`Config::from_sources`], with `check` asked about each file that parses, given its
+    /// name and its domain: a problem it returns is one of the config's (a PostgreSQL row
+    /// whose `domain` column differs from its YAML's, say).
+    pub fn from_sources_checked(
+        sources: &[(PathBuf, String)],
+        check: impl Fn(&Path, &str) -> Option<ConfigError>,
+    ) -> Result<Config, Vec<ConfigError>> {
         let mut errors = Vec::new();
         let mut domains = HashMap::default();
         let mut owners: HashMap<String, &Path> = HashMap::new();
@@ -73,6 +83,10 @@ impl Config {
             (file, text).hash(&mut hasher);
             match parse_on_own_stack(file, text) {
                 Ok((name, tree)) => {
+                    if let Some(problem) = check(file, &name) {
+                        errors.push(problem);
+                        continue;
+                    }
                     if let Some(first) = owners.get(&name) {
                         errors.push(ConfigError::new(
                             ConfigErrorKind::DuplicateDomain,

@@ -1,6 +1,7 @@
 //! The rows of the config table → a validated [`Config`]: each row is one domain file,
 //! named `postgres:<table>/<domain>` so that its problems read like a file's.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use crate::config::Config;
@@ -21,49 +22,54 @@ pub(super) fn row_name(table: &str, domain: &str) -> PathBuf {
     PathBuf::from(format!("postgres:{table}/{domain}"))
 }
 
-/// Validates every row of `table`, each on its own first (its YAML, and its `domain:`
-/// against the `domain` column), then all together as one config.
+/// Validates every row of `table` as one config; each row's YAML must name the domain of
+/// its `domain` column.
 ///
 /// # Errors
 /// Every problem of every row.
 pub(super) fn config_from_rows(table: &str, rows: &[Row]) -> Result<Config, Vec<ConfigError>> {
     let mut sources = Vec::with_capacity(rows.len());
+    let mut columns = HashMap::with_capacity(rows.len());
     let mut errors = Vec::new();
     for row in rows {
         let name = row_name(table, &row.domain);
-        let Some(text) = &row.config else {
-            errors.push(ConfigError::new(
+        match &row.config {
+            Some(text) => {
+                columns.insert(name.clone(), row.domain.as_str());
+                sources.push((name, text.clone()));
+            }
+            None => errors.push(ConfigError::new(
                 ConfigErrorKind::Unreadable,
                 &name,
                 None,
                 None,
                 "the config column is NULL",
-            ));
-            continue;
-        };
-        let source = (name, text.clone());
-        match Config::from_sources(std::slice::from_ref(&source)) {
-            Ok(alone) => match alone.domains().first() {
-                Some(yaml) if *yaml != row.domain => errors.push(ConfigError::new(
-                    ConfigErrorKind::RowDomainMismatch,
-                    &source.0,
-                    None,
-                    None,
-                    format!(
-                        "the row's domain column is '{}' but its YAML says domain: {yaml}; \
-                         they must be the same",
-                        row.domain
-                    ),
-                )),
-                _ => sources.push(source),
-            },
-            Err(mut found) => errors.append(&mut found),
+            )),
         }
     }
-    if !errors.is_empty() {
-        return Err(errors);
+    let checked = Config::from_sources_checked(&sources, |file, yaml| {
+        let column = columns.get(file).copied().unwrap_or_default();
+        (yaml != column).then(|| {
+            ConfigError::new(
+                ConfigErrorKind::RowDomainMismatch,
+                file,
+                None,
+                None,
+                format!(
+                    "the row's domain column is '{column}' but its YAML says domain: {yaml}; \
+                     they must be the same"
+                ),
+            )
+        })
+    });
+    match checked {
+        Ok(config) if errors.is_empty() => Ok(config),
+        Ok(_) => Err(errors),
+        Err(found) => {
+            errors.extend(found);
+            Err(errors)
+        }
     }
-    Config::from_sources(&sources)
 }
 
 #[cfg(test)]
