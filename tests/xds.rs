@@ -146,6 +146,26 @@ async fn an_update_is_enforced_and_acked() {
     assert_rlconfig(&ml, "v2", "shop.user: unit=HOUR requests_per_unit=5,").await;
 }
 
+/// A snapshot that adds a domain leaves the rules it does not change alone, counters
+/// included: a user out of tokens stays out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_keeps_the_counters_of_unchanged_rules() {
+    let ads = AdsServer::start().await;
+    ads.push("v1", &[per_minute(3)]);
+    let ml = serve(&ads, &[], &[]).await;
+    assert_limit(&ml, "dave", 3).await;
+
+    let other = RateLimitConfig {
+        name: "other".into(),
+        domain: "other".into(),
+        ..per_minute(1)
+    };
+    ads.push("v2", &[per_minute(3), other]);
+    ads.wait_for("ACK of v2", |s| s.is_ack_of("v2")).await;
+    assert_eq!(hits(&ml, "dave", 1).await, [false], "the counter was kept");
+    assert_limit(&ml, "erin", 3).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_update_is_nacked_and_the_last_good_limits_stay() {
     let ads = AdsServer::start().await;
