@@ -250,6 +250,36 @@ async fn explain_shows_walk_bucket_and_state_without_consuming() {
     }
 }
 
+/// `meshlimit explain … | head -1`: the reader goes away before the text is written, and
+/// the command still ends well, without a panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_into_a_closed_pipe_ends_quietly() {
+    let dir = config();
+    let config = dir.path().display().to_string();
+    let argv = [
+        "explain",
+        "--config",
+        &config,
+        "--domain",
+        "ops",
+        "--descriptor",
+        "three=a",
+    ];
+    let mut child = process::command(&argv)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running meshlimit explain");
+    drop(child.stdout.take());
+    let out = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+        .await
+        .expect("explain hung")
+        .expect("waiting for explain");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_command_reads_the_state_from_redis() {
     let redis = RedisServer::start();

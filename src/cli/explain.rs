@@ -2,9 +2,9 @@
 
 use std::process::ExitCode;
 
-use super::fail;
 use super::source::SourceArgs;
 use super::values::AlgorithmArg;
+use super::{fail, out};
 use crate::app::{self, Settings};
 use crate::defaults;
 use crate::store::redis::RedisOptions;
@@ -56,7 +56,7 @@ impl ExplainArgs {
             let id = crate::http::parse_descriptor(bucket).entries;
             return match crate::explain::explain_bucket(&service, &self.domain, &id) {
                 Ok(text) => {
-                    print!("{text}");
+                    out(&text);
                     ExitCode::SUCCESS
                 }
                 Err(e) => fail(e),
@@ -69,11 +69,11 @@ impl ExplainArgs {
             .collect();
         match crate::explain::explain(&service, &self.domain, &descriptors).await {
             Ok(text) => {
-                print!("{text}");
+                out(&text);
                 if settings.redis.is_none() {
-                    println!(
+                    out(
                         "\n(state: read offline, so every bucket is full; GET /explain on a \
-                         running server, or pass --redis-url, shows the real state)"
+                         running server, or pass --redis-url, shows the real state)\n",
                     );
                 }
                 ExitCode::SUCCESS

@@ -96,6 +96,14 @@ fn arguments(args: impl IntoIterator<Item = OsString>, go: &[String]) -> Vec<OsS
     args
 }
 
+/// Writes `text` to stdout. A reader that went away (`meshlimit explain … | head`) is
+/// not an error of the command: what it did not read is dropped, where `print!` would
+/// panic.
+pub(crate) fn out(text: impl std::fmt::Display) {
+    use std::io::Write;
+    let _ = write!(std::io::stdout().lock(), "{text}");
+}
+
 /// Prints `meshlimit: <e>` to stderr; the exit code of a command that failed.
 pub fn fail(e: impl std::fmt::Display) -> ExitCode {
     eprintln!("meshlimit: {e}");

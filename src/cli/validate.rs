@@ -3,8 +3,8 @@
 
 use std::process::ExitCode;
 
-use super::fail;
 use super::source::{DbArgs, SourceArgs};
+use super::{fail, out};
 use crate::source::postgres;
 
 /// Loads the config `args` name; prints a one-line summary, or every problem and their
@@ -17,10 +17,10 @@ pub async fn validate(args: &SourceArgs) -> ExitCode {
     match source.load().await {
         Ok(loaded) => {
             let rules = loaded.config.rules().len();
-            println!(
-                "{name}: OK ({} domains, {rules} rules)",
+            out(format_args!(
+                "{name}: OK ({} domains, {rules} rules)\n",
                 loaded.config.domains().len()
-            );
+            ));
             ExitCode::SUCCESS
         }
         Err(errors) => {
@@ -38,12 +38,12 @@ pub async fn db_init(args: &DbArgs) -> ExitCode {
     let options = args.pg.options(&args.config);
     match postgres::init(&options).await {
         Ok(()) => {
-            println!(
-                "{}: table {} and its NOTIFY trigger on channel {} are ready",
+            out(format_args!(
+                "{}: table {} and its NOTIFY trigger on channel {} are ready\n",
                 options.describe(),
                 options.table,
                 options.channel
-            );
+            ));
             ExitCode::SUCCESS
         }
         Err(e) => fail(e),
