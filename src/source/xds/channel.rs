@@ -23,13 +23,29 @@ pub(super) async fn connect(options: &XdsOptions) -> Result<Channel, String> {
         .map_err(|e| format!("cannot connect to {}: {}", options.server, error_chain(&e)))
 }
 
+/// Idle time before the first TCP keepalive probe.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+
+/// Time between unanswered TCP keepalive probes.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Unanswered probes before the connection counts as dead.
+const KEEPALIVE_RETRIES: u32 = 3;
+
 /// The endpoint of `options`, with TLS when asked for.
 fn endpoint(options: &XdsOptions) -> Result<Endpoint, String> {
     let uri = uri(&options.server, options.tls.is_some());
     let endpoint = Endpoint::from_shared(uri.clone())
         .map_err(|e| format!("--xds-server {:?} is not an address: {e}", options.server))?
         .connect_timeout(CONNECT_TIMEOUT)
-        .tcp_nodelay(true);
+        .tcp_nodelay(true)
+        // A control plane gone without a reset (a node lost, a partition) would leave the
+        // idle stream waiting for ever: TCP keepalives notice it in about 25 s. Not HTTP/2
+        // pings, which gRPC-Go servers (go-control-plane's) answer with GOAWAY
+        // `too_many_pings` when sent more often than every 5 minutes.
+        .tcp_keepalive(Some(KEEPALIVE_IDLE))
+        .tcp_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .tcp_keepalive_retries(Some(KEEPALIVE_RETRIES));
     match &options.tls {
         None => Ok(endpoint),
         Some(tls) => endpoint
