@@ -20,6 +20,14 @@ pub struct Loaded {
 }
 
 impl Loaded {
+    /// A config whose version is its fingerprint.
+    pub fn unversioned(config: Config) -> Loaded {
+        Loaded {
+            config,
+            version: None,
+        }
+    }
+
     /// The source's version, or the fingerprint where the source has none.
     pub fn version_or_fingerprint(&self) -> String {
         self.version

@@ -8,6 +8,7 @@ use tracing::info;
 
 use super::Outcome;
 use crate::clock::{Clock, Nanos, SystemClock};
+use crate::error::ConfigError;
 
 /// What the source has done so far, shared by its follower, the HTTP endpoints and the
 /// metrics.
@@ -91,6 +92,13 @@ impl History {
         *self.version.lock() = version;
         self.changed_at.store(SystemClock.now(), Ordering::SeqCst);
         self.loaded.send_replace(true);
+    }
+
+    /// Records that the source could not be read (`error`, of kind
+    /// [`crate::error::ConfigErrorKind::SourceUnreachable`]) as a rejected load: the running
+    /// config stays, and `/rlconfig` and the metrics show the outage until a snapshot loads.
+    pub(super) fn record_outage(&self, error: &ConfigError) {
+        self.record(&Outcome::Rejected(error.to_string()), None);
     }
 
     /// Counts `outcome` of a snapshot whose version is `version` (`None` when rejected).

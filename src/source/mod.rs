@@ -23,7 +23,7 @@ use std::path::PathBuf;
 pub use apply::{Loaded, Outcome, apply, swap};
 pub use history::History;
 
-use crate::config::{self, Config};
+use crate::config;
 use crate::error::ConfigError;
 
 /// One config source, as `--config` (and the xDS flags) name it.
@@ -84,16 +84,6 @@ impl ConfigSource {
             }
             ConfigSource::Postgres(options) => postgres::load(options).await,
             ConfigSource::Xds(options) => xds::first(options).await,
-        }
-    }
-}
-
-impl Loaded {
-    /// A config whose version is its fingerprint.
-    pub fn unversioned(config: Config) -> Loaded {
-        Loaded {
-            config,
-            version: None,
         }
     }
 }

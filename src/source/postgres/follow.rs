@@ -12,8 +12,8 @@ use super::connect::{Session, ident};
 use super::snapshot::{Snapshot, read, unreachable};
 use super::{History, PgOptions};
 use crate::config::SharedConfig;
+use crate::source::apply;
 use crate::source::backoff::{Backoff, Waits};
-use crate::source::{Outcome, apply};
 
 /// After a notification, how long to wait for the rest of a burst (a transaction
 /// touching many rows, a script updating them one by one) before the one read they all
@@ -71,8 +71,7 @@ pub async fn follow(options: PgOptions, shared: SharedConfig, history: Arc<Histo
                 "PostgreSQL unreachable, the running config stays in force; reconnecting \
                  with backoff: {why}"
             );
-            let outage = unreachable(&options, &why).to_string();
-            history.record(&Outcome::Rejected(outage), None);
+            history.record_outage(&unreachable(&options, &why));
             link = Some(Link::Down);
         }
         tokio::time::sleep(backoff.next_wait()).await;

@@ -28,7 +28,7 @@ use std::time::Duration;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
 use tracing::{debug, info, warn};
 
-use super::{History, Loaded, Outcome, apply};
+use super::{History, Loaded, apply};
 use crate::config::{Config, SharedConfig, render_errors};
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::source::backoff::Waits;
@@ -120,10 +120,7 @@ pub async fn follow(options: XdsOptions, config: SharedConfig, history: Arc<Hist
                  reconnecting with backoff"
             );
             follower.reachable = Some(false);
-            // Recorded as a failed load, so that /rlconfig and
-            // meshlimit_config_last_load_failed show the outage until a snapshot loads.
-            let outage = unreachable(&options, why).to_string();
-            follower.history.record(&Outcome::Rejected(outage), None);
+            follower.history.record_outage(&unreachable(&options, why));
         } else {
             debug!(server = %options.server, ?wait, "xDS control plane still unreachable: {why}");
         }
