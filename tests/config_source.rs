@@ -24,6 +24,16 @@ fn sample<'a>(metrics: &'a str, name: &str) -> Option<&'a str> {
         .and_then(|l| l.rsplit(' ').next())
 }
 
+/// Replaces `file` with `text` in one step (written beside it under a dotfile name, which
+/// the config directory skips, then renamed over it), so that the watcher never sees a
+/// half-written file: one edit is one load attempt, which the counts below rely on.
+fn replace(file: &std::path::Path, text: &str) {
+    let name = file.file_name().unwrap().to_string_lossy();
+    let tmp = file.with_file_name(format!(".{name}.tmp"));
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, file).unwrap();
+}
+
 /// Answers to `count` requests for `three=<value>`, in order.
 async fn codes(ml: &Meshlimit, value: &str, count: usize) -> Vec<i32> {
     let mut out = Vec::new();
@@ -68,11 +78,10 @@ async fn the_source_its_version_and_last_change_are_shown() {
         .unwrap_or_else(|| panic!("no last change: {metrics}"));
     assert!(changed > 1_700_000_000, "{changed}");
 
-    std::fs::write(
+    replace(
         &file,
         "domain: ops\ndescriptors:\n  - key: three\n    oops: 1\n",
-    )
-    .unwrap();
+    );
     eventually_async(20, "the failed load is in the metrics", || async {
         let (_, metrics) = http_get(ml.http, "/metrics").await;
         sample(&metrics, "meshlimit_config_last_load_failed") == Some("1")
@@ -88,7 +97,7 @@ async fn the_source_its_version_and_last_change_are_shown() {
         Some("1")
     );
 
-    std::fs::write(&file, THREE_A_DAY.replace("3}", "4}")).unwrap();
+    replace(&file, &THREE_A_DAY.replace("3}", "4}"));
     eventually_async(20, "the new version is in force", || async {
         let (_, text) = http_get(ml.http, "/rlconfig").await;
         text.contains("# last reload error: none") && !text.contains(&fingerprint)
@@ -143,7 +152,7 @@ async fn a_server_started_without_a_config_allows_everything_until_one_loads() {
     let (_, metrics) = http_get(ml.http, "/metrics").await;
     assert_eq!(sample(&metrics, "meshlimit_config_loaded"), Some("0"));
 
-    std::fs::write(&file, THREE_A_DAY).unwrap();
+    replace(&file, THREE_A_DAY);
     eventually_async(20, "health turns good once a config loads", || async {
         http_get(ml.http, "/healthcheck").await.0 == 200
     })
