@@ -117,6 +117,11 @@ async fn a_key_flood_does_not_switch_limits_off() {
     // full again by then: a slow run passes 36 s).
     assert!(evictions >= 10_000, "{evictions} evictions");
     assert!((1..=evictions).contains(&weakened), "{weakened} weakened");
+    // Full: the bound's buckets, each counting the same bytes whatever its key.
+    let buckets = counter(&metrics, "meshlimit_store_buckets");
+    assert_eq!(buckets, 1000, "{metrics}");
+    let bytes = counter(&metrics, "meshlimit_store_bytes");
+    assert!(bytes > 0 && bytes % buckets == 0, "{bytes} bytes\n{metrics}");
     assert!(
         meshlimit.log().contains("store full"),
         "no warning about weakened limits:\n{}",

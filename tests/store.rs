@@ -205,11 +205,18 @@ fn a_busy_bucket_survives_upkeep() {
     assert_eq!(store.stats().bytes, 0);
 }
 
-/// Issue 9, defect 4: the store is bounded in bytes too; large keys evict the least
-/// recently used buckets, not a caller that keeps using its own.
+/// Issue 9, defect 4, and issue 14: a bucket counts the same bytes whatever its key's
+/// length (the store keeps a 128-bit id of the key, not its text), and the byte bound
+/// holds: the least recently used buckets go, not a caller that keeps using its own.
 #[test]
-fn the_byte_bound_holds_with_large_keys() {
-    let bound = 1 << 20;
+fn a_bucket_counts_the_same_bytes_whatever_its_key_and_the_byte_bound_holds() {
+    let probe = MemoryStore::new(10, Arc::new(ManualClock::new(support::START)));
+    probe.check(&[one("a", PER_USER)], support::START);
+    let per_bucket = probe.stats().bytes;
+    probe.check(&[one(&"k".repeat(10_000), PER_USER)], support::START);
+    assert_eq!(probe.stats().bytes, 2 * per_bucket);
+
+    let bound = 100 * per_bucket;
     let store = MemoryStore::bounded(
         Bounds {
             buckets: 1_000_000,
@@ -228,9 +235,7 @@ fn the_byte_bound_holds_with_large_keys() {
     }
     assert_eq!(passed, 100, "the caller kept its limit");
     let stats = store.stats();
-    // About 100 buckets of 10 kB fit in 1 MiB; their bytes fill it but one bucket's worth.
-    assert!((90..=104).contains(&stats.buckets), "{stats:?}");
-    assert!(stats.bytes > bound - 10_200, "{stats:?}");
+    assert_eq!((stats.buckets, stats.bytes), (100, bound), "{stats:?}");
     assert!(stats.evictions > 800, "{stats:?}");
 }
 

@@ -54,8 +54,8 @@ pub struct Settings {
     /// Where the operator endpoints also serve the Prometheus text, besides `/metrics`
     /// (the Go server's `PROMETHEUS_PATH`).
     pub metrics_path: String,
-    /// Upper bound on the bytes held by the embedded store (keys plus per-bucket overhead):
-    /// long keys make a bucket count alone a weak bound on memory.
+    /// Upper bound on the bytes held by the embedded store (a fixed size per bucket, plus
+    /// the limits of `rate_limits` lists), beside the bucket count.
     pub max_store_bytes: u64,
     /// A connection (HTTP or gRPC) with nothing from the peer and no request in flight
     /// for this long is closed, so that abandoned connections give their places back.

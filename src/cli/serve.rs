@@ -134,8 +134,9 @@ pub struct Serve {
     /// Log line format.
     #[arg(long, env = "MESHLIMIT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub(crate) log_format: LogFormat,
-    /// Most bytes the embedded store holds (keys plus a fixed per-bucket overhead); beyond
-    /// it, the least recently used buckets are evicted.
+    /// Most bytes the embedded store holds (a fixed size per bucket, whatever its key's
+    /// length, plus the limits of `rate_limits` lists); beyond it, the least recently used
+    /// buckets are evicted.
     #[arg(long, env = "MESHLIMIT_MAX_STORE_BYTES", default_value_t = defaults::MAX_STORE_BYTES)]
     pub(crate) max_store_bytes: u64,
     /// Close an HTTP or gRPC connection after this many milliseconds with nothing from the

@@ -126,6 +126,22 @@ impl Metrics {
                 ),
             ];
             unlabelled_counters(out, &counters);
+            let gauges = [
+                (
+                    "meshlimit_store_buckets",
+                    "Buckets the embedded store holds (at most --max-buckets).",
+                    stats.buckets,
+                ),
+                (
+                    "meshlimit_store_bytes",
+                    "Bytes those buckets count for against --max-store-bytes.",
+                    stats.bytes,
+                ),
+            ];
+            for (name, help, value) in gauges {
+                family(out, name, "gauge", help);
+                sample(out, name, [], value);
+            }
         }
         let Store::Redis(redis) = &self.store else {
             return;

@@ -5,7 +5,7 @@
 //! never deadlock), and holds them while it looks up or creates its buckets, steps each
 //! descriptor (twice at most) and writes the outcome back. That is what exactness needs:
 //! the request's fate depends on every bucket, and no other decision may change one of them
-//! in between. Everything else happens outside the locks: hashing, finding repeated keys
+//! in between. Everything else happens outside the locks: the ids, finding repeated keys
 //! (one hash-table pass beyond a few descriptors), the lock order (a bitmap of the 256
 //! shards, so no sort), and the evictions that buckets it created may cause. The time
 //! under the locks is linear in the descriptors, a few microseconds at the service's
@@ -20,6 +20,7 @@ use hashbrown::hash_table::Entry;
 use parking_lot::MutexGuard;
 use smallvec::SmallVec;
 
+use super::bucket_id::BucketId;
 use super::shard::{Buckets, Place};
 use super::{Inner, SHARDS, shard_index};
 use crate::clock::Nanos;
@@ -39,10 +40,10 @@ impl Inner {
         // Extended, not collected: a collected vector is built elsewhere and copied in.
         let mut pending: SmallVec<[Pending; 4]> = SmallVec::new();
         pending.extend(checks.iter().map(|c| {
-            let hash = self.hash(&c.key);
+            let id = self.id(&c.key);
             Pending {
-                hash,
-                shard: shard_index(hash),
+                id,
+                shard: shard_index(id),
                 first: 0,
                 place: Place { slot: 0, limit: 0 },
                 state: None,
@@ -65,7 +66,7 @@ impl Inner {
                 continue;
             }
             let buckets = &mut guards[shards.rank(p.shard)];
-            let touched = buckets.touch(&check.key, p.hash, self.usage.current(), |bytes| {
+            let touched = buckets.touch(&check.key, p.id, self.usage.current(), |bytes| {
                 self.usage.created(bytes)
             });
             created |= touched.created;
@@ -140,8 +141,8 @@ fn denied(checks: &[Check<'_>], reports: &[Report]) -> bool {
 /// What a request keeps of each of its checks while deciding.
 #[derive(Debug)]
 struct Pending {
-    /// The store's hash of the check's key.
-    hash: u64,
+    /// The id of the check's bucket.
+    id: BucketId,
     /// The shard of its bucket.
     shard: usize,
     /// The index of the first check with the same key (its own, for most).
@@ -155,7 +156,8 @@ struct Pending {
 /// Sets each check's `first`: the index of the first check with the same key.
 fn first_of_each_key(checks: &[Check<'_>], pending: &mut [Pending]) {
     let same = |p: &[Pending], i: usize, j: usize| {
-        p[i].hash == p[j].hash && checks[i].key == checks[j].key
+        // The bucket, and in it the limit: what `Buckets::touch` tells apart.
+        p[i].id == p[j].id && checks[i].key.limit_part() == checks[j].key.limit_part()
     };
     if checks.len() <= LINEAR_DEDUP {
         for i in 0..checks.len() {
@@ -166,9 +168,9 @@ fn first_of_each_key(checks: &[Check<'_>], pending: &mut [Pending]) {
     let mut seen: HashTable<usize> = HashTable::with_capacity(checks.len());
     for i in 0..checks.len() {
         let first = match seen.entry(
-            pending[i].hash,
+            pending[i].id.low,
             |&j| same(pending, i, j),
-            |&j| pending[j].hash,
+            |&j| pending[j].id.low,
         ) {
             Entry::Occupied(found) => *found.get(),
             Entry::Vacant(absent) => {

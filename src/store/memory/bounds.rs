@@ -24,7 +24,7 @@ const WARN_EVERY: Nanos = 10 * NANOS_PER_SEC;
 pub struct Bounds {
     /// Most buckets held (taken as at least 1 and at most 2^31).
     pub buckets: u64,
-    /// Most bytes held: every bucket's key plus a fixed per-bucket overhead.
+    /// Most bytes held: a fixed size per bucket, plus the limits of a `rate_limits` list.
     pub bytes: u64,
 }
 

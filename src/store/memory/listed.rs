@@ -42,10 +42,10 @@ impl Inner {
                 .all(|c| c.key.descriptor_part() == checks[0].key.descriptor_part())
         );
         let first = &checks[0];
-        let hash = self.hash(&first.key);
-        let shard = shard_index(hash);
+        let id = self.id(&first.key);
+        let shard = shard_index(id);
         let mut buckets = self.shards[shard].0.lock();
-        let touched = buckets.touch(&first.key, hash, self.usage.current(), |bytes| {
+        let touched = buckets.touch(&first.key, id, self.usage.current(), |bytes| {
             self.usage.created(bytes)
         });
         let (slot, mut grown) = (touched.place.slot, touched.grown);

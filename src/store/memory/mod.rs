@@ -10,8 +10,9 @@
 //! up, aged and evicted together, and count as one bucket.
 //!
 //! # Bounds and eviction
-//! The store holds at most [`Bounds::buckets`] buckets and [`Bounds::bytes`] bytes (keys
-//! plus a fixed per-bucket overhead). A decision that creates a bucket beyond a bound then
+//! The store holds at most [`Bounds::buckets`] buckets and [`Bounds::bytes`] bytes (a
+//! fixed size per bucket: it keeps a 128-bit id, not its key, see [`bucket_id`]; plus the
+//! limits of a list). A decision that creates a bucket beyond a bound then
 //! evicts the least recently used bucket of the whole store, after releasing its own lock:
 //! each shard publishes the stamp of its oldest bucket in an atomic, the evicting thread
 //! picks the shard with the smallest and takes that bucket (see [`bounds`] for the stamps).
@@ -32,19 +33,19 @@
 
 mod batch;
 mod bounds;
+mod bucket_id;
 mod cell;
 mod listed;
 mod shard;
 
-use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use foldhash::fast::RandomState;
 use parking_lot::Mutex;
 
 use bounds::Usage;
 pub use bounds::{Bounds, MemoryStats};
+use bucket_id::{BucketId, IdHasher};
 use shard::{Buckets, EMPTY};
 
 use super::{Check, Reports};
@@ -64,15 +65,15 @@ pub struct MemoryStore {
 
 /// The state behind a [`MemoryStore`].
 struct Inner {
-    /// The buckets, [`SHARDS`] locks' worth, a key's shard chosen by its hash.
+    /// The buckets, [`SHARDS`] locks' worth, a bucket's shard chosen by its id.
     shards: Box<[Shard]>,
     /// Each shard's oldest stamp ([`EMPTY`] when it holds nothing), written under the
     /// shard's lock when it changes. Packed in one array, apart from the shards, so that
     /// finding the oldest bucket of the store reads 32 cache lines and takes no lock.
     oldest: Box<[AtomicU64]>,
-    /// Hashes keys, once per decision, for both the shard and the lookup inside it.
-    /// Randomly seeded, so that callers cannot choose keys that collide.
-    hasher: RandomState,
+    /// Makes buckets' ids from their keys, once per decision, for both the shard and the
+    /// lookup inside it. Randomly keyed, so that callers cannot choose keys that collide.
+    ids: IdHasher,
     /// Bounds, counts and the creation counter.
     usage: Usage,
     /// The store's clock, for maintenance's "is it idle now" question.
@@ -106,7 +107,7 @@ impl MemoryStore {
                 .map(|_| Shard(Mutex::new(Buckets::new())))
                 .collect(),
             oldest: (0..SHARDS).map(|_| AtomicU64::new(EMPTY)).collect(),
-            hasher: RandomState::default(),
+            ids: IdHasher::random(),
             usage: Usage::new(bounds),
             clock,
         };
@@ -168,9 +169,9 @@ impl MemoryStore {
     /// What `check` would report at `now` for one more hit, changing nothing (a bucket
     /// that does not exist is full and stays absent; recency is not refreshed).
     pub fn peek(&self, check: &Check<'_>, now: Nanos) -> Report {
-        let hash = self.inner.hash(&check.key);
-        let buckets = self.inner.shards[shard_index(hash)].0.lock();
-        let state = buckets.lookup(&check.key, hash);
+        let id = self.inner.id(&check.key);
+        let buckets = self.inner.shards[shard_index(id)].0.lock();
+        let state = buckets.lookup(&check.key, id);
         drop(buckets);
         limiter::step(state.as_ref(), &check.limit, 0, now)
             .unconsumed()
@@ -190,10 +191,10 @@ impl std::fmt::Debug for MemoryStore {
 impl Inner {
     /// One descriptor: one lock, held for the lookup and the arithmetic.
     fn check_one(&self, check: &Check<'_>, now: Nanos) -> Report {
-        let hash = self.hash(&check.key);
-        let index = shard_index(hash);
+        let id = self.id(&check.key);
+        let index = shard_index(id);
         let mut buckets = self.shards[index].0.lock();
-        let touched = buckets.touch(&check.key, hash, self.usage.current(), |bytes| {
+        let touched = buckets.touch(&check.key, id, self.usage.current(), |bytes| {
             self.usage.created(bytes)
         });
         let kept = buckets.kept_mut(touched.place);
@@ -209,10 +210,10 @@ impl Inner {
         report
     }
 
-    /// The store's hash of `key`'s bucket: of its descriptor's key, which a list's limits
-    /// share (see [`cell`]). It places the bucket in a shard and in the shard's table.
-    fn hash(&self, key: &BucketKey<'_>) -> u64 {
-        self.hasher.hash_one(key.descriptor_part())
+    /// The id of `key`'s bucket: of its descriptor's key, which a list's limits share (see
+    /// [`cell`]). It places the bucket in a shard and in the shard's table.
+    fn id(&self, key: &BucketKey<'_>) -> BucketId {
+        self.ids.id(key.descriptor_part())
     }
 
     /// After a decision that `created` a bucket or added `grown` bytes of listed limits to
@@ -283,8 +284,9 @@ impl Inner {
     }
 }
 
-/// The shard of a key's hash: bits 48 to 55. The table inside a shard finds buckets by the
-/// low bits and filters candidates by the top seven, so neither may be constant in a shard.
-fn shard_index(hash: u64) -> usize {
-    (hash >> 48) as usize % SHARDS
+/// The shard of a bucket: bits 48 to 55 of its id's `low` half. The table inside a shard
+/// finds buckets by that half's low bits and filters candidates by its top seven, so
+/// neither may be constant in a shard.
+fn shard_index(id: BucketId) -> usize {
+    (id.low >> 48) as usize % SHARDS
 }

@@ -1,4 +1,4 @@
-//! One shard of the embedded store: its buckets, found by key and kept in recency order.
+//! One shard of the embedded store: its buckets, found by id and kept in recency order.
 //!
 //! Buckets live in a slab (`slots`, reused through a free list) so that they keep their
 //! index while the hash table over them grows; the table holds only those indices. The
@@ -14,11 +14,11 @@
 
 use hashbrown::HashTable;
 
+use super::bucket_id::BucketId;
 use super::cell::{Cell, Kept, ListedLimit, ONE};
 use crate::bucket_key::BucketKey;
 use crate::clock::Nanos;
 use crate::limiter::State;
-use crate::short_eq;
 
 /// "No slot": the end of a list.
 const NIL: u32 = u32::MAX;
@@ -29,20 +29,19 @@ const FREE: u32 = u32::MAX - 1;
 /// The oldest stamp of a shard that holds no bucket: never chosen for eviction.
 pub(super) const EMPTY: u64 = u64::MAX;
 
-/// Bytes a bucket costs besides its key (and a list's limits, `cell::listed_limit_bytes`):
-/// its slot (112 bytes), its share of the index (4
-/// bytes and a control byte at a load factor between 7/16 and 7/8), the allocator's header
-/// and rounding of the key's allocation, and the slack of tables that grow by doubling.
-/// Measured on the release binary: 600,000 buckets with 71-byte keys added 210 bytes each
-/// to the resident memory, 139 besides the key (see the README's sizing paragraph).
-pub(super) const BUCKET_OVERHEAD: u64 = size_of::<Slot>() as u64 + 64;
+/// Bytes a bucket counts for (besides a list's limits, `cell::listed_limit_bytes`),
+/// whatever its key's length: its slot, its share of the index (4 bytes and a control byte
+/// at a load factor between 7/16 and 7/8), and the slack of tables that grow by doubling.
+/// See the README's sizing paragraph for what the release binary measures.
+pub(super) const BUCKET_BYTES: u64 = size_of::<Slot>() as u64 + 32;
 
 /// What a store keeps of a bucket when it lets it go.
 #[derive(Debug)]
 pub(super) struct Gone {
-    /// The bucket's key, to be dropped once the shard's lock is released.
-    pub(super) key: Box<str>,
-    /// What it kept when it went.
+    /// The bucket's id.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(super) id: BucketId,
+    /// What it kept when it went, to be dropped once the shard's lock is released.
     cell: Cell,
     /// The rate of a one-limit bucket's last limit.
     one_rate: u32,
@@ -51,7 +50,7 @@ pub(super) struct Gone {
 impl Gone {
     /// Bytes the bucket counted for.
     pub(super) fn bytes(&self) -> u64 {
-        bucket_bytes(&self.key) + self.cell.bytes()
+        BUCKET_BYTES + self.cell.bytes()
     }
 
     /// Whether forgetting the bucket at `now` changes a future decision: one of its limits
@@ -62,19 +61,12 @@ impl Gone {
     }
 }
 
-/// Bytes a bucket with `key` counts for against the store's byte bound.
-pub(super) fn bucket_bytes(key: &str) -> u64 {
-    key.len() as u64 + BUCKET_OVERHEAD
-}
-
 /// A bucket, or a free slot.
 #[derive(Debug)]
 pub(super) struct Slot {
-    /// The bucket's key: the descriptor's key (`BucketKey::descriptor_part`); empty for a
-    /// free slot, which then allocates nothing.
-    key: Box<str>,
-    /// The store's hash of `key`: table lookups and growth never hash again.
-    hash: u64,
+    /// The bucket's id: of its descriptor's key (`BucketKey::descriptor_part`). Its `low`
+    /// half is the table's hash, so lookups and growth never hash again.
+    id: BucketId,
     /// The bucket's state, or its limits' states for a listed descriptor.
     cell: Cell,
     /// `requests_per_unit` of the last limit applied to a one-limit bucket, to know when it
@@ -158,26 +150,24 @@ impl Buckets {
         self.oldest_stamp
     }
 
-    /// The slot of the bucket with `key` (a descriptor's key, `listed` or not), if held.
-    /// A listed descriptor's bucket and a one-limit bucket never share a slot, even with
-    /// the same text (a reload that turned one into the other).
+    /// The slot of the bucket `id` (a descriptor's, `listed` or not), if held. A listed
+    /// descriptor's bucket and a one-limit bucket never share a slot, even with the same
+    /// key (a reload that turned one into the other).
     #[inline]
-    fn find(&self, key: &str, listed: bool, hash: u64) -> Option<u32> {
+    fn find(&self, id: BucketId, listed: bool) -> Option<u32> {
         let slots = &self.slots;
         self.index
-            .find(hash, |&i| {
+            .find(id.low, |&i| {
                 let slot = &slots[i as usize];
-                slot.hash == hash
-                    && matches!(slot.cell, Cell::Listed(_)) == listed
-                    && short_eq::same(slot.key.as_bytes(), key.as_bytes())
+                slot.id == id && matches!(slot.cell, Cell::Listed(_)) == listed
             })
             .copied()
     }
 
-    /// The state of the bucket of `key` (hashed `hash`), if held and decided.
-    pub(super) fn lookup(&self, key: &BucketKey<'_>, hash: u64) -> Option<State> {
-        let cell =
-            &self.slots[self.find(key.descriptor_part(), key.is_listed(), hash)? as usize].cell;
+    /// The state of the bucket of `key` (whose descriptor's id is `id`), if held and
+    /// decided.
+    pub(super) fn lookup(&self, key: &BucketKey<'_>, id: BucketId) -> Option<State> {
+        let cell = &self.slots[self.find(id, key.is_listed())? as usize].cell;
         let limit = if key.is_listed() {
             cell.find(key.limit_part(), 0)?
         } else {
@@ -207,7 +197,7 @@ impl Buckets {
         (Place { slot, limit }, grown)
     }
 
-    /// Uses the bucket of `key` (hashed `hash`, see [`super::Inner::hash`]), creating it
+    /// Uses the bucket of `key` (whose descriptor's id is `id`), creating it
     /// (full) if absent, and makes it the most recently used. For a limit of a list, the
     /// bucket is its descriptor's, and the limit is added to it if absent. `current` is the
     /// store's creation count now; `create` is called only to create the bucket, with the
@@ -215,12 +205,12 @@ impl Buckets {
     pub(super) fn touch(
         &mut self,
         key: &BucketKey<'_>,
-        hash: u64,
+        id: BucketId,
         current: u64,
         create: impl FnOnce(u64) -> u64,
     ) -> Touched {
-        let (text, listed) = (key.descriptor_part(), key.is_listed());
-        if let Some(slot) = self.find(text, listed, hash) {
+        let listed = key.is_listed();
+        if let Some(slot) = self.find(id, listed) {
             let reordered = self.slots[slot as usize].stamp != current;
             if reordered {
                 self.unlink(slot);
@@ -245,10 +235,9 @@ impl Buckets {
             Cell::One(None)
         };
         let (limit, limit_bytes) = cell.limit(key.limit_part(), 0);
-        let stamp = create(bucket_bytes(text) + limit_bytes);
+        let stamp = create(BUCKET_BYTES + limit_bytes);
         let bucket = Slot {
-            key: Box::from(text),
-            hash,
+            id,
             cell,
             one_rate: 0,
             stamp,
@@ -271,7 +260,7 @@ impl Buckets {
         };
         let slots = &self.slots;
         self.index
-            .insert_unique(hash, slot, |&i| slots[i as usize].hash);
+            .insert_unique(id.low, slot, |&i| slots[i as usize].id.low);
         self.link_newest(slot);
         Touched {
             place: Place { slot, limit },
@@ -301,7 +290,7 @@ impl Buckets {
     }
 
     fn remove(&mut self, slot: u32) -> Gone {
-        let hash = self.slots[slot as usize].hash;
+        let hash = self.slots[slot as usize].id.low;
         if let Ok(found) = self.index.find_entry(hash, |&i| i == slot) {
             found.remove();
         }
@@ -311,7 +300,7 @@ impl Buckets {
         freed.next = self.free;
         self.free = slot;
         Gone {
-            key: std::mem::take(&mut freed.key),
+            id: freed.id,
             // A free slot keeps nothing, and allocates nothing.
             cell: std::mem::replace(&mut freed.cell, Cell::One(None)),
             one_rate: freed.one_rate,

@@ -1,13 +1,12 @@
 //! The shard's table and recency list, without the store around them.
 
-use std::hash::BuildHasher;
-
 use super::*;
 use crate::rules::{Algorithm, Limit, Unit};
+use crate::store::memory::bucket_id::IdHasher;
 use crate::store::memory::cell;
 
-fn hash(key: &str) -> u64 {
-    foldhash::fast::FixedState::with_seed(7).hash_one(key)
+fn id(key: &str) -> BucketId {
+    IdHasher::fixed(7).id(key)
 }
 
 fn touch(buckets: &mut Buckets, key: &str, current: &mut u64) -> Touched {
@@ -16,7 +15,7 @@ fn touch(buckets: &mut Buckets, key: &str, current: &mut u64) -> Touched {
 
 fn touch_key(buckets: &mut Buckets, key: BucketKey<'_>, current: &mut u64) -> Touched {
     let mut count = *current;
-    let touched = buckets.touch(&key, hash(key.descriptor_part()), count, |_| {
+    let touched = buckets.touch(&key, id(key.descriptor_part()), count, |_| {
         count += 1;
         count
     });
@@ -35,13 +34,13 @@ fn least_recently_used_goes_first_and_slots_are_reused() {
     // "a" used again after creations: it becomes the most recent.
     assert!(!touch(&mut buckets, "a", &mut count).created);
     assert_eq!(buckets.oldest_stamp(), 2);
-    assert_eq!(&*buckets.pop_oldest().unwrap().key, "b");
-    assert_eq!(&*buckets.pop_oldest().unwrap().key, "c");
+    assert_eq!(buckets.pop_oldest().unwrap().id, id("b"));
+    assert_eq!(buckets.pop_oldest().unwrap().id, id("c"));
     let slots = buckets.slots.len();
     touch(&mut buckets, "d", &mut count);
     assert_eq!(buckets.slots.len(), slots, "a free slot was reused");
-    assert_eq!(&*buckets.pop_oldest().unwrap().key, "a");
-    assert_eq!(&*buckets.pop_oldest().unwrap().key, "d");
+    assert_eq!(buckets.pop_oldest().unwrap().id, id("a"));
+    assert_eq!(buckets.pop_oldest().unwrap().id, id("d"));
     assert!(buckets.pop_oldest().is_none());
     assert_eq!((buckets.len(), buckets.oldest_stamp()), (0, EMPTY));
 }
@@ -72,11 +71,11 @@ fn removing_idle_buckets_keeps_the_rest_in_order() {
     let gone = buckets.remove_idle(|slot| slot.idle(0));
     assert_eq!(gone.len(), 2);
     assert_eq!(buckets.len(), 2);
-    assert!(buckets.lookup(&"a".into(), hash("a")).is_none());
+    assert!(buckets.lookup(&"a".into(), id("a")).is_none());
     let b = buckets.pop_oldest().unwrap();
-    assert_eq!(&*b.key, "b");
+    assert_eq!(b.id, id("b"));
     assert!(b.weakens(0) && !b.weakens(1_000_000_000));
-    assert_eq!(&*buckets.pop_oldest().unwrap().key, "d");
+    assert_eq!(buckets.pop_oldest().unwrap().id, id("d"));
 }
 
 /// "1:d" + "5:p=1s" and "1:d" + "5:p=1d": two limits of descriptor "1:d".
@@ -98,8 +97,6 @@ fn a_descriptors_limits_share_one_bucket_apart_from_a_one_limit_bucket() {
     let listed = buckets.pop_oldest().unwrap();
     assert_eq!(
         listed.bytes(),
-        bucket_bytes("1:d")
-            + cell::listed_limit_bytes("5:p=1s")
-            + cell::listed_limit_bytes("5:p=1d")
+        BUCKET_BYTES + cell::listed_limit_bytes("5:p=1s") + cell::listed_limit_bytes("5:p=1d")
     );
 }
