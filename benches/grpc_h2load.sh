@@ -41,21 +41,15 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 DURATION=${DURATION:-10}
-if ((DURATION < 1 || DURATION > 10)); then
-    echo "DURATION must be 1..10 seconds" >&2
-    exit 2
-fi
 ROUNDS=${ROUNDS:-2}
-if ((ROUNDS < 1 || ROUNDS > 5)); then
-    echo "ROUNDS must be 1..5" >&2
-    exit 2
-fi
 # Which "body clients streams" settings to run, separated by ';' (default: all four).
 SETTINGS=${SETTINGS:-limited 4 16;unknown 4 16;limited 8 32;two 4 16}
 WARMUP=1 # seconds of h2load warm-up per run, not counted
 H2LOAD=${H2LOAD:-/usr/bin/h2load}
 # shellcheck source=benches/grpc_fixture.sh
 source benches/grpc_fixture.sh
+in_range DURATION 1 10 seconds
+in_range ROUNDS 1 5
 need_tools "$H2LOAD" nghttp curl python3 cargo
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/grpc_h2load.XXXXXX")
@@ -104,47 +98,23 @@ done
 # Decoder for replies: a stream of gRPC frames (flag 0, big-endian length, message), each a
 # RateLimitResponse; prints the answers run-length encoded, fails on anything malformed.
 cat >"$WORK/decode.py" <<'EOF'
-import struct, sys
+import sys
+from grpc_proto import fields, frames
 
 data, want = open(sys.argv[1], "rb").read(), int(sys.argv[2])
 CODES = {0: "UNKNOWN", 1: "OK", 2: "OVER_LIMIT"}
 
-def varint(buf, i):
-    n = shift = 0
-    while True:
-        b = buf[i]
-        i += 1
-        n |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return n, i
-
 def decode(msg):  # RateLimitResponse{overall_code=1, statuses=2: DescriptorStatus{code=1}}
-    i, overall, statuses = 0, 0, []
-    while i < len(msg):
-        key, i = varint(msg, i)
-        if key & 7 == 0:
-            value, i = varint(msg, i)
-            if key >> 3 == 1:
-                overall = value
-        elif key & 7 == 2:
-            n, i = varint(msg, i)
-            body, i = msg[i:i + n], i + n
-            assert i <= len(msg), "truncated field"
-            if key >> 3 == 2:
-                code = varint(body, 1)[0] if body[:1] == b"\x08" else 0
-                statuses.append(CODES.get(code, code))
-        else:
-            sys.exit(f"unexpected wire type in key {key}")
+    overall, statuses = 0, []
+    for number, value in fields(msg):
+        if number == 1:
+            overall = value
+        elif number == 2:
+            code = dict(fields(value)).get(1, 0)
+            statuses.append(CODES.get(code, code))
     return f"overall_code {CODES.get(overall, overall)}, statuses {statuses}"
 
-answers, pos = [], 0
-while pos < len(data):
-    assert data[pos] == 0 and pos + 5 <= len(data), "bad gRPC frame"
-    n = struct.unpack(">I", data[pos + 1:pos + 5])[0]
-    answers.append(decode(data[pos + 5:pos + 5 + n]))
-    pos += 5 + n
-assert pos == len(data), "trailing bytes"
+answers = [decode(message) for message in frames(data)]
 assert len(answers) == want, f"{len(answers)} answers, {want} expected"
 runs = []
 for a in answers:
@@ -158,10 +128,7 @@ EOF
 # One request with curl: HTTP 200, grpc-status 0 in the trailers, decoded answer.
 check() { # server body
     local out="$WORK/reply" hdr="$WORK/headers" answer
-    curl -sS --http2-prior-knowledge --max-time 5 -D "$hdr" -o "$out" \
-        -H 'content-type: application/grpc' -H 'te: trailers' \
-        --data-binary "@$WORK/$2.grpc" "http://127.0.0.1:${PORT[$1]}$PATH_RLS"
-    if ! grep -q '^HTTP/2 200' "$hdr" || ! grep -qi '^grpc-status: 0' "$hdr"; then
+    if ! grpc_call "${PORT[$1]}" "$WORK/$2.grpc" "$out" "$hdr"; then
         echo "BAD ANSWER from $1 for $2:" >&2
         cat "$hdr" "$WORK/$1.log" >&2
         exit 1
@@ -193,36 +160,17 @@ check_burst() { # server body count
 RESULTS="$WORK/results"
 : >"$RESULTS"
 run() { # label server body clients streams
-    local log="$WORK/h2load.$1.$2.log" rps
-    if ! kill -0 "${PID[$2]}" 2>/dev/null; then
-        echo "$2 is not running" >&2
-        exit 1
-    fi
-    "$H2LOAD" -c "$4" -m "$5" -t 1 -D "$DURATION" --warm-up-time="$WARMUP" \
-        -d "$WORK/$3.grpc" -H 'content-type: application/grpc' -H 'te: trailers' \
-        "http://127.0.0.1:${PORT[$2]}$PATH_RLS" >"$log" 2>&1
-    # h2load counts HTTP 200 only: demand that every finished request succeeded and no
-    # response was anything but 2xx (the 2xx count also includes warm-up stragglers).
-    local ndone nok
-    ndone=$(sed -n 's/^requests: .* \([0-9][0-9]*\) done.*/\1/p' "$log")
-    nok=$(sed -n 's/^requests: .* \([0-9][0-9]*\) succeeded.*/\1/p' "$log")
-    if [[ -z $ndone || $ndone == 0 || $ndone != "$nok" ]] ||
-        ! grep -q ' 0 failed, 0 errored' "$log" ||
-        ! grep -q '^status codes: [0-9]* 2xx, 0 3xx, 0 4xx, 0 5xx' "$log"; then
-        echo "h2load run $1 against $2 had failures:" >&2
-        cat "$log" >&2
-        exit 1
-    fi
-    rps=$(sed -n 's/^finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p' "$log")
+    h2load_checked "${PID[$2]}" "$WORK/h2load.$1.$2.log" -c "$4" -m "$5" -t 1 -D "$DURATION" \
+        --warm-up-time="$WARMUP" -d "$WORK/$3.grpc" -H 'content-type: application/grpc' \
+        -H 'te: trailers' "http://127.0.0.1:${PORT[$2]}$PATH_RLS"
     printf '%-4s %-9s %-13s -c %-2s -m %-2s %10.0f req/s   request min/max/mean/sd: %s\n' \
-        "$1" "$2" "$3.grpc" "$4" "$5" "$rps" \
-        "$(awk '/^time for request:/ {print $4 " / " $5 " / " $6 " / " $7}' "$log")"
-    echo "$1 $2 $3 $4 $5 $rps" >>"$RESULTS"
+        "$1" "$2" "$3.grpc" "$4" "$5" "$RPS" "$LATENCY"
+    echo "$1 $2 $3 $4 $5 $RPS" >>"$RESULTS"
 }
 
 ratio() { # body clients streams: meshlimit / each no-op, best of and mean of the runs,
     # and the median of each round's ratio (a round: one no-op run, then one meshlimit run)
-    awk -v b="$1" -v c="$2" -v m="$3" '
+    awk -v b="$1" -v c="$2" -v m="$3" "$AWK_MEDIAN"'
         $3 == b && $4 == c && $5 == m {
             n[$2]++; sum[$2] += $6; if ($6 > best[$2]) best[$2] = $6
             if ($2 == "noop") last = $6; else r[++rounds] = $6 / last
@@ -241,16 +189,12 @@ ratio() { # body clients streams: meshlimit / each no-op, best of and mean of th
                     100 * best["meshlimit"] / best[s],
                     100 * (sum["meshlimit"] / n["meshlimit"]) / (sum[s] / n[s])
             }
-            for (i = 1; i <= rounds; i++)
-                for (j = i + 1; j <= rounds; j++)
-                    if (r[j] < r[i]) { t = r[i]; r[i] = r[j]; r[j] = t }
-            median = rounds % 2 ? r[(rounds + 1) / 2] : (r[rounds / 2] + r[rounds / 2 + 1]) / 2
-            printf "  median of %d rounds %5.1f%%\n", rounds, 100 * median
+            printf "  median of %d rounds %5.1f%%\n", rounds, 100 * median(r, rounds)
         }' "$RESULTS"
 }
 
 echo
-echo "h2load: $("$H2LOAD" --version | head -1); cores: $(nproc); load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+machine_line
 for server in "${SERVERS[@]}"; do
     echo "$server on 127.0.0.1:${PORT[$server]} (pid ${PID[$server]})"
 done

@@ -3,12 +3,14 @@
 //! Each level maps the composite key (`key_value`, or `key` for a value-less entry) to a
 //! node, as the Go server does, so its quirks carry over: `key: a_b` and `key: a` +
 //! `value: b` collide. For each request entry the walk tries, in order: the exact
-//! composite; the level's wildcard entries in file order (first match wins); the bare key.
+//! composite; the level's wildcard entries in file order (first match wins; wildcards.rs
+//! finds it without trying them all); the bare key.
 //! Nothing matched stops the walk with no limit: there is no backtracking and no fallback
 //! to a parent's limit, and a limit applies only at the request's last entry.
 
 mod bucket;
 mod pattern;
+mod wildcards;
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -20,7 +22,7 @@ use crate::bucket_key::KeyWriter;
 use crate::rules::Rule;
 use crate::short_eq;
 pub use bucket::BucketWalk;
-use pattern::Pattern;
+use wildcards::Wildcards;
 
 /// One level of a domain's tree.
 #[derive(Debug, Default)]
@@ -41,9 +43,10 @@ pub(crate) struct Level {
     /// that no entry has answers that without hashing.
     pair_keys: Lengths,
     exact_keys: Lengths,
-    /// Wildcard entries in file order: pattern and index in `entries`, so that a match
-    /// costs no second lookup.
-    wildcards: Vec<(Pattern, usize)>,
+    /// The wildcard entries, `prefix*` ones indexed by their prefix, each as its index
+    /// in `entries`, so that a match costs no second lookup. Boxed, and only where the
+    /// level has any: most levels have none, and every entry has a level below it.
+    wildcards: Option<Box<Wildcards>>,
 }
 
 /// A set of string lengths, exact below 63 (one bit each), the longer ones all in the
@@ -102,9 +105,6 @@ impl Level {
             return false;
         }
         let index = self.entries.len();
-        if wildcard {
-            self.wildcards.push((Pattern::new(composite), index));
-        }
         self.exact.insert(composite.into(), index);
         self.exact_keys.insert(composite.len());
         self.entries.push((composite.into(), node));
@@ -118,6 +118,10 @@ impl Level {
             let hash = hasher.hash_one(split.pair(entries));
             self.pairs
                 .insert_unique(hash, split, |s| hasher.hash_one(s.pair(entries)));
+        }
+        if wildcard {
+            let wildcards = self.wildcards.get_or_insert_with(Box::default);
+            wildcards.insert(index, entries, hasher);
         }
         true
     }
@@ -173,11 +177,11 @@ impl Level {
         if let Some(index) = self.pair_index(key, value) {
             return Some((index, Matched::Exact));
         }
-        let mut written = false;
-        for &(ref pattern, index) in &self.wildcards {
-            if pattern.matches_pair(key, value, scratch, &mut written) {
-                return Some((index, Matched::Wildcard(&self.entries[index].0)));
-            }
+        let wildcard = self.wildcards.as_ref().and_then(|wildcards| {
+            wildcards.first_match(key, value, &self.entries, &self.hasher, scratch)
+        });
+        if let Some(index) = wildcard {
+            return Some((index, Matched::Wildcard(&self.entries[index].0)));
         }
         if !self.exact_keys.may_hold(key.len()) {
             return None;
@@ -347,7 +351,8 @@ mod tests {
     use super::pattern::tests::PARTS;
     use super::{Entry, Lengths, Level};
 
-    fn entry() -> Entry {
+    /// A node with no rule and nothing below it.
+    pub(super) fn entry() -> Entry {
         Entry {
             rule: None,
             shared_value: None,

@@ -1,7 +1,5 @@
 //! Wildcard patterns of composite keys (`key_value*`), matched as the Go server does.
 
-use crate::short_eq;
-
 /// A composite key with `*` wildcards: each `*` matches any run of characters, the
 /// segments must appear in order, and the first and last are anchored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,8 +16,15 @@ impl Pattern {
         }
     }
 
-    /// Whether the pattern matches `key_value`. A prefix pattern (`…*`, the usual kind) is
-    /// matched on the parts; any other writes `key_value` into `scratch` once (`written`
+    /// The prefix of a pattern whose only `*` is its last character (`prefix*`, the
+    /// usual kind): such patterns are found through [`super::wildcards`]'s prefix index
+    /// instead of being matched one by one.
+    pub(super) fn trailing_prefix(pattern: &str) -> Option<&str> {
+        let prefix = pattern.strip_suffix('*')?;
+        (!prefix.contains('*')).then_some(prefix)
+    }
+
+    /// Whether the pattern matches `key_value`, written into `scratch` once (`written`
     /// remembers that across a level's patterns).
     pub(super) fn matches_pair(
         &self,
@@ -28,16 +33,8 @@ impl Pattern {
         scratch: &mut String,
         written: &mut bool,
     ) -> bool {
-        if let [prefix, last] = &self.segments[..]
-            && last.is_empty()
-        {
-            return pair_starts_with(key, value, prefix);
-        }
         if !*written {
-            scratch.clear();
-            scratch.push_str(key);
-            scratch.push('_');
-            scratch.push_str(value);
+            write_pair(scratch, key, value);
             *written = true;
         }
         self.matches(scratch)
@@ -71,30 +68,17 @@ impl Pattern {
     }
 }
 
-/// Whether `key_value` starts with `prefix`, without writing it out.
-fn pair_starts_with(key: &str, value: &str, prefix: &str) -> bool {
-    let prefix = prefix.as_bytes();
-    let key = key.as_bytes();
-    // Most patterns fail on their first byte: checked before any call to compare.
-    if let Some(&first) = prefix.first()
-        && first != key.first().copied().unwrap_or(b'_')
-    {
-        return false;
-    }
-    let starts_with = |text: &[u8], start: &[u8]| {
-        text.len() >= start.len() && short_eq::same(&text[..start.len()], start)
-    };
-    if prefix.len() <= key.len() {
-        return starts_with(key, prefix);
-    }
-    starts_with(prefix, key)
-        && prefix[key.len()] == b'_'
-        && starts_with(value.as_bytes(), &prefix[key.len() + 1..])
+/// Writes `key_value` into `scratch`, replacing what it held.
+pub(super) fn write_pair(scratch: &mut String, key: &str, value: &str) {
+    scratch.clear();
+    scratch.push_str(key);
+    scratch.push('_');
+    scratch.push_str(value);
 }
 
 #[cfg(test)]
 pub(super) mod tests {
-    use super::{Pattern, pair_starts_with};
+    use super::Pattern;
 
     /// Request parts whose `key_value` may or may not be a composite, including the Go
     /// server's collisions (`a_b` read as `a` + `b`, or `a_b` + nothing).
@@ -102,18 +86,19 @@ pub(super) mod tests {
         ["", "a", "b", "a_b", "b_", "_", "a_", "ab", "é_b"];
 
     #[test]
-    fn prefix_patterns_match_the_parts_as_the_joined_text() {
-        for prefix in ["", "a", "a_", "a_b", "_", "__", "a_b_", "b", "é"] {
-            let pattern = Pattern::new(&format!("{prefix}*"));
-            for key in PARTS {
-                for value in PARTS {
-                    assert_eq!(
-                        pair_starts_with(key, value, prefix),
-                        pattern.matches(&format!("{key}_{value}")),
-                        "{prefix:?}* ~ {key:?} + {value:?}"
-                    );
-                }
-            }
+    fn only_a_lone_trailing_star_makes_a_prefix_pattern() {
+        let cases = [
+            ("k_a*", Some("k_a")),
+            ("*", Some("")),
+            ("k_é*", Some("k_é")),
+            ("k_a**", None),
+            ("k_*a*", None),
+            ("k_a*b", None),
+            ("*k_a", None),
+            ("k_a", None),
+        ];
+        for (pattern, prefix) in cases {
+            assert_eq!(Pattern::trailing_prefix(pattern), prefix, "{pattern}");
         }
     }
 

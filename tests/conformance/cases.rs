@@ -736,6 +736,53 @@ descriptors:
     assert_eq!(name_for("").await.as_deref(), Some("default"));
 }
 
+/// §1.3: among the wildcards that match, the first in the file wins, whatever its shape
+/// and however long its prefix (issue 14: trailing-wildcard entries are found through an
+/// index of their prefixes, other shapes by trying them in order; the answer must not
+/// change).
+#[tokio::test]
+async fn the_first_matching_wildcard_in_the_file_wins_whatever_its_shape() {
+    // The entries of `k`, in file order: value and rule name.
+    let entries = [
+        ("abc*", "longer_prefix_first"),
+        ("a*", "shorter_prefix_later"),
+        ("x*z", "middle_wildcard_first"),
+        ("x*", "prefix_after_middle"),
+        ("m*", "prefix_before_middle"),
+        ("m*n", "middle_wildcard_later"),
+        ("*9", "suffix_wildcard"),
+        ("é*", "multi_byte_prefix"),
+    ];
+    let mut config = String::from("domain: order\ndescriptors:\n");
+    for (value, name) in entries {
+        config.push_str(&format!(
+            "  - key: k\n    value: '{value}'\n    \
+             rate_limit: {{name: {name}, unit: minute, requests_per_unit: 1}}\n"
+        ));
+    }
+    let (service, _, _store) = service(&[("order.yaml", &config)], FIXED);
+    let rows = [
+        ("abcd", Some("longer_prefix_first")),
+        ("abc", Some("longer_prefix_first")),
+        ("abd", Some("shorter_prefix_later")),
+        ("a9", Some("shorter_prefix_later")),
+        ("xyz", Some("middle_wildcard_first")),
+        ("xz", Some("middle_wildcard_first")),
+        ("xy", Some("prefix_after_middle")),
+        ("mn", Some("prefix_before_middle")),
+        ("m9", Some("prefix_before_middle")),
+        ("b9", Some("suffix_wildcard")),
+        ("éa", Some("multi_byte_prefix")),
+        ("è", None),
+        ("b", None),
+    ];
+    for (value, expected) in rows {
+        let status = one(&service, "order", &[("k", value)]).await;
+        let name = limit_of(&status).map(|(_, _, name)| name);
+        assert_eq!(name, expected, "k={value}");
+    }
+}
+
 /// §5 case 10: wildcard forms.
 #[tokio::test]
 async fn wildcards_match_like_the_go_server() {
