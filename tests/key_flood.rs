@@ -121,7 +121,10 @@ async fn a_key_flood_does_not_switch_limits_off() {
     let buckets = counter(&metrics, "meshlimit_store_buckets");
     assert_eq!(buckets, 1000, "{metrics}");
     let bytes = counter(&metrics, "meshlimit_store_bytes");
-    assert!(bytes > 0 && bytes % buckets == 0, "{bytes} bytes\n{metrics}");
+    assert!(
+        bytes > 0 && bytes % buckets == 0,
+        "{bytes} bytes\n{metrics}"
+    );
     assert!(
         meshlimit.log().contains("store full"),
         "no warning about weakened limits:\n{}",
