@@ -93,10 +93,13 @@ ip netns add "$CLIENT_NS"
 ip netns add "$SERVER_NS"
 ip -n "$CLIENT_NS" link set lo up
 ip -n "$SERVER_NS" link set lo up
-# link N DELAY: a delay line whose TUN devices join 169.254.25N.1 (client) to .2 (server).
+# link N DELAY: a delay line (pid LINE_PID[N]) whose TUN devices join 169.254.25N.1
+# (client) to .2 (server).
+declare -A LINE_PID
 link() {
     local a=mlat${1}c$$ b=mlat${1}s$$ i
     start "line$1" chrt -f 10 "$BIN/examples/delay_line" --a "$a" --b "$b" --delay-us "$2" --seconds 3600
+    LINE_PID[$1]=$STARTED
     for ((i = 0; ; i++)); do
         grep -q '^ready$' "$WORK/line$1.log" && break
         kill -0 "$STARTED" 2>/dev/null || fail_with_log "delay_line exited" "line$1"
@@ -323,6 +326,7 @@ if [[ " $PARTS " == *" redis "* ]]; then
     echo "delay lines over the whole run (held: from reading a packet to having written it):"
     for line in 0 1; do
         grep '^STATS' "$WORK/line$line.log" | tail -n 2 | sed "s/^STATS/  line$line/"
+        echo "  line$line CPU time: $(ps -o times= -p "${LINE_PID[$line]}") s"
     done
 fi
 echo

@@ -9,8 +9,8 @@
 # Other settings (environment): WARMUP (loadgen warm-up seconds, default 1), CONNECTIONS (4),
 # CONCURRENCY (64 requests in flight), THREADS (loadgen runtime threads, 1), STRICT_KEYS
 # (100000), OVER_KEYS (10000), LEASED_KEYS (8), LEASE (1000), SCENARIOS ("strict over
-# leased"), MESHLIMIT (server binary,
-# default $CARGO_TARGET_DIR or target, then /release/meshlimit), REDIS_SERVER / REDIS_CLI (redis-server, redis-cli).
+# leased"), MESHLIMIT (server binary, default release/meshlimit under CARGO_TARGET_DIR or
+# target), REDIS_SERVER / REDIS_CLI (redis-server, redis-cli).
 #
 # Stores, each run on a fresh server (loopback, free ports, config domain `bench` below):
 #   memory  target/release/meshlimit serve --config DIR --grpc-addr .. --http-addr ..

@@ -159,13 +159,14 @@ fn fine_timer() {
     let _ = rustix::thread::set_current_timer_slack(NonZeroU64::new(1000));
 }
 
-/// Calls `f` with each packet read from `from`, until it returns false or reading fails.
-fn each_packet(from: &File, mut f: impl FnMut(&[u8]) -> bool) {
+/// Reads packets from `from` and queues each with the time it was read.
+fn receive(from: &File, queue: &Sender<(Instant, Vec<u8>)>) {
+    fine_timer();
     let mut buf = vec![0u8; 65_536];
     loop {
         match (&mut &*from).read(&mut buf) {
             Ok(n) => {
-                if !f(&buf[..n]) {
+                if queue.send((clock(), buf[..n].to_vec())).is_err() {
                     return;
                 }
             }
@@ -176,14 +177,6 @@ fn each_packet(from: &File, mut f: impl FnMut(&[u8]) -> bool) {
             }
         }
     }
-}
-
-/// Reads packets from `from` and queues each with the time it was read.
-fn receive(from: &File, queue: &Sender<(Instant, Vec<u8>)>) {
-    fine_timer();
-    each_packet(from, |packet| {
-        queue.send((clock(), packet.to_vec())).is_ok()
-    });
 }
 
 /// Writes each queued packet to `to` once it is due, aiming early by the usual oversleep.
@@ -207,32 +200,15 @@ fn send(to: &File, queue: &Receiver<(Instant, Vec<u8>)>, delay: Duration, held: 
     }
 }
 
-/// One direction: a reader and a writer thread, and what the writer measures. With no
-/// delay, the reader writes each packet itself: the cost of the path through user space
-/// alone, without a hand-over between threads.
+/// One direction: a reader and a writer thread (with no delay too, so that a line of 0 µs
+/// costs what a delayed one does), and what the writer measures.
 fn direction(from: Arc<File>, to: Arc<File>, delay: Duration) -> Arc<Held> {
     let held = Arc::new(Held::new());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || receive(&from, &tx));
     let stats = Arc::clone(&held);
-    if delay.is_zero() {
-        std::thread::spawn(move || forward(&from, &to, &stats));
-    } else {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || receive(&from, &tx));
-        std::thread::spawn(move || send(&to, &rx, delay, &stats));
-    }
+    std::thread::spawn(move || send(&to, &rx, delay, &stats));
     held
-}
-
-/// Writes each packet read from `from` to `to` at once.
-fn forward(from: &File, to: &File, held: &Held) {
-    each_packet(from, |packet| {
-        let read = clock();
-        if (&mut &*to).write(packet).is_err() {
-            held.errors.fetch_add(1, Ordering::Relaxed);
-        }
-        held.record(clock().saturating_duration_since(read));
-        true
-    });
 }
 
 fn main() -> std::process::ExitCode {
