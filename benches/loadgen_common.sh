@@ -5,7 +5,8 @@
 #
 # Before sourcing, a script sets SCRIPT (its name, for the work directory); it may set NS
 # (a command prefix such as `ip netns exec NAME`, under which meshlimit, loadgen, curl and
-# redis-cli run) and define cleanup_more (called on exit after the processes are stopped).
+# redis-cli run) and define cleanup_more (called on exit after the processes are stopped,
+# with the script's exit status).
 # It then calls the `setting`s, `start_work`, `build_binaries`, `write_bench_config`, and
 # per run `measure`.
 
@@ -44,16 +45,22 @@ stop() { # pid...: SIGTERM, up to 10 s to exit, then SIGKILL; reaps them
         unset "LIVE[$pid]"
     done
 }
-cleanup() {
+cleanup() { # on exit: the processes, cleanup_more, then WORK unless the script failed
+    local status=$?
     if ((${#LIVE[@]})); then
         stop "${!LIVE[@]}"
     fi
     if declare -F cleanup_more >/dev/null; then
-        cleanup_more
+        cleanup_more "$status"
     fi
-    rm -rf "$WORK"
+    if ((status == 0)); then
+        rm -rf "$WORK"
+    else
+        echo "logs kept in $WORK" >&2
+    fi
 }
-# start_work: WORK, a fresh directory removed on exit, with the exit traps.
+# start_work: WORK, a fresh directory removed on exit (kept if the script failed), with the
+# exit traps.
 start_work() {
     WORK=$(mktemp -d "${TMPDIR:-/tmp}/$SCRIPT.XXXXXX")
     trap cleanup EXIT

@@ -38,7 +38,10 @@
 # cannot: one curl request per server checks grpc-status 0 first). Machine note: all of it
 # shares the cores; the 1-minute load average is recorded at the start of every run.
 #
-# Other settings (environment): WARMUP (1), CONNECTIONS (4), THREADS (1), OPEN_CAP (256),
+# Other settings (environment): REDIS_TIMEOUT_MS (meshlimit's --redis-timeout-ms, 100 as
+# its default: on a busy machine a stall that long fails the run, as loadgen counts the
+# UNAVAILABLE answers as errors; a longer one lets the stall show as latency instead),
+# WARMUP (1), CONNECTIONS (4), THREADS (1), OPEN_CAP (256),
 # STRICT_KEYS, OVER_KEYS, LEASED_KEYS, LEASE (as redis_load.sh), MESHLIMIT (server binary),
 # REDIS_SERVER / REDIS_CLI, H2LOAD.
 #
@@ -65,6 +68,8 @@ setting OVER_KEYS 10000 1 1000000
 setting LEASED_KEYS 8 1 1000000
 setting LEASE 1000 1 1000000
 setting DELAY_US 250 0 100000
+setting REDIS_TIMEOUT_MS 100 1 60000
+export MESHLIMIT_REDIS_TIMEOUT_MS=$REDIS_TIMEOUT_MS
 PARTS=${PARTS:-redis memory h2load}
 SCENARIOS=${SCENARIOS:-strict over leased}
 REDIS_SERVER=${REDIS_SERVER:-redis-server}
@@ -80,7 +85,24 @@ fi
     exit 2
 }
 
+# network_report: TCP retransmissions and timeouts in both namespaces (a packet lost on a
+# link stalls its connection for a retransmission timeout, 200 ms at least), and the TUN
+# devices' drops while they exist.
+network_report() {
+    local ns
+    for ns in "$CLIENT_NS" "$SERVER_NS"; do
+        echo "  $ns: $(ip netns exec "$ns" nstat -asz TcpRetransSegs TcpExtTCPTimeouts 2>/dev/null |
+            awk '/^Tcp/ { printf "%s %s  ", $1, $2 }')"
+        ip -s -n "$ns" link show 2>/dev/null | awk '
+            /^[0-9]+: mlat/ { dev = $2 }
+            dev && /RX:|TX:/ { dir = $1; getline; printf "    %s %s packets %s dropped %s\n", dev, dir, $2, $4 }'
+    done
+}
 cleanup_more() {
+    if (($1 != 0)) && ip netns list | grep -q "^$CLIENT_NS"; then
+        echo "network when it failed:" >&2
+        network_report >&2
+    fi
     ip netns del "$CLIENT_NS" 2>/dev/null || true
     ip netns del "$SERVER_NS" 2>/dev/null || true
 }
@@ -166,7 +188,8 @@ mean() {
 echo
 echo "cores: $(nproc); load average: $(cut -d' ' -f1-3 /proc/loadavg); $("$REDIS_SERVER" --version | cut -d' ' -f1-3)"
 echo "each run: ${WARMUP}s warm-up + ${DURATION}s measured; loadgen --connections $CONNECTIONS --threads $THREADS;" \
-    "closed loop $CONCURRENCY in flight, open loop at most $OPEN_CAP; $ROUNDS round(s); delay $DELAY_US µs each way"
+    "closed loop $CONCURRENCY in flight, open loop at most $OPEN_CAP; $ROUNDS round(s); delay $DELAY_US µs each way;" \
+    "Redis timeout $REDIS_TIMEOUT_MS ms"
 echo
 # shellcheck disable=SC2059 # ROW is the format
 printf "$ROW" kind scenario where round 'req/s' 'p50 µs' 'p99 µs' 'p99.9 µs' late load1
@@ -291,6 +314,10 @@ awk -v delay="$DELAY_US" -v open_rate="${OPEN_RATE:-0}" -v memory_rate="${MEMORY
     }
     function m(a, k) { return a[k] / n[k] }
     function verdict(ok) { return ok ? "MET" : "MISSED" }
+    # An open-loop figure holds only if every request started on time.
+    function open_verdict(ok, late_count) {
+        return late_count ? "NOT MEASURED (" late_count " requests could not start on time)" : verdict(ok)
+    }
     END {
         printf "%-8s %-8s %-9s %9s %9s %9s %9s %7s  %s\n", "kind", "scenario", "where", "req/s",
             "p50 µs", "p99 µs", "p99.9 µs", "late", "load1"
@@ -311,11 +338,11 @@ awk -v delay="$DELAY_US" -v open_rate="${OPEN_RATE:-0}" -v memory_rate="${MEMORY
         k = "open strict delayed"
         if (n[k])
             printf "open loop at %d req/s, Redis %d µs away each way: p99 %.0f µs; target <= 2000: %s\n",
-                open_rate, delay, m(p99, k), verdict(m(p99, k) <= 2000)
+                open_rate, delay, m(p99, k), open_verdict(m(p99, k) <= 2000, late[k])
         a = "open strict memory"; b = "open strict noop"
         if (n[a] && n[b])
             printf "loadgen open loop at %d req/s: embedded p99 / no-op p99 %.3f; target <= 1.1: %s\n",
-                memory_rate, m(p99, a) / m(p99, b), verdict(m(p99, a) <= 1.1 * m(p99, b))
+                memory_rate, m(p99, a) / m(p99, b), open_verdict(m(p99, a) <= 1.1 * m(p99, b), late[a] + late[b])
         a = "h2open two meshlimit"; b = "h2open two noop"
         if (n[a] && n[b])
             printf "h2load --rps, %d req/s offered: embedded p99 / no-op p99 %.3f; target <= 1.1: %s\n",
@@ -328,6 +355,8 @@ if [[ " $PARTS " == *" redis "* ]]; then
         grep '^STATS' "$WORK/line$line.log" | tail -n 2 | sed "s/^STATS/  line$line/"
         echo "  line$line CPU time: $(ps -o times= -p "${LINE_PID[$line]}") s"
     done
+    echo "network:"
+    network_report
 fi
 echo
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
