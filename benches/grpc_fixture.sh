@@ -1,17 +1,28 @@
-# Sourced by benches/grpc_h2load.sh and benches/grpc_callgrind.sh: what both send, the
-# config meshlimit answers it with (see grpc_h2load.sh's header for what each body asks),
-# and how they check their tools and wait for a server.
+# shellcheck shell=bash
+# Sourced by benches/grpc_h2load.sh, benches/grpc_callgrind.sh and (through
+# loadgen_common.sh) the loadgen scripts: what h2load sends, the config meshlimit answers it
+# with (see grpc_h2load.sh's header for what each body asks), and how the scripts check
+# their tools and wait for a server.
 
+# shellcheck disable=SC2034 # used by the scripts that source this
 PATH_RLS=/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
 
-# need_tools TOOL...: exits 2 naming the first one missing.
+# need_tools TOOL...: exits 2 naming the first one missing and how to install it.
 need_tools() {
-    local tool
+    local tool package
     for tool in "$@"; do
-        command -v "$tool" >/dev/null || {
-            echo "$tool not found (Debian: apt-get install nghttp2-client curl valgrind)" >&2
-            exit 2
-        }
+        command -v "$tool" >/dev/null && continue
+        case ${tool##*/} in
+        h2load | nghttp) package=nghttp2-client ;;
+        redis-cli) package=redis-tools ;;
+        ip | tc) package=iproute2 ;;
+        chrt) package=util-linux ;;
+        timeout) package=coreutils ;;
+        cargo) package="(none: install Rust with rustup)" ;;
+        *) package=${tool##*/} ;;
+        esac
+        echo "$tool not found (Debian: apt-get install $package)" >&2
+        exit 2
     done
 }
 

@@ -9,8 +9,8 @@
 # Other settings (environment): WARMUP (loadgen warm-up seconds, default 1), CONNECTIONS (4),
 # CONCURRENCY (64 requests in flight), THREADS (loadgen runtime threads, 1), STRICT_KEYS
 # (100000), OVER_KEYS (10000), LEASED_KEYS (8), LEASE (1000), SCENARIOS ("strict over
-# leased"), MESHLIMIT (server binary,
-# default target/release/meshlimit), REDIS_SERVER / REDIS_CLI (redis-server, redis-cli).
+# leased"), MESHLIMIT (server binary, default release/meshlimit under CARGO_TARGET_DIR or
+# target), REDIS_SERVER / REDIS_CLI (redis-server, redis-cli).
 #
 # Stores, each run on a fresh server (loopback, free ports, config domain `bench` below):
 #   memory  target/release/meshlimit serve --config DIR --grpc-addr .. --http-addr ..
@@ -41,14 +41,9 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-setting() { # name default min max: the environment's value, checked, into the variable
-    local value=${!1:-$2}
-    if [[ ! $value =~ ^[0-9]+$ ]] || ((value < $3 || value > $4)); then
-        echo "$1 must be an integer in $3..$4 (got '$value')" >&2
-        exit 2
-    fi
-    printf -v "$1" '%s' "$value"
-}
+SCRIPT=redis_load
+# shellcheck source=benches/loadgen_common.sh
+source benches/loadgen_common.sh
 setting DURATION 10 1 60 # measured seconds per run
 setting ROUNDS 1 1 5
 setting WARMUP 1 0 30
@@ -82,174 +77,21 @@ TOOLS=(cargo curl python3 timeout)
 if ((USE_REDIS)); then
     TOOLS+=("$REDIS_SERVER" "$REDIS_CLI")
 fi
-for tool in "${TOOLS[@]}"; do
-    command -v "$tool" >/dev/null || {
-        echo "$tool not found" >&2
-        exit 2
-    }
-done
+need_tools "${TOOLS[@]}"
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/redis_load.XXXXXX")
-declare -A LIVE # pid -> name, of every process started and not yet reaped
-stop() { # pid...: SIGTERM, up to 10 s to exit, then SIGKILL; reaps them
-    local pid i alive
-    for pid in "$@"; do
-        kill "$pid" 2>/dev/null || true
-    done
-    for ((i = 0; i < 100; i++)); do
-        alive=0
-        for pid in "$@"; do
-            if kill -0 "$pid" 2>/dev/null; then
-                alive=1
-            fi
-        done
-        ((alive)) || break
-        sleep 0.1
-    done
-    for pid in "$@"; do
-        kill -9 "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-        unset "LIVE[$pid]"
-    done
-}
-cleanup() {
-    if ((${#LIVE[@]})); then
-        stop "${!LIVE[@]}"
-    fi
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+start_work
+build_binaries loadgen
+write_bench_config
 
-cargo build --release --bin meshlimit --example loadgen
-MESHLIMIT=${MESHLIMIT:-target/release/meshlimit} # override to compare another build
-LOADGEN=target/release/examples/loadgen
-
-# --- config -----------------------------------------------------------------------------
-CONF="$WORK/config"
-mkdir "$CONF"
-cat >"$CONF/bench.yaml" <<'EOF'
-# benches/redis_load.sh: one rule per scenario, each user its own bucket.
-domain: bench
-descriptors:
-  - key: user_id
-    descriptors:
-      # strict: never over; every request a decision on a (mostly cold) key.
-      - key: method
-        value: strict
-        rate_limit: { unit: second, requests_per_unit: 1000000, burst: 1000000 }
-      # over: one token per user per hour; once it is taken, every answer is OVER_LIMIT.
-      - key: method
-        value: over
-        rate_limit: { unit: hour, requests_per_unit: 1, burst: 1 }
-      # leased: a few hot users, never over.
-      - key: method
-        value: leased
-        rate_limit: { unit: second, requests_per_unit: 1000000, burst: 1000000 }
-EOF
-"$MESHLIMIT" validate --config "$CONF"
-
-# --- processes --------------------------------------------------------------------------
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-start() { # name command... ; sets STARTED to the pid
-    local name=$1
-    shift
-    "$@" >"$WORK/$name.log" 2>&1 &
-    STARTED=$!
-    LIVE[$STARTED]=$name
-}
-fail_with_log() { # message name
-    echo "$1" >&2
-    echo "--- $WORK/$2.log:" >&2
-    tail -n 40 "$WORK/$2.log" >&2 || true
-    exit 1
-}
-
+REDIS_HOST=127.0.0.1
 REDIS_PORT=
 REDIS_PID=
 if ((USE_REDIS)); then
     REDIS_PORT=$(free_port)
     start redis "$REDIS_SERVER" --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no
     REDIS_PID=$STARTED
-    for ((i = 0; ; i++)); do
-        kill -0 "$REDIS_PID" 2>/dev/null || fail_with_log "redis-server exited" redis
-        if [[ $(timeout 2 "$REDIS_CLI" -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null) == PONG ]]; then
-            break
-        fi
-        ((i < 100)) || fail_with_log "redis-server on port $REDIS_PORT: no PONG after 10 s" redis
-        sleep 0.1
-    done
+    redis_wait redis
 fi
-redis_flush() {
-    kill -0 "$REDIS_PID" 2>/dev/null || fail_with_log "redis-server is not running" redis
-    local reply
-    reply=$(timeout 10 "$REDIS_CLI" -h 127.0.0.1 -p "$REDIS_PORT" flushall)
-    if [[ $reply != OK ]]; then
-        echo "redis FLUSHALL answered '$reply'" >&2
-        exit 1
-    fi
-}
-
-# Starts meshlimit for one run and waits for GET /healthcheck to answer 200; sets
-# SERVER_PID and GRPC_PORT.
-start_server() { # store scenario
-    local http_port extra=()
-    GRPC_PORT=$(free_port)
-    http_port=$(free_port)
-    if [[ $1 == redis ]]; then
-        extra=(--store redis --redis-url "redis://127.0.0.1:$REDIS_PORT")
-        if [[ $2 == leased ]]; then
-            extra+=(--redis-lease "$LEASE")
-        fi
-    fi
-    start meshlimit "$MESHLIMIT" serve --config "$CONF" --grpc-addr "127.0.0.1:$GRPC_PORT" \
-        --http-addr "127.0.0.1:$http_port" --log warn "${extra[@]}"
-    SERVER_PID=$STARTED
-    local i code
-    for ((i = 0; ; i++)); do
-        if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-            wait "$SERVER_PID" && code=0 || code=$?
-            unset "LIVE[$SERVER_PID]"
-            fail_with_log "meshlimit ($1 store, $2) exited with status $code before it was ready" meshlimit
-        fi
-        code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 \
-            "http://127.0.0.1:$http_port/healthcheck" || true)
-        if [[ $code == 200 ]]; then
-            return 0
-        fi
-        ((i < 100)) || fail_with_log "meshlimit ($1 store): /healthcheck not 200 after 10 s" meshlimit
-        sleep 0.1
-    done
-}
-
-# Runs loadgen; the log keeps its output, RESULT holds its machine-readable line.
-load() { # log-name loadgen-args...
-    local name=$1 limit
-    shift
-    limit=$((WARMUP + DURATION + 30))
-    if ! timeout "$limit" "$LOADGEN" --addr "http://127.0.0.1:$GRPC_PORT" --domain bench \
-        --connections "$CONNECTIONS" --concurrency "$CONCURRENCY" --threads "$THREADS" \
-        "$@" >"$WORK/$name.log" 2>&1; then
-        kill -0 "$SERVER_PID" 2>/dev/null || echo "meshlimit is no longer running" >&2
-        fail_with_log "loadgen $name failed ($*)" "$name"
-    fi
-    RESULT=$(sed -n 's/^RESULT //p' "$WORK/$name.log")
-    [[ -n $RESULT ]] || fail_with_log "loadgen $name printed no RESULT line" "$name"
-}
-
-field() { # key result-line
-    local kv
-    for kv in $2; do
-        if [[ ${kv%%=*} == "$1" ]]; then
-            echo "${kv#*=}"
-            return 0
-        fi
-    done
-    echo "RESULT has no $1: $2" >&2
-    exit 1
-}
 
 # --- runs -------------------------------------------------------------------------------
 # Result lines: scenario store round rps p50 p99 p999 requests ok over
@@ -258,29 +100,8 @@ RESULTS="$WORK/results"
 ROW='%-8s %-7s %5s %10s %10s %10s %10s %9s %9s %9s\n'
 
 run() { # scenario store round
-    local scenario=$1 store=$2 round=$3 args=()
-    if [[ $store == redis ]]; then
-        redis_flush
-    fi
-    start_server "$store" "$scenario"
-    case $scenario in
-    strict) args=(--method strict --keys "$STRICT_KEYS" --expect ok) ;;
-    over)
-        # Not part of the table: each user's single token, taken once (round-robin,
-        # exactly OVER_KEYS requests), all of which must pass within DURATION.
-        load "prime.$store.$round" --method over --keys "$OVER_KEYS" --warmup 0 \
-            --duration "$DURATION" --requests "$OVER_KEYS" --expect ok
-        if [[ $(field ok "$RESULT") != "$OVER_KEYS" ]]; then
-            echo "priming answered $(field ok "$RESULT") OK of $OVER_KEYS" >&2
-            exit 1
-        fi
-        args=(--method over --keys "$OVER_KEYS" --expect over)
-        ;;
-    leased) args=(--method leased --keys "$LEASED_KEYS" --expect ok) ;;
-    esac
-    load "$scenario.$store.$round" "${args[@]}" --warmup "$WARMUP" --duration "$DURATION"
-    kill -0 "$SERVER_PID" 2>/dev/null || fail_with_log "meshlimit ($store) died during the run" meshlimit
-    stop "$SERVER_PID"
+    local scenario=$1 store=$2 round=$3
+    measure "$scenario" "$store" "$scenario.$store.$round" --concurrency "$CONCURRENCY"
 
     local rps p50 p99 p999 n ok over
     rps=$(field rps "$RESULT")

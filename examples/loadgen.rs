@@ -1,8 +1,20 @@
 //! gRPC load client for `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`
 //! that checks every answer (used by `benches/redis_load.sh`).
 //!
-//! K tasks (`--concurrency`) each loop: send one request, await the answer, check it, send
-//! the next, so K requests are in flight in total; each task's n-th request goes out on
+//! Closed loop (the default): K tasks (`--concurrency`) each loop: send one request, await
+//! the answer, check it, send the next, so K requests are in flight in total. The rate is
+//! then whatever the server answers, and a slow answer delays the requests behind it
+//! without showing in their latency (coordinated omission).
+//!
+//! Open loop (`--rate N`): requests are due on a fixed schedule, the i-th at start + i/N s,
+//! whatever the answers. A pacing thread hands each due request's scheduled time to the
+//! same K tasks, which now cap the requests in flight; latency is measured from the
+//! scheduled time, so time spent waiting for a free task (the server falling behind) counts.
+//! Requests due while K were already in flight are counted (`late=`). The pacing thread
+//! sleeps with the OS timer (about 50 µs of slack), so a request may go out that much
+//! after its time; that too counts as latency, the same for any server.
+//!
+//! Each task's n-th request goes out on
 //! HTTP/2 connection (task + n) mod C (`--connections`), so requests are spread
 //! round-robin. Every request has one descriptor, `user_id=u<i>` and `method=<--method>`,
 //! in `--domain`; `i` walks `0..--keys` round-robin (one shared counter) or is drawn by a
@@ -24,8 +36,12 @@
 //! RESULT rps=41234 p50_us=1480.0 p99_us=2890.0 p999_us=4100.0 max_us=9000.0 requests=412340 ok=412340 over=0 errors=0 mismatches=0
 //! ```
 //!
+//! With `--rate`, two fields follow: `offered_rps=N late=N` (the measured requests that
+//! were due while `--concurrency` were in flight).
+//!
 //! ```text
 //! cargo run --release --example loadgen -- --addr http://127.0.0.1:8081 --keys 1000 --expect ok
+//! cargo run --release --example loadgen -- --addr http://127.0.0.1:8081 --rate 20000 --concurrency 256
 //! ```
 //!
 //! The load generator shares the machine with the server, so it is lean: one runtime
@@ -49,6 +65,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use hdrhistogram::Histogram;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tonic::transport::{Channel, Endpoint};
 
 /// How long calls still in flight at the end may take before the run is failed.
@@ -69,9 +86,12 @@ struct Args {
     /// HTTP/2 connections (separate channels); requests are spread over them round-robin.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
     connections: u32,
-    /// Requests in flight in total (one task each).
+    /// Requests in flight in total (one task each); with `--rate`, at most this many.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     concurrency: u32,
+    /// Open loop: this many requests a second, each due at its time whatever the answers.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    rate: Option<u64>,
     /// Measured seconds (after the warm-up).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=60))]
     duration: u64,
@@ -128,8 +148,10 @@ struct Shared {
     measure_start: Instant,
     end: Instant,
     cap: Option<u64>,
-    /// Measured requests started (for `--requests`).
+    /// Measured requests started (for `--requests` in the closed loop).
     started: AtomicU64,
+    /// Open loop: requests handed out by the pacing thread and not yet answered.
+    in_flight: AtomicU64,
     /// Round-robin position (for `--pick rr`).
     next_user: AtomicU64,
     /// Latencies of measured answers, in ns; task t records into shard t mod len.
@@ -196,11 +218,14 @@ async fn run(args: Args) -> ExitCode {
     }
 
     eprintln!(
-        "loadgen: {} | {} connection(s), {} in flight, {} thread(s) | {} s warm-up + {} s{} | \
+        "loadgen: {} | {} connection(s), {} in flight{}, {} thread(s) | {} s warm-up + {} s{} | \
          domain {}, user_id u0..u{} ({}), method {} | expect {:?}",
         args.addr,
         args.connections,
         args.concurrency,
+        args.rate
+            .map(|n| format!(" at most, open loop at {n} req/s"))
+            .unwrap_or_default(),
         args.threads,
         args.warmup,
         args.duration,
@@ -244,6 +269,7 @@ async fn run(args: Args) -> ExitCode {
         end: measure_start + Duration::from_secs(args.duration),
         cap: args.requests,
         started: AtomicU64::new(0),
+        in_flight: AtomicU64::new(0),
         next_user: AtomicU64::new(0),
         // Sharded so that tasks on different threads rarely share a lock, and few enough
         // that the histograms (about 220 KB each) do not grow with --concurrency.
@@ -253,16 +279,36 @@ async fn run(args: Args) -> ExitCode {
         failures: Mutex::new(Failures::default()),
     });
 
+    let (source, pacing) = match args.rate {
+        None => (Source::Closed, None),
+        Some(rate) => {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let pacer = Pacer {
+                schedule: Schedule { start, rate },
+                next: 0,
+                end: shared.end,
+                measure_start,
+                left: args.requests,
+                cap: u64::from(args.concurrency),
+                late: 0,
+            };
+            let shared = Arc::clone(&shared);
+            let pacing = std::thread::spawn(move || pace(pacer, &tx, &shared));
+            let tickets = Arc::new(tokio::sync::Mutex::new(rx));
+            (Source::Open(tickets), Some(pacing))
+        }
+    };
     let tasks: Vec<_> = (0..args.concurrency)
         .map(|t| {
             let clients: Vec<_> = channels
                 .iter()
                 .map(|ch| RateLimitServiceClient::new(ch.clone()))
                 .collect();
-            tokio::spawn(worker(t, clients, Arc::clone(&shared)))
+            tokio::spawn(worker(t, clients, source.clone(), Arc::clone(&shared)))
         })
         .collect();
     drop(channels);
+    drop(source);
 
     // The calls themselves give up at end + GRACE; this is a safety net.
     let deadline = tokio::time::Instant::from_std(shared.end + GRACE + Duration::from_secs(5));
@@ -285,6 +331,9 @@ async fn run(args: Args) -> ExitCode {
         );
         total.errors += unfinished;
     }
+    // The pacing thread has ended: its schedule ends with the run, and it stops at once
+    // when no task is left to take its requests.
+    let late = pacing.map(|p| p.join().unwrap_or(0));
 
     let failures = std::mem::take(&mut *lock(&shared.failures));
     for line in failures.errors.iter().chain(&failures.mismatches) {
@@ -296,7 +345,7 @@ async fn run(args: Args) -> ExitCode {
             .add(&*lock(shard))
             .expect("histograms of equal bounds");
     }
-    report(&args, &total, &latency_ns, shared.measure_start)
+    report(&args, &total, &latency_ns, shared.measure_start, late)
 }
 
 fn histogram() -> Histogram<u64> {
@@ -325,10 +374,109 @@ fn clock() -> Instant {
     Instant::now()
 }
 
+/// When the open loop's requests are due: request i at `start + i/rate`, computed from i
+/// rather than by adding up a period, so that rounding never accumulates.
+#[derive(Debug, Clone, Copy)]
+struct Schedule {
+    start: Instant,
+    /// Requests per second.
+    rate: u64,
+}
+
+impl Schedule {
+    fn at(&self, i: u64) -> Instant {
+        let ns = u128::from(i) * 1_000_000_000 / u128::from(self.rate);
+        self.start + Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+    }
+}
+
+/// The pacing thread's state: which request is due next, and how many measured ones may
+/// still go out.
+#[derive(Debug)]
+struct Pacer {
+    schedule: Schedule,
+    /// Index of the next request.
+    next: u64,
+    /// No request is due at or after this (the end of the run).
+    end: Instant,
+    /// Requests due from here on are measured.
+    measure_start: Instant,
+    /// Measured requests still allowed (`--requests`), `None` for no limit.
+    left: Option<u64>,
+    /// `--concurrency`: a request due while this many are in flight cannot start on time.
+    cap: u64,
+    /// Measured requests that were due while `cap` were in flight.
+    late: u64,
+}
+
+/// What the pacing thread does next.
+#[derive(Debug, PartialEq, Eq)]
+enum Pace {
+    /// Hand out the request due at this time (now or already past).
+    Issue(Instant),
+    /// Nothing is due for this long.
+    Wait(Duration),
+    /// The schedule has ended.
+    Done,
+}
+
+impl Pacer {
+    /// The next step at `now`, with `in_flight` requests handed out and not yet answered.
+    /// A request whose time has passed (the thread overslept) is issued at once, with its
+    /// own due time, so that latency is still measured from the schedule.
+    fn poll(&mut self, now: Instant, in_flight: u64) -> Pace {
+        let due = self.schedule.at(self.next);
+        if due >= self.end || self.left == Some(0) {
+            return Pace::Done;
+        }
+        if due > now {
+            return Pace::Wait(due - now);
+        }
+        self.next += 1;
+        if due >= self.measure_start {
+            if let Some(left) = &mut self.left {
+                *left -= 1;
+            }
+            if in_flight >= self.cap {
+                self.late += 1;
+            }
+        }
+        Pace::Issue(due)
+    }
+}
+
+/// The pacing thread: hands each request's due time to the tasks; returns the late count.
+/// A thread of its own, not a tokio timer: tokio's timers tick in milliseconds.
+fn pace(mut pacer: Pacer, tickets: &UnboundedSender<Instant>, shared: &Shared) -> u64 {
+    loop {
+        match pacer.poll(clock(), shared.in_flight.load(Ordering::Relaxed)) {
+            Pace::Issue(due) => {
+                shared.in_flight.fetch_add(1, Ordering::Relaxed);
+                if tickets.send(due).is_err() {
+                    break; // every task has ended
+                }
+            }
+            Pace::Wait(d) => std::thread::sleep(d),
+            Pace::Done => break,
+        }
+    }
+    pacer.late
+}
+
+/// Where a task's next request's start time comes from.
+#[derive(Clone)]
+enum Source {
+    /// Closed loop: when the previous answer arrived, until the end of the run.
+    Closed,
+    /// Open loop: the due times the pacing thread hands out, until it stops.
+    Open(Arc<tokio::sync::Mutex<UnboundedReceiver<Instant>>>),
+}
+
 /// One of the K request loops.
 async fn worker(
     task: u32,
     mut clients: Vec<RateLimitServiceClient<Channel>>,
+    source: Source,
     shared: Arc<Shared>,
 ) -> Tally {
     let mut tally = Tally::default();
@@ -341,11 +489,17 @@ async fn worker(
     let hard_end = tokio::time::Instant::from_std(shared.end + GRACE);
     let mut now = clock();
     loop {
-        if now >= shared.end {
-            break;
-        }
-        let measured = now >= shared.measure_start;
-        if let (true, Some(cap)) = (measured, shared.cap) {
+        // Latency is measured from `start`: the previous answer, or the schedule.
+        let start = match &source {
+            Source::Closed if now >= shared.end => break,
+            Source::Closed => now,
+            Source::Open(tickets) => match tickets.lock().await.recv().await {
+                Some(due) => due,
+                None => break,
+            },
+        };
+        let measured = start >= shared.measure_start;
+        if let (Source::Closed, true, Some(cap)) = (&source, measured, shared.cap) {
             if shared.started.fetch_add(1, Ordering::Relaxed) >= cap {
                 break;
             }
@@ -364,7 +518,6 @@ async fn worker(
             .value
             .push_str(&shared.users[user]);
 
-        let sent = now;
         let call = clients[conn].should_rate_limit(request);
         let result = match tokio::time::timeout_at(hard_end, call).await {
             Ok(result) => result,
@@ -380,6 +533,9 @@ async fn worker(
         };
         conn = (conn + 1) % clients.len();
         now = clock();
+        if let Source::Open(_) = source {
+            shared.in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
 
         let answered = result.is_ok();
         match result {
@@ -424,7 +580,7 @@ async fn worker(
         if !measured {
             tally.warmup += 1;
         } else if answered {
-            let ns = u64::try_from((now - sent).as_nanos()).unwrap_or(u64::MAX);
+            let ns = u64::try_from((now - start).as_nanos()).unwrap_or(u64::MAX);
             lock(latency_ns).saturating_record(ns.max(1));
             tally.last = Some(now);
         }
@@ -496,7 +652,14 @@ fn record_failure(shared: &Shared, mismatch: bool, describe: impl FnOnce() -> St
     }
 }
 
-fn report(args: &Args, t: &Tally, latency_ns: &Histogram<u64>, measure_start: Instant) -> ExitCode {
+/// Prints the human line and the RESULT line; `late` is the open loop's late count.
+fn report(
+    args: &Args,
+    t: &Tally,
+    latency_ns: &Histogram<u64>,
+    measure_start: Instant,
+    late: Option<u64>,
+) -> ExitCode {
     let requests = latency_ns.len();
     // The measured span ends with the last measured answer (the last calls may finish a
     // little after the deadline, or long before it when --requests ends the run).
@@ -510,10 +673,20 @@ fn report(args: &Args, t: &Tally, latency_ns: &Histogram<u64>, measure_start: In
     };
     let us = |q: f64| latency_ns.value_at_quantile(q) as f64 / 1000.0;
     let max_us = latency_ns.max() as f64 / 1000.0;
+    let open = match (args.rate, late) {
+        (Some(rate), Some(late)) => (
+            format!(
+                "; open loop at {rate} req/s, {late} due with {} in flight",
+                args.concurrency
+            ),
+            format!(" offered_rps={rate} late={late}"),
+        ),
+        _ => Default::default(),
+    };
     println!(
         "loadgen: {requests} answers in {span:.2} s = {rps:.0} req/s ({} connection(s), {} in flight); \
          latency p50 {:.1} µs, p99 {:.1} µs, p99.9 {:.1} µs, max {max_us:.1} µs; \
-         OK {}, OVER_LIMIT {}, errors {}, mismatches {} (expect {:?}); {} warm-up requests",
+         OK {}, OVER_LIMIT {}, errors {}, mismatches {} (expect {:?}); {} warm-up requests{}",
         args.connections,
         args.concurrency,
         us(0.5),
@@ -525,10 +698,11 @@ fn report(args: &Args, t: &Tally, latency_ns: &Histogram<u64>, measure_start: In
         t.mismatches,
         args.expect,
         t.warmup,
+        open.0,
     );
     println!(
         "RESULT rps={rps:.0} p50_us={:.1} p99_us={:.1} p999_us={:.1} max_us={max_us:.1} requests={requests} \
-         ok={} over={} errors={} mismatches={}",
+         ok={} over={} errors={} mismatches={}{}",
         us(0.5),
         us(0.99),
         us(0.999),
@@ -536,6 +710,7 @@ fn report(args: &Args, t: &Tally, latency_ns: &Histogram<u64>, measure_start: In
         t.over,
         t.errors,
         t.mismatches,
+        open.1,
     );
     if t.errors > 0 || t.mismatches > 0 {
         eprintln!(
@@ -548,5 +723,98 @@ fn report(args: &Args, t: &Tally, latency_ns: &Histogram<u64>, measure_start: In
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pacer(rate: u64, seconds: u64, left: Option<u64>, cap: u64) -> (Pacer, Instant) {
+        let start = clock();
+        let pacer = Pacer {
+            schedule: Schedule { start, rate },
+            next: 0,
+            end: start + Duration::from_secs(seconds),
+            measure_start: start + Duration::from_secs(1),
+            left,
+            cap,
+            late: 0,
+        };
+        (pacer, start)
+    }
+
+    #[test]
+    fn the_schedule_does_not_drift() {
+        let start = clock();
+        let s = Schedule { start, rate: 3 };
+        assert_eq!(s.at(0), start);
+        assert_eq!(s.at(1) - start, Duration::from_nanos(333_333_333));
+        assert_eq!(s.at(2) - start, Duration::from_nanos(666_666_666));
+        // Whole seconds land exactly, however far in: i/rate is computed, not summed.
+        assert_eq!(s.at(3 * 3600) - start, Duration::from_secs(3600));
+        let s = Schedule {
+            start,
+            rate: 40_000,
+        };
+        assert_eq!(
+            s.at(40_000 * 60 + 1) - start,
+            Duration::from_nanos(60_000_025_000)
+        );
+    }
+
+    #[test]
+    fn requests_wait_for_their_time_and_an_oversleep_catches_up_with_their_own_times() {
+        let (mut p, start) = pacer(1000, 10, None, 64);
+        let ms = Duration::from_millis;
+        assert_eq!(p.poll(start, 0), Pace::Issue(start));
+        assert_eq!(p.poll(start, 1), Pace::Wait(ms(1)));
+        assert_eq!(
+            p.poll(start + Duration::from_micros(400), 1),
+            Pace::Wait(Duration::from_micros(600))
+        );
+        // Woken 2.5 ms late: the three due since go out at once, each with its due time.
+        let late = start + Duration::from_micros(3500);
+        assert_eq!(p.poll(late, 1), Pace::Issue(start + ms(1)));
+        assert_eq!(p.poll(late, 2), Pace::Issue(start + ms(2)));
+        assert_eq!(p.poll(late, 3), Pace::Issue(start + ms(3)));
+        assert_eq!(p.poll(late, 4), Pace::Wait(Duration::from_micros(500)));
+        assert_eq!(p.late, 0);
+    }
+
+    #[test]
+    fn the_schedule_ends_with_the_run_or_the_measured_count() {
+        let (mut p, start) = pacer(2, 3, None, 64);
+        let after = start + Duration::from_secs(5);
+        let mut issued = 0;
+        while let Pace::Issue(_) = p.poll(after, 0) {
+            issued += 1;
+        }
+        assert_eq!(issued, 6, "2 a second for 3 s");
+        assert_eq!(p.poll(after, 0), Pace::Done);
+
+        // --requests counts measured requests only: the 2 of the warm-up second go out too.
+        let (mut p, start) = pacer(2, 3, Some(3), 64);
+        let mut due = Vec::new();
+        while let Pace::Issue(at) = p.poll(after, 0) {
+            due.push(at - start);
+        }
+        let ms = Duration::from_millis;
+        assert_eq!(due, [ms(0), ms(500), ms(1000), ms(1500), ms(2000)]);
+    }
+
+    #[test]
+    fn requests_due_while_the_cap_is_in_flight_are_late_when_measured() {
+        let (mut p, start) = pacer(10, 3, None, 2);
+        let later = start + Duration::from_secs(2);
+        // Warm-up (the first second): not counted.
+        for _ in 0..10 {
+            assert!(matches!(p.poll(later, 5), Pace::Issue(_)));
+        }
+        assert_eq!(p.late, 0);
+        assert!(matches!(p.poll(later, 1), Pace::Issue(_)));
+        assert!(matches!(p.poll(later, 2), Pace::Issue(_)));
+        assert!(matches!(p.poll(later, 3), Pace::Issue(_)));
+        assert_eq!(p.late, 2);
     }
 }
