@@ -93,6 +93,17 @@ pub enum After {
 }
 
 impl CheckReply {
+    /// decide.lua's numbers for a check: over, remaining, reset in microseconds, and the
+    /// two the algorithm names ([`CheckReply::outcome`]).
+    pub(crate) fn new(over: bool, remaining: i64, reset_us: i64, specific: [i64; 2]) -> Self {
+        CheckReply {
+            over,
+            remaining,
+            reset_us,
+            specific,
+        }
+    }
+
     /// The reply read for a check of `algorithm`; negative numbers (never sent by the
     /// script) read as 0.
     pub fn outcome(&self, algorithm: Algorithm) -> Outcome {
@@ -133,47 +144,63 @@ pub struct Reply {
 #[error("Redis sent a malformed reply: {0}")]
 pub struct ReplyError(
     /// What is wrong with the reply.
-    String,
+    pub(crate) String,
 );
 
 /// Fields per check in the reply.
 const FIELDS: usize = 5;
 
-/// Parses an `EVALSHA` reply of the decision script: an array of integers, the denied
-/// flag then [`FIELDS`] per check.
+/// Parses an `EVALSHA` reply of the decision script for one request: an array of integers,
+/// the denied flag then [`FIELDS`] per check.
 ///
 /// # Errors
 /// Anything else: another type, a non-integer element, a length that is not 1 + 5n, or a
 /// flag that is neither 0 nor 1.
 pub fn parse(value: &Value) -> Result<Reply, ReplyError> {
+    let numbers = integers(value)?;
+    let Some(per) = numbers.len().checked_sub(1) else {
+        return Err(ReplyError("empty array".into()));
+    };
+    if per % FIELDS != 0 {
+        return Err(ReplyError(format!(
+            "{} elements, not 1 + {FIELDS} per check",
+            numbers.len()
+        )));
+    }
+    request(&numbers)
+}
+
+/// The numbers of an array of integers (a script call's reply, before it is split into
+/// its requests' replies).
+///
+/// # Errors
+/// Another type, or a non-integer element.
+pub(crate) fn integers(value: &Value) -> Result<Vec<i64>, ReplyError> {
     let Value::Array(items) = value else {
         return Err(ReplyError(format!(
             "expected an array, got {}",
             kind(value)
         )));
     };
-    let numbers = items
+    items
         .iter()
         .enumerate()
         .map(|(i, item)| match item {
             Value::Int(n) => Ok(*n),
             other => Err(ReplyError(format!("element {i} is {}", kind(other)))),
         })
-        .collect::<Result<Vec<i64>, _>>()?;
+        .collect()
+}
+
+/// One request's reply from decide.lua's numbers: the denied flag, then [`FIELDS`] per
+/// check (`numbers` is 1 + 5n long).
+///
+/// # Errors
+/// A flag that is neither 0 nor 1.
+pub(crate) fn request(numbers: &[i64]) -> Result<Reply, ReplyError> {
     let (&denied, per) = numbers
         .split_first()
         .ok_or_else(|| ReplyError("empty array".into()))?;
-    if per.len() % FIELDS != 0 {
-        return Err(ReplyError(format!(
-            "{} elements, not 1 + {FIELDS} per check",
-            numbers.len()
-        )));
-    }
-    let flag = |n: i64, what: &str| match n {
-        0 => Ok(false),
-        1 => Ok(true),
-        other => Err(ReplyError(format!("{what} flag {other}"))),
-    };
     let checks = per
         .chunks_exact(FIELDS)
         .map(|c| {
@@ -189,6 +216,18 @@ pub fn parse(value: &Value) -> Result<Reply, ReplyError> {
         denied: flag(denied, "denied")?,
         checks,
     })
+}
+
+/// A script's 0 or 1 as a flag; `what` names it in the error.
+///
+/// # Errors
+/// Any other number.
+pub(crate) fn flag(n: i64, what: &str) -> Result<bool, ReplyError> {
+    match n {
+        0 => Ok(false),
+        1 => Ok(true),
+        other => Err(ReplyError(format!("{what} flag {other}"))),
+    }
 }
 
 /// [`parse`] of a reply still in RESP bytes (what Redis sends), for fuzzing the whole way
