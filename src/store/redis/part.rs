@@ -81,7 +81,7 @@ impl Part {
         };
         let (args, arg_bytes) = match buckets {
             Some(buckets) => {
-                let bytes = 8 * (1 + 6 * buckets.len());
+                let bytes = 8 * (1 + 2 * buckets.len());
                 (Args::Buckets(buckets), bytes)
             }
             None => {
@@ -224,21 +224,7 @@ pub(crate) fn evalsha(sha: &str, parts: &[&Part]) -> Cmd {
         }
     }
     if parts.first().is_some_and(|p| p.shape() == Shape::Buckets) {
-        let mut packed = Vec::with_capacity(8 + parts.iter().map(|p| p.bytes).sum::<usize>());
-        let now = parts
-            .first()
-            .and_then(|p| p.now_us)
-            .map_or(-1.0, |us| us as f64);
-        packed.extend_from_slice(&now.to_le_bytes());
-        for part in parts {
-            if let Args::Buckets(checks) = &part.args {
-                packed.extend_from_slice(&(checks.len() as f64).to_le_bytes());
-                for check in checks {
-                    check.pack(&mut packed);
-                }
-            }
-        }
-        cmd.arg(packed);
+        cmd.arg(buckets_arg(parts));
     } else {
         for part in parts {
             if let Args::General(args) = &part.args {
@@ -253,13 +239,57 @@ pub(crate) fn evalsha(sha: &str, parts: &[&Part]) -> Cmd {
     cmd
 }
 
+/// decide_buckets.lua's one argument for `parts`, little-endian doubles: now in microseconds
+/// (-1: Redis' clock), the number of limits and each limit's token, rate, cap and q, then
+/// per part its number of checks, then per check its hits and its limit's number (1 on),
+/// negative in shadow mode. Most checks of a call share a few limits, so each check sends
+/// two numbers rather than six.
+fn buckets_arg(parts: &[&Part]) -> Vec<u8> {
+    let mut limits: smallvec::SmallVec<[[u64; 4]; 4]> = smallvec::SmallVec::new();
+    let mut checks: Vec<f64> = Vec::with_capacity(parts.iter().map(|p| 1 + 2 * p.checks).sum());
+    for part in parts {
+        let Args::Buckets(bucket_checks) = &part.args else {
+            continue;
+        };
+        checks.push(bucket_checks.len() as f64);
+        for check in bucket_checks {
+            let s = &check.scale;
+            let limit = [s.token, s.rate, s.cap, s.q];
+            let number = match limits.iter().position(|l| *l == limit) {
+                Some(i) => i + 1,
+                None => {
+                    limits.push(limit);
+                    limits.len()
+                }
+            } as f64;
+            // Integers below 2^53 are exact as doubles; larger hits round to the nearest,
+            // as the general script's tonumber rounds them.
+            checks.push(check.hits as f64);
+            checks.push(if check.enforce { number } else { -number });
+        }
+    }
+    let now = parts
+        .first()
+        .and_then(|p| p.now_us)
+        .map_or(-1.0, |us| us as f64);
+    let numbers = [now, limits.len() as f64]
+        .into_iter()
+        .chain(limits.iter().flatten().map(|&n| n as f64))
+        .chain(checks);
+    numbers.flat_map(f64::to_le_bytes).collect()
+}
+
 /// Each part's reply from the call's `value`, in order.
 ///
 /// # Errors
-/// Not an array of integers, not as many as the parts' replies together, or a part's
-/// reply that is not its script's.
+/// Not the script's numbers (decide_buckets.lua: a string of doubles; decide.lua: an array
+/// of integers), not as many as the parts' replies together, or a part's reply that is not
+/// its script's.
 pub(crate) fn replies(value: &redis::Value, parts: &[&Part]) -> Result<Vec<Reply>, ReplyError> {
-    let numbers = reply::integers(value)?;
+    let numbers = match parts.first().map(|p| p.shape()) {
+        Some(Shape::Buckets) => reply::doubles(value)?,
+        _ => reply::integers(value)?,
+    };
     let expected: usize = parts.iter().map(|p| p.reply_len()).sum();
     if numbers.len() != expected {
         return Err(ReplyError(format!(
@@ -346,12 +376,22 @@ mod tests {
             .chunks_exact(8)
             .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
             .collect();
-        let request = [
-            2.0, // checks
-            2.0, 10_000.0, 1.0, 100_000.0, 1.0, 1.0, // hits, token, rate, cap, q, enforce
-            1.0, 10_000.0, 1.0, 100_000.0, 1.0, 0.0,
-        ];
-        assert_eq!(doubles, [&[-1.0][..], &request, &request].concat());
+        // Redis' clock; one limit (token, rate, cap, q); then each request: two checks, each
+        // its hits and its limit's number (negative: shadow).
+        let head = [-1.0, 1.0, 10_000.0, 1.0, 100_000.0, 1.0];
+        let request = [2.0, 2.0, 1.0, 1.0, -1.0];
+        assert_eq!(doubles, [&head[..], &request, &request].concat());
+        // Two limits: numbered in order of first use.
+        let mut other = check("4:t:c", Mode::Enforce, 1);
+        other.limit = limit(5, Unit::Minute, 1);
+        let two = part(&["a", "c"], &[checks[0], other], &nothing, true);
+        let sent = args(&evalsha("sha", &[&two]));
+        let doubles: Vec<f64> = sent[5]
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .collect();
+        assert_eq!(doubles[1], 2.0);
+        assert_eq!(&doubles[10..], [2.0, 2.0, 1.0, 1.0, 2.0]);
         // The general script for anything else: off, a bucket twice, a lease, a quota.
         let general = |names, checks: &[Check<'_>], wants: &[Want], specialised| {
             part(names, checks, wants, specialised).shape() == Shape::General
@@ -396,8 +436,11 @@ mod tests {
         );
         let value =
             |ns: &[i64]| redis::Value::Array(ns.iter().map(|&n| redis::Value::Int(n)).collect());
+        let packed = |ns: &[i64]| {
+            redis::Value::BulkString(ns.iter().flat_map(|&n| (n as f64).to_le_bytes()).collect())
+        };
         // Allowed: a takes two tokens from 30,000 of debt; b (shadow) is over, untouched.
-        let allowed = replies(&value(&[0, 30_000, 95_000]), &[&part]).expect("valid");
+        let allowed = replies(&packed(&[0, 30_000, 95_000]), &[&part]).expect("valid");
         let expected = replies(
             &value(&[0, 0, 5, 50_000, 50_000, 0, 1, 0, 5_000, 95_000, 0]),
             &[&general],
@@ -405,7 +448,7 @@ mod tests {
         .expect("valid");
         assert_eq!(allowed, expected);
         // Denied: a is over (a token short), b passes but takes nothing.
-        let denied = replies(&value(&[1, 90_000, 0]), &[&part]).expect("valid");
+        let denied = replies(&packed(&[1, 90_000, 0]), &[&part]).expect("valid");
         let expected = replies(
             &value(&[1, 1, 1, 10_000, 90_000, 0, 0, 10, 0, 0, 0]),
             &[&general],
@@ -413,10 +456,10 @@ mod tests {
         .expect("valid");
         assert_eq!(denied, expected);
         // Two requests in one reply, each read with its own checks.
-        let both = replies(&value(&[0, 30_000, 95_000, 1, 90_000, 0]), &[&part, &part]);
+        let both = replies(&packed(&[0, 30_000, 95_000, 1, 90_000, 0]), &[&part, &part]);
         assert_eq!(both.expect("valid").len(), 2);
-        // Not the script's: a debt beyond the capacity, a fate the checks contradict, a
-        // length for other requests.
+        // Not the script's: a debt beyond the capacity or below 0, a fate the checks
+        // contradict, a length for other requests.
         for bad in [
             &[0, 100_001, 0][..],
             &[0, -1, 0],
@@ -424,7 +467,9 @@ mod tests {
             &[0, 95_000, 0],
             &[0, 0],
         ] {
-            assert!(replies(&value(bad), &[&part]).is_err(), "{bad:?}");
+            assert!(replies(&packed(bad), &[&part]).is_err(), "{bad:?}");
         }
+        // Nor the general script's integers.
+        assert!(replies(&value(&[0, 30_000, 95_000]), &[&part]).is_err());
     }
 }

@@ -192,6 +192,40 @@ pub(crate) fn integers(value: &Value) -> Result<Vec<i64>, ReplyError> {
         .collect()
 }
 
+/// The numbers of a string of little-endian doubles (decide_buckets.lua's reply), each a
+/// whole number.
+///
+/// # Errors
+/// Another type, a length that is not a multiple of 8, or a number that is not whole.
+pub(crate) fn doubles(value: &Value) -> Result<Vec<i64>, ReplyError> {
+    let Value::BulkString(bytes) = value else {
+        return Err(ReplyError(format!(
+            "expected a string of numbers, got {}",
+            kind(value)
+        )));
+    };
+    if bytes.len() % 8 != 0 {
+        return Err(ReplyError(format!(
+            "{} bytes, not a whole number of doubles",
+            bytes.len()
+        )));
+    }
+    bytes
+        .chunks_exact(8)
+        .map(|b| {
+            let mut raw = [0; 8];
+            raw.copy_from_slice(b);
+            let n = f64::from_le_bytes(raw);
+            // Whole and within i64 (2^63 is exact as a double, and out of range).
+            if n.fract() == 0.0 && n.abs() < 9_223_372_036_854_775_808.0 {
+                Ok(n as i64)
+            } else {
+                Err(ReplyError(format!("{n} is not a whole number")))
+            }
+        })
+        .collect()
+}
+
 /// One request's reply from decide.lua's numbers: the denied flag, then [`FIELDS`] per
 /// check (`numbers` is 1 + 5n long).
 ///
@@ -285,6 +319,27 @@ mod tests {
             ]
         );
         assert_eq!(parse(&ints(&[0])).expect("no checks").checks, []);
+    }
+
+    #[test]
+    fn a_string_of_doubles_reads_as_whole_numbers() {
+        let packed =
+            |ns: &[f64]| Value::BulkString(ns.iter().flat_map(|n| n.to_le_bytes()).collect());
+        assert_eq!(
+            doubles(&packed(&[0.0, 3.0, 9_007_199_254_740_991.0])),
+            Ok(vec![0, 3, (1 << 53) - 1])
+        );
+        assert_eq!(doubles(&packed(&[])), Ok(vec![]));
+        for bad in [
+            packed(&[0.5]),
+            packed(&[f64::NAN]),
+            packed(&[f64::INFINITY]),
+            packed(&[1e19]),
+            Value::BulkString(vec![0; 7]),
+            ints(&[0]),
+        ] {
+            assert!(doubles(&bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -101,18 +101,6 @@ impl BucketCheck {
             enforce,
         })
     }
-
-    /// Appends the script's six numbers for it to `packed`, little-endian doubles: hits,
-    /// token, rate, cap, q, and 1 (enforce) or 0 (shadow).
-    pub(super) fn pack(&self, packed: &mut Vec<u8>) {
-        let s = &self.scale;
-        // Integers below 2^53 are exact as doubles; larger hits round to the nearest, as
-        // the general script's tonumber rounds them.
-        for n in [self.hits, s.token, s.rate, s.cap, s.q] {
-            packed.extend_from_slice(&(n as f64).to_le_bytes());
-        }
-        packed.extend_from_slice(&f64::from(u8::from(self.enforce)).to_le_bytes());
-    }
 }
 
 /// Appends the general script's arguments for a request to `args`: now ('' for Redis'
@@ -221,7 +209,7 @@ mod tests {
     }
 
     #[test]
-    fn a_bucket_check_packs_six_doubles() {
+    fn only_token_buckets_in_enforce_or_shadow_are_bucket_checks() {
         let check = |mode| Check {
             key: "4:test1:a".into(),
             limit: limit(100, Unit::Second, 10),
@@ -229,23 +217,12 @@ mod tests {
             mode,
             descriptor: 0,
         };
-        let mut packed = Vec::new();
-        for mode in [Mode::Enforce, Mode::Shadow] {
-            BucketCheck::of(&check(mode))
-                .expect("a bucket")
-                .pack(&mut packed);
-        }
-        let doubles: Vec<f64> = packed
-            .chunks_exact(8)
-            .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
-            .collect();
-        // hits, token, rate, cap, q, enforce
-        let expected = [
-            2.0, 10_000.0, 1.0, 100_000.0, 1.0, 1.0, //
-            2.0, 10_000.0, 1.0, 100_000.0, 1.0, 0.0,
-        ];
-        assert_eq!(doubles, expected);
+        let bucket = BucketCheck::of(&check(Mode::Shadow)).expect("a bucket");
+        assert_eq!((bucket.hits, bucket.enforce), (2, false));
+        assert_eq!(bucket.scale, Scale::of(&limit(100, Unit::Second, 10)));
+        assert!(BucketCheck::of(&check(Mode::Enforce)).is_some_and(|b| b.enforce));
         assert_eq!(BucketCheck::of(&check(Mode::Quota)), None);
+        assert_eq!(BucketCheck::of(&check(Mode::ShadowQuota)), None);
         let window = Check {
             limit: Limit {
                 algorithm: Algorithm::FixedWindow,
