@@ -5,11 +5,18 @@
 #   benches/grpc_h2load.sh                       # from the repository root
 #   DURATION=5 ROUNDS=3 benches/grpc_h2load.sh   # seconds per run (1..10), alternations
 #   ROUNDS=5 SETTINGS='two 4 16' benches/grpc_h2load.sh   # one setting only
+#   REDIS=1 SETTINGS='two 4 16' benches/grpc_h2load.sh    # and meshlimit on Redis (below)
 #
 # Servers (loopback, free ports):
 #   noop       examples/noop_rls, accepting exactly as meshlimit does
 #              (meshlimit::net::serve as for its gRPC port): the same transport, no work.
 #   meshlimit  target/release/meshlimit serve --config (config/ plus the bench domain below)
+#   redis      with REDIS=1: the same with --store redis (strict: every decision a script
+#              call, no lease) against a redis-server this script starts (--save ''
+#              --appendonly no); after each of its runs, Redis' script time (INFO
+#              commandstats, EVALSHA and EVAL, reset before the run) per call and per
+#              request sent to Redis (meshlimit_redis_cache_misses_total), and the
+#              requests each call decided.
 #
 # Requests (hand-encoded RateLimitRequest, 5-byte gRPC frame header, in $WORK):
 #   limited.grpc  domain trading, one descriptor (user_id=alice, method=/market.Data/Quotes):
@@ -31,10 +38,12 @@
 # stream must end with grpc-status 0; answers decoded). Each timed run must have 0 failed,
 # 0 errored and only 2xx responses.
 #
-# Needs: cargo, python3 (standard library only), curl, h2load and nghttp (nghttp2-client).
+# Needs: cargo, python3 (standard library only), curl, h2load and nghttp (nghttp2-client);
+# with REDIS=1, redis-server and redis-cli.
 #
 # Target (issue): meshlimit >= 95% of the no-op server's requests/s; for two.grpc, the
-# median of the per-round ratios over ROUNDS=5.
+# median of the per-round ratios over ROUNDS=5. Issue 14: the Redis store (strict) >= 60%
+# of the no-op server on two.grpc.
 # Machine note: load generator and servers share the cores; run on a quiet machine
 # (the load average is printed at the start and at the end).
 set -euo pipefail
@@ -57,13 +66,18 @@ H2LOAD=${H2LOAD:-/usr/bin/h2load}
 # shellcheck source=benches/grpc_fixture.sh
 source benches/grpc_fixture.sh
 need_tools "$H2LOAD" nghttp curl python3 cargo
+REDIS=${REDIS:-0}
+if ((REDIS)); then
+    need_tools redis-server redis-cli
+fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/grpc_h2load.XXXXXX")
 PIDS=()
 cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do
-        kill "$pid" 2>/dev/null || true
+    local pid i
+    # Last started first: a meshlimit stops before the redis-server it uses.
+    for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
+        kill "${PIDS[i]}" 2>/dev/null || true
     done
     for pid in "${PIDS[@]}"; do
         wait "$pid" 2>/dev/null || true
@@ -96,6 +110,17 @@ PORT[meshlimit]=$(free_port)
 start meshlimit "$MESHLIMIT" serve --config "$WORK/config" --grpc-addr "127.0.0.1:${PORT[meshlimit]}" \
     --http-addr "127.0.0.1:$(free_port)" --log warn
 SERVERS=(noop meshlimit)
+if ((REDIS)); then
+    REDIS_PORT=$(free_port)
+    start redis-server redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+        --logfile "$WORK/redis-server.out"
+    wait_listening "$REDIS_PORT" "${PID[redis-server]}"
+    PORT[redis]=$(free_port)
+    REDIS_HTTP=$(free_port)
+    start redis "$MESHLIMIT" serve --config "$WORK/config" --grpc-addr "127.0.0.1:${PORT[redis]}" \
+        --http-addr "127.0.0.1:$REDIS_HTTP" --log warn --store redis --redis-url "redis://127.0.0.1:$REDIS_PORT"
+    SERVERS+=(redis)
+fi
 for server in "${SERVERS[@]}"; do
     wait_listening "${PORT[$server]}" "${PID[$server]}"
 done
@@ -192,11 +217,20 @@ check_burst() { # server body count
 # Result lines: label server body c m req/s
 RESULTS="$WORK/results"
 : >"$RESULTS"
+# Requests the Redis-backed meshlimit sent to Redis so far.
+redis_misses() {
+    curl -s --max-time 5 "http://127.0.0.1:$REDIS_HTTP/metrics" |
+        awk '$1 == "meshlimit_redis_cache_misses_total" { print $2; found = 1 } END { if (!found) print 0 }'
+}
 run() { # label server body clients streams
-    local log="$WORK/h2load.$1.$2.log" rps
+    local log="$WORK/h2load.$1.$2.log" rps misses=0 script=""
     if ! kill -0 "${PID[$2]}" 2>/dev/null; then
         echo "$2 is not running" >&2
         exit 1
+    fi
+    if [[ $2 == redis ]]; then
+        redis-cli -p "$REDIS_PORT" config resetstat >/dev/null
+        misses=$(redis_misses)
     fi
     "$H2LOAD" -c "$4" -m "$5" -t 1 -D "$DURATION" --warm-up-time="$WARMUP" \
         -d "$WORK/$3.grpc" -H 'content-type: application/grpc' -H 'te: trailers' \
@@ -214,38 +248,42 @@ run() { # label server body clients streams
         exit 1
     fi
     rps=$(sed -n 's/^finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p' "$log")
-    printf '%-4s %-9s %-13s -c %-2s -m %-2s %10.0f req/s   request min/max/mean/sd: %s\n' \
+    if [[ $2 == redis ]]; then
+        script=$(redis-cli -p "$REDIS_PORT" info commandstats | awk -F '[:=,]' -v d="$(($(redis_misses) - misses))" '
+            /^cmdstat_evalsha?:/ { calls += $3; usec += $5 }
+            END { if (calls && d) printf "   Redis %.1f µs a call, %.2f µs a request, %.1f requests a call", usec / calls, usec / d, d / calls }')
+    fi
+    printf '%-4s %-9s %-13s -c %-2s -m %-2s %10.0f req/s   request min/max/mean/sd: %s%s\n' \
         "$1" "$2" "$3.grpc" "$4" "$5" "$rps" \
-        "$(awk '/^time for request:/ {print $4 " / " $5 " / " $6 " / " $7}' "$log")"
+        "$(awk '/^time for request:/ {print $4 " / " $5 " / " $6 " / " $7}' "$log")" "$script"
     echo "$1 $2 $3 $4 $5 $rps" >>"$RESULTS"
 }
 
-ratio() { # body clients streams: meshlimit / each no-op, best of and mean of the runs,
-    # and the median of each round's ratio (a round: one no-op run, then one meshlimit run)
-    awk -v b="$1" -v c="$2" -v m="$3" '
+ratio() { # body clients streams: each server / the no-op server, best of and mean of the
+    # runs, and the median of each round's ratio (a round: one run of each server in turn)
+    awk -v b="$1" -v c="$2" -v m="$3" -v servers="${SERVERS[*]}" '
         $3 == b && $4 == c && $5 == m {
             n[$2]++; sum[$2] += $6; if ($6 > best[$2]) best[$2] = $6
-            if ($2 == "noop") last = $6; else r[++rounds] = $6 / last
+            if ($2 == "noop") last = $6; else r[$2, ++rounds[$2]] = $6 / last
         }
         END {
             printf "  %s -c %s -m %s\n", b ".grpc", c, m
-            split("noop meshlimit", names, " ")
-            for (i = 1; i <= 2; i++) {
+            k = split(servers, names, " ")
+            for (i = 1; i <= k; i++) {
                 s = names[i]
                 printf "    %-9s best %7.0f  mean %7.0f req/s  (%d runs)\n", s, best[s], sum[s] / n[s], n[s]
             }
-            split("noop", bases, " ")
-            for (i = 1; i <= 1; i++) {
-                s = bases[i]
-                printf "    meshlimit / %-8s best %5.1f%%  mean %5.1f%%", s,
-                    100 * best["meshlimit"] / best[s],
-                    100 * (sum["meshlimit"] / n["meshlimit"]) / (sum[s] / n[s])
+            for (i = 2; i <= k; i++) {
+                s = names[i]
+                printf "    %-9s / noop     best %5.1f%%  mean %5.1f%%", s,
+                    100 * best[s] / best["noop"], 100 * (sum[s] / n[s]) / (sum["noop"] / n["noop"])
+                q = rounds[s]
+                for (x = 1; x <= q; x++)
+                    for (y = x + 1; y <= q; y++)
+                        if (r[s, y] < r[s, x]) { t = r[s, x]; r[s, x] = r[s, y]; r[s, y] = t }
+                median = q % 2 ? r[s, (q + 1) / 2] : (r[s, q / 2] + r[s, q / 2 + 1]) / 2
+                printf "  median of %d rounds %5.1f%%\n", q, 100 * median
             }
-            for (i = 1; i <= rounds; i++)
-                for (j = i + 1; j <= rounds; j++)
-                    if (r[j] < r[i]) { t = r[i]; r[i] = r[j]; r[j] = t }
-            median = rounds % 2 ? r[(rounds + 1) / 2] : (r[rounds / 2] + r[rounds / 2 + 1]) / 2
-            printf "  median of %d rounds %5.1f%%\n", rounds, 100 * median
         }' "$RESULTS"
 }
 
@@ -264,7 +302,7 @@ for server in "${SERVERS[@]}"; do
 done
 check_burst meshlimit limited 20
 echo
-echo "runs (alternating noop, meshlimit):"
+echo "runs (alternating ${SERVERS[*]}):"
 i=0
 IFS=';' read -ra SETTINGS_LIST <<<"$SETTINGS"
 for setting in "${SETTINGS_LIST[@]}"; do
@@ -284,7 +322,7 @@ for server in "${SERVERS[@]}"; do
     done
 done
 echo
-echo "meshlimit / no-op, requests/s (target >= 95%):"
+echo "each server / the no-op server, requests/s (targets: meshlimit >= 95%, redis >= 60% on two.grpc):"
 for setting in "${SETTINGS_LIST[@]}"; do
     # shellcheck disable=SC2086 # setting is "body clients streams"
     ratio $setting

@@ -31,6 +31,11 @@
 #           each top-up is a Redis round trip, which at LEASE=64 (a top-up every ~32
 #           requests per key) costs about 10% of the throughput on 2 shared cores.
 #
+# Redis' own cost: for each Redis run, the script calls' time in Redis (INFO commandstats,
+# EVALSHA and EVAL, reset before the timed load) per call and per decision (requests
+# meshlimit sent to Redis in that time: meshlimit_redis_cache_misses_total), and the
+# decisions per call (how many waiting requests each call coalesced).
+#
 # loadgen exits non-zero on any gRPC error or unexpected answer (warm-up included), which
 # stops the script; each run is then bounded by loadgen's own clock plus `timeout`.
 # Machine note: loadgen, meshlimit and redis-server share the cores; run on a quiet
@@ -192,12 +197,24 @@ redis_flush() {
     fi
 }
 
+# The script calls Redis ran since the last CONFIG RESETSTAT: "calls usec".
+redis_script_stats() {
+    timeout 10 "$REDIS_CLI" -h 127.0.0.1 -p "$REDIS_PORT" info commandstats |
+        awk -F '[:=,]' '/^cmdstat_evalsha?:/ { calls += $3; usec += $5 } END { print calls + 0, usec + 0 }'
+}
+# Requests the running meshlimit sent to Redis so far.
+redis_misses() {
+    curl -s --max-time 5 "http://127.0.0.1:$HTTP_PORT/metrics" |
+        awk '$1 == "meshlimit_redis_cache_misses_total" { print $2; found = 1 } END { if (!found) print 0 }'
+}
+
 # Starts meshlimit for one run and waits for GET /healthcheck to answer 200; sets
-# SERVER_PID and GRPC_PORT.
+# SERVER_PID, GRPC_PORT and HTTP_PORT.
 start_server() { # store scenario
     local http_port extra=()
     GRPC_PORT=$(free_port)
     http_port=$(free_port)
+    HTTP_PORT=$http_port
     if [[ $1 == redis ]]; then
         extra=(--store redis --redis-url "redis://127.0.0.1:$REDIS_PORT")
         if [[ $2 == leased ]]; then
@@ -252,10 +269,11 @@ field() { # key result-line
 }
 
 # --- runs -------------------------------------------------------------------------------
-# Result lines: scenario store round rps p50 p99 p999 requests ok over
+# Result lines: scenario store round rps p50 p99 p999 requests ok over, then Redis µs per
+# call, per decision and decisions per call ("- - -" for the embedded store)
 RESULTS="$WORK/results"
 : >"$RESULTS"
-ROW='%-8s %-7s %5s %10s %10s %10s %10s %9s %9s %9s\n'
+ROW='%-8s %-7s %5s %10s %10s %10s %10s %9s %9s %9s %9s %9s %9s\n'
 
 run() { # scenario store round
     local scenario=$1 store=$2 round=$3 args=()
@@ -278,7 +296,20 @@ run() { # scenario store round
         ;;
     leased) args=(--method leased --keys "$LEASED_KEYS" --expect ok) ;;
     esac
+    local misses=0
+    if [[ $store == redis ]]; then
+        timeout 10 "$REDIS_CLI" -h 127.0.0.1 -p "$REDIS_PORT" config resetstat >/dev/null
+        misses=$(redis_misses)
+    fi
     load "$scenario.$store.$round" "${args[@]}" --warmup "$WARMUP" --duration "$DURATION"
+    local script="- - -"
+    if [[ $store == redis ]]; then
+        local calls usec decided
+        read -r calls usec < <(redis_script_stats)
+        decided=$(($(redis_misses) - misses))
+        script=$(awk -v c="$calls" -v u="$usec" -v d="$decided" 'BEGIN {
+            if (c > 0 && d > 0) printf "%.2f %.2f %.1f", u / c, u / d, d / c; else print "- - -" }')
+    fi
     kill -0 "$SERVER_PID" 2>/dev/null || fail_with_log "meshlimit ($store) died during the run" meshlimit
     stop "$SERVER_PID"
 
@@ -290,9 +321,9 @@ run() { # scenario store round
     n=$(field requests "$RESULT")
     ok=$(field ok "$RESULT")
     over=$(field over "$RESULT")
-    echo "$scenario $store $round $rps $p50 $p99 $p999 $n $ok $over" >>"$RESULTS"
-    # shellcheck disable=SC2059 # ROW is the format
-    printf "$ROW" "$scenario" "$store" "$round" "$rps" "$p50" "$p99" "$p999" "$n" "$ok" "$over"
+    echo "$scenario $store $round $rps $p50 $p99 $p999 $n $ok $over $script" >>"$RESULTS"
+    # shellcheck disable=SC2059,SC2086 # ROW is the format; script is three fields
+    printf "$ROW" "$scenario" "$store" "$round" "$rps" "$p50" "$p99" "$p999" "$n" "$ok" "$over" $script
 }
 
 echo
@@ -306,7 +337,8 @@ echo "each run: ${WARMUP}s warm-up + ${DURATION}s measured; loadgen --connection
     "--concurrency $CONCURRENCY --threads $THREADS; $ROUNDS round(s); a fresh server per run"
 echo
 # shellcheck disable=SC2059 # ROW is the format
-printf "$ROW" scenario store round 'req/s' 'p50 µs' 'p99 µs' 'p99.9 µs' requests OK OVER
+printf "$ROW" scenario store round 'req/s' 'p50 µs' 'p99 µs' 'p99.9 µs' requests OK OVER \
+    'Redis µs/call' 'µs/decision' 'per call'
 for scenario in ${SCENARIOS:-strict over leased}; do
     for ((round = 1; round <= ROUNDS; round++)); do
         for store in "${STORE_LIST[@]}"; do
@@ -319,6 +351,7 @@ echo
 echo "means over the rounds; redis/memory: requests/s ratio (and latency ratios)"
 awk '
     { key = $1 " " $2; n[key]++; rps[key] += $4; p50[key] += $5; p99[key] += $6; p999[key] += $7 }
+    $11 != "-" { rn[$1]++; upc[$1] += $11; upd[$1] += $12; dpc[$1] += $13 }
     END {
         printf "%-8s %-7s %10s %10s %10s %10s\n", "scenario", "store", "req/s", "p50 µs", "p99 µs", "p99.9 µs"
         split("strict over leased", scenarios, " ")
@@ -338,6 +371,9 @@ awk '
                     (p99[r] / n[r]) / (p99[m] / n[m]), (p999[r] / n[r]) / (p999[m] / n[m])
             else
                 printf "%-8s %-7s %10s\n", s, "r/m", "-"
+            if (rn[s])
+                printf "%-8s %-7s Redis %.2f µs a call, %.2f µs a decision, %.1f decisions a call\n", s, "script",
+                    upc[s] / rn[s], upd[s] / rn[s], dpc[s] / rn[s]
         }
     }' "$RESULTS"
 echo
