@@ -329,6 +329,16 @@ impl RedisServer {
         assert!(status.success(), "kill -STOP {pid}: {status}");
     }
 
+    /// Lets a frozen process ([`RedisServer::freeze`]) run again (SIGCONT).
+    pub fn thaw(&mut self) {
+        let pid = self.child.as_ref().expect("a running process").id();
+        let status = Command::new("sh")
+            .args(["-c", &format!("kill -CONT {pid}")])
+            .status()
+            .expect("running sh -c 'kill -CONT'");
+        assert!(status.success(), "kill -CONT {pid}: {status}");
+    }
+
     /// Kills the process (SIGKILL) and reaps it; does nothing if it is not running.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

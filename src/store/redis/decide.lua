@@ -1,13 +1,21 @@
--- meshlimit: decide every limited descriptor of one request atomically.
+-- meshlimit: decide every limited descriptor of a request atomically, many requests per call.
 --
 -- The Redis twin of src/limiter (step, request_denied, sliding.rs) and of the embedded
 -- store's two-pass decision: evaluate every check as if the request passes, decide the
 -- request, then keep the consumed states (allowed) or replay without consumption (denied).
 -- Fixed windows count every hit either way, as the Go server does.
 --
--- KEYS[i]   bucket i (the same key may repeat: one bucket, seeing earlier hits)
--- ARGV[1]   now in microseconds, or '' to read Redis' own clock (TIME)
--- ARGV[1 + (i-1)*9 + 1 ..]  check i, 9 fields:
+-- Requests are decided one after the other, in ARGV order, each all-or-nothing on its own:
+-- a later request sees what the earlier ones consumed, and one request's denial never
+-- undoes another's consumption. Each bucket is read once and written once at the end of
+-- the call; the states in between live in `known`, exactly as the requests one call each
+-- would have read them back (a bucket that would have been deleted reads as absent).
+-- decide_buckets.lua is the same for requests of token buckets only, faster.
+--
+-- KEYS      every check's bucket, request after request (the same key may repeat within a
+--           request: one bucket, seeing earlier hits)
+-- ARGV      request after request: now in microseconds, or '' to read Redis' own clock
+--           (TIME, read once per call); the number of checks n; then per check 9 fields:
 --   kind   't' token bucket | 'w' fixed window | 's' sliding window
 --   hits   hits to take (0 checks without consuming)
 --   mode   'e' enforce | 's' shadow | 'q' quota | 'x' shadow quota
@@ -19,7 +27,8 @@
 --   lease  extra whole tokens to lease when the request passes (token buckets)
 -- Numbers stay below 2^53, where Lua's doubles are exact integers.
 --
--- Returns {denied, then per check: over, remaining, reset_us, a, b} where
+-- Returns, request after request: denied, then per check: over, remaining, reset_us, a, b
+-- where
 --   t: a = debt after the decision (scaled), b = tokens leased
 --   w: a = count after the decision, b = microseconds until the window ends
 --   s: a = hits counted in the window after the decision, b = when over, microseconds
@@ -37,15 +46,9 @@ local STRIDE = 9
 local SUBWINDOWS = 10
 local SLOTS = SUBWINDOWS + 1
 local SLIDING_FORMAT = '<dd' .. string.rep('I4', SLOTS)
-local now_us
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now_us = tonumber(ARGV[1])
-end
+-- The time of the request being decided, in microseconds; Redis' clock once read.
+local now_us, clock
 
--- floor(a / b) for non-negative integers, corrected for the division's rounding.
 local function floor_div(a, b)
   local q = math.floor(a / b)
   if q * b > a then
@@ -217,8 +220,8 @@ local function sliding_outcome(w, consumed)
   return state, { not w.passes, math.max(0, w.limit - counted), reset, counted, one }
 end
 
-local function step(i, s)
-  local o = 1 + (i - 1) * STRIDE
+-- The step of the check whose fields follow ARGV[o], on bucket state s.
+local function step(o, s)
   local kind, hits = ARGV[o + 1], tonumber(ARGV[o + 2])
   local a, b = tonumber(ARGV[o + 5]), tonumber(ARGV[o + 6])
   if kind == 't' then
@@ -252,123 +255,176 @@ local function outcome(st, consumed)
   return state, { not st.passes, remaining, reset * st.q, debt, 0 }
 end
 
-local n = #KEYS
-local first, stored, cur = {}, {}, {}
-for i = 1, n do
-  first[i] = i
-  for j = 1, i - 1 do
-    if KEYS[j] == KEYS[i] then
-      first[i] = first[j]
-      break
-    end
+-- Every bucket the call has met: its state after the latest request (false: absent), and
+-- what to write at the end ({ value, ttl_ms }, or false: delete), in order of first use.
+local known, writes, touched = {}, {}, {}
+
+-- The state of bucket `key` as the request being decided finds it (nil: absent).
+local function load(key)
+  local s = known[key]
+  if s == nil then
+    s = decode(redis.call('GET', key)) or false
+    known[key] = s
+    touched[#touched + 1] = key
   end
-  if first[i] == i then
-    stored[i] = decode(redis.call('GET', KEYS[i]))
-    cur[i] = stored[i]
-  end
+  return s or nil
 end
 
--- Pass 1: as if the request passes. Verdicts count per descriptor (over when any of its
--- checks is), as src/limiter's request_denied: a quota descriptor with two limits is over
--- when either is, not when both are.
-local steps = {}
-local denied, quota_seen, quota_all_over = false, false, true
-local function descriptor_verdict(mode, is_over)
-  if mode == 'e' then
-    if is_over then denied = true end
-  elseif mode == 'q' then
-    quota_seen = true
-    if not is_over then quota_all_over = false end
-  elseif mode == 'x' then
-    quota_seen = true
-    quota_all_over = false
-  end
-end
-local group_mode, group_over = nil, false
-for i = 1, n do
-  local st = step(i, cur[first[i]])
-  steps[i] = st
-  -- What later checks of the same bucket start from (a window's report waits for pass 2).
-  if st.kind == 's' then
-    cur[first[i]] = sliding_state(st, true)
-  else
-    cur[first[i]] = outcome(st, true)
-  end
-  local o = 1 + (i - 1) * STRIDE
-  if i == 1 or ARGV[o + 4] ~= ARGV[o + 4 - STRIDE] then
-    if i > 1 then descriptor_verdict(group_mode, group_over) end
-    group_mode, group_over = ARGV[o + 3], false
-  end
-  group_over = group_over or over(st)
-end
-if n > 0 then descriptor_verdict(group_mode, group_over) end
-if quota_seen and quota_all_over then denied = true end
-
--- Pass 2: settle.
-local reports = {}
-if denied then
-  for i = 1, n do
-    if first[i] == i then cur[i] = stored[i] end
-  end
-  for i = 1, n do
-    local state, report = outcome(step(i, cur[first[i]]), false)
-    cur[first[i]] = state
-    report[1] = over(steps[i])
-    reports[i] = report
-  end
-else
-  for i = 1, n do
-    local _, report = outcome(steps[i], true)
-    reports[i] = report
-  end
-  -- Leases: whole tokens beyond the request's own, never more than the bucket holds.
-  for i = 1, n do
-    local want = tonumber(ARGV[1 + (i - 1) * STRIDE + 9])
-    local s = cur[first[i]]
-    if want > 0 and s.kind == 't' and s.rate > 0 then
-      local lease = math.min(want, floor_div(s.cap - s.d, s.tok))
-      if lease > 0 then
-        s.d = s.d + lease * s.tok
-        reports[i][5] = lease
-      end
-    end
-  end
-end
-
--- Keep every bucket, each with a TTL: until full again, until its window ends, or until
--- its sliding window holds no admitted hit.
-for i = 1, n do
-  if first[i] == i then
-    local s = cur[i]
-    if s.kind == 't' then
-      if s.d <= 0 or s.rate <= 0 then
-        redis.call('DEL', KEYS[i])
-      else
-        local ttl_ms = math.ceil(ceil_div(s.d, s.rate) * s.q / 1000)
-        redis.call('SET', KEYS[i], struct.pack('<dddd', s.d, s.at, s.tok, s.q), 'PX', ttl_ms)
-      end
-    elseif s.kind == 's' then
-      local empty_in = sliding_empty_in(s.newest, s.c, s.width)
-      if empty_in <= 0 then
-        redis.call('DEL', KEYS[i])
-      else
-        redis.call('SET', KEYS[i], struct.pack(SLIDING_FORMAT, s.newest, s.period, unpack(s.c)),
-          'PX', math.ceil(empty_in / 1000))
-      end
+-- Records state s of bucket `key` after a request decided at now_us: what later requests
+-- of the call find, and what the call writes, with a TTL until full again, until its
+-- window ends, or until its sliding window holds no admitted hit (a full bucket or an
+-- empty sliding window is deleted, so later requests find it absent).
+local function keep(key, s)
+  if s.kind == 't' then
+    if s.d <= 0 or s.rate <= 0 then
+      known[key], writes[key] = false, false
     else
-      local ttl_ms = math.max(1, math.ceil(((s.start + s.win) * 1000000 - now_us) / 1000))
-      redis.call('SET', KEYS[i], struct.pack('<ddd', s.start, s.count, s.win), 'PX', ttl_ms)
+      known[key] = s
+      writes[key] = { struct.pack('<dddd', s.d, s.at, s.tok, s.q),
+                      math.ceil(ceil_div(s.d, s.rate) * s.q / 1000) }
     end
+  elseif s.kind == 's' then
+    local empty_in = sliding_empty_in(s.newest, s.c, s.width)
+    if empty_in <= 0 then
+      known[key], writes[key] = false, false
+    else
+      known[key] = s
+      writes[key] = { struct.pack(SLIDING_FORMAT, s.newest, s.period, unpack(s.c)),
+                      math.ceil(empty_in / 1000) }
+    end
+  else
+    known[key] = s
+    writes[key] = { struct.pack('<ddd', s.start, s.count, s.win),
+                    math.max(1, math.ceil(((s.start + s.win) * 1000000 - now_us) / 1000)) }
   end
 end
 
-local out = { denied and 1 or 0 }
-for i = 1, n do
-  local r = reports[i]
-  out[#out + 1] = r[1] and 1 or 0
-  out[#out + 1] = r[2]
-  out[#out + 1] = r[3]
-  out[#out + 1] = r[4]
-  out[#out + 1] = r[5]
+-- Decides the request of n checks whose fields follow ARGV[b + 1] (its now is ARGV[b - 1])
+-- and whose keys follow KEYS[kb]; appends its reply to `out`.
+local function decide(b, kb, n, out)
+  local first, stored, cur = {}, {}, {}
+  for i = 1, n do
+    first[i] = i
+    for j = 1, i - 1 do
+      if KEYS[kb + j] == KEYS[kb + i] then
+        first[i] = first[j]
+        break
+      end
+    end
+    if first[i] == i then
+      stored[i] = load(KEYS[kb + i])
+      cur[i] = stored[i]
+    end
+  end
+
+  -- Pass 1: as if the request passes. Verdicts count per descriptor (over when any of its
+  -- checks is), as src/limiter's request_denied: a quota descriptor with two limits is over
+  -- when either is, not when both are.
+  local steps = {}
+  local denied, quota_seen, quota_all_over = false, false, true
+  local function descriptor_verdict(mode, is_over)
+    if mode == 'e' then
+      if is_over then denied = true end
+    elseif mode == 'q' then
+      quota_seen = true
+      if not is_over then quota_all_over = false end
+    elseif mode == 'x' then
+      quota_seen = true
+      quota_all_over = false
+    end
+  end
+  local group_mode, group_over = nil, false
+  for i = 1, n do
+    local o = b + (i - 1) * STRIDE
+    local st = step(o, cur[first[i]])
+    steps[i] = st
+    -- What later checks of the same bucket start from (a window's report waits for pass 2).
+    if st.kind == 's' then
+      cur[first[i]] = sliding_state(st, true)
+    else
+      cur[first[i]] = outcome(st, true)
+    end
+    if i == 1 or ARGV[o + 4] ~= ARGV[o + 4 - STRIDE] then
+      if i > 1 then descriptor_verdict(group_mode, group_over) end
+      group_mode, group_over = ARGV[o + 3], false
+    end
+    group_over = group_over or over(st)
+  end
+  if n > 0 then descriptor_verdict(group_mode, group_over) end
+  if quota_seen and quota_all_over then denied = true end
+
+  -- Pass 2: settle.
+  local reports = {}
+  if denied then
+    for i = 1, n do
+      if first[i] == i then cur[i] = stored[i] end
+    end
+    for i = 1, n do
+      local state, report = outcome(step(b + (i - 1) * STRIDE, cur[first[i]]), false)
+      cur[first[i]] = state
+      report[1] = over(steps[i])
+      reports[i] = report
+    end
+  else
+    for i = 1, n do
+      local _, report = outcome(steps[i], true)
+      reports[i] = report
+    end
+    -- Leases: whole tokens beyond the request's own, never more than the bucket holds.
+    for i = 1, n do
+      local want = tonumber(ARGV[b + (i - 1) * STRIDE + 9])
+      local s = cur[first[i]]
+      if want > 0 and s.kind == 't' and s.rate > 0 then
+        local lease = math.min(want, floor_div(s.cap - s.d, s.tok))
+        if lease > 0 then
+          s.d = s.d + lease * s.tok
+          reports[i][5] = lease
+        end
+      end
+    end
+  end
+
+  for i = 1, n do
+    if first[i] == i then keep(KEYS[kb + i], cur[i]) end
+  end
+  out[#out + 1] = denied and 1 or 0
+  for i = 1, n do
+    local r = reports[i]
+    out[#out + 1] = r[1] and 1 or 0
+    out[#out + 1] = r[2]
+    out[#out + 1] = r[3]
+    out[#out + 1] = r[4]
+    out[#out + 1] = r[5]
+  end
 end
+
+local out = {}
+local a, kb = 1, 0
+while a <= #ARGV do
+  if ARGV[a] == '' then
+    if not clock then
+      local t = redis.call('TIME')
+      clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+    now_us = clock
+  else
+    now_us = tonumber(ARGV[a])
+  end
+  local n = tonumber(ARGV[a + 1])
+  decide(a + 1, kb, n, out)
+  a = a + 2 + n * STRIDE
+  kb = kb + n
+end
+
+-- Keep every bucket the call met, as the last request to decide it left it.
+for i = 1, #touched do
+  local key = touched[i]
+  local w = writes[key]
+  if w then
+    redis.call('SET', key, w[1], 'PX', w[2])
+  else
+    redis.call('DEL', key)
+  end
+end
+
 return out

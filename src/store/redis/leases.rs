@@ -265,14 +265,18 @@ impl RedisStore {
             descriptor: 0,
         }];
         let wants = [inner.leases.want_for_top_up(refill)];
-        let keys = [key.redis_key()];
+        let redis_key = key.redis_key();
         // A failure here costs nothing: the next request without tokens asks Redis itself.
         let asked = async {
-            let node = inner.backend.node_for(&keys[0]).await.ok()?;
+            let node = inner.backend.node_for(&redis_key).await.ok()?;
             if !node.circuit.is_up() {
                 return None;
             }
-            inner.decide(node, &keys, &checks, &wants, now).await.ok()
+            let keys = smallvec::smallvec![redis_key.clone()];
+            self.inner
+                .decide(node, keys, &checks, &wants, now)
+                .await
+                .ok()
         };
         if let Ok(Some(reply)) = tokio::time::timeout(inner.options.timeout, asked).await {
             inner.settle(&checks, &wants, now, &reply);

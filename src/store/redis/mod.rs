@@ -1,10 +1,13 @@
 //! The Redis store: one limit shared by every replica.
 //!
-//! Every request that needs Redis is one `EVALSHA` of [`decide.lua`](./decide.lua)
-//! ([`script`], its arguments in [`script_args`], its reply in [`reply`]), which decides
+//! A request that needs Redis is decided by one script ([`script`], its arguments in
+//! [`script_args`], its reply in [`reply`]): [`decide_buckets.lua`](./decide_buckets.lua)
+//! when all its checks are token buckets, else [`decide.lua`](./decide.lua). Either decides
 //! all its limited descriptors atomically with the same two-pass rule as the embedded
-//! store, on Redis' own clock (`TIME`), so replicas' clocks never matter. Concurrent
-//! requests share one multiplexed connection per node and are pipelined on it ([`node`]).
+//! store, on Redis' own clock (`TIME`), so replicas' clocks never matter. Requests that
+//! wait for the same node meanwhile go together in one call that decides them in order,
+//! each all-or-nothing on its own ([`batch`]); calls share one multiplexed connection per
+//! node and are pipelined on it ([`node`]).
 //!
 //! Each node (the one server, or each Cluster master) has a circuit ([`circuit`]): any
 //! failure (unreachable, a timeout, any error reply but `NOSCRIPT`) opens it, its requests
@@ -21,6 +24,7 @@
 //! (always on, [`over_limit_cache`]) and leased tokens (opt-in, [`leases`]).
 
 mod backend;
+mod batch;
 mod circuit;
 mod cluster;
 mod conn;
@@ -30,6 +34,7 @@ mod leases;
 mod node;
 mod options;
 mod over_limit_cache;
+mod part;
 mod quota_demands;
 mod quota_nudges;
 pub mod reply;
@@ -45,7 +50,7 @@ use conn::Target;
 pub use conn::UrlError;
 use fallback::Fallback;
 use leases::{Leases, Refill, Want};
-pub use options::{FailurePolicy, RedisOptions, TimeSource};
+pub use options::{CALLS_IN_FLIGHT, FailurePolicy, RedisOptions, TimeSource};
 use over_limit_cache::OverLimitCache;
 pub use quota_demands::Demand;
 pub use quota_nudges::{Nudge, Nudges, QUOTA_NUDGES};
@@ -70,8 +75,8 @@ struct Inner {
     /// The node (or a Cluster's masters) requests go to, with their connections and
     /// circuits.
     backend: Backend,
-    /// SHA1 of the decision script, for `EVALSHA`.
-    sha: String,
+    /// SHA1s of the decision scripts, for `EVALSHA`.
+    shas: script::Shas,
     /// What the store was built with.
     options: RedisOptions,
     /// Buckets Redis said are over their limit: refusals answered without asking again.
@@ -104,7 +109,7 @@ impl RedisStore {
         Ok(Self {
             inner: Arc::new(Inner {
                 backend: Backend::new(target, &options.url, options.timeout)?,
-                sha: script::sha(),
+                shas: script::Shas::new(),
                 blocked: OverLimitCache::new(options.cache_size, options.cache_ttl),
                 leases: Leases::new(options.lease, options.cache_size, options.lease_ttl),
                 fallback: Fallback::new(&options, clock),
@@ -174,7 +179,7 @@ impl RedisStore {
         }
         count(&inner.counts.misses);
         let wants = inner.leases.wants(checks);
-        let decided = inner.decide(node.clone(), &keys, checks, &wants, now);
+        let decided = self.inner.decide(node.clone(), keys, checks, &wants, now);
         let reply = tokio::time::timeout_at(deadline, decided)
             .await
             .unwrap_or_else(|_| {
@@ -231,7 +236,7 @@ impl RedisStore {
                 .node_for(keys.first().map_or("", String::as_str))
                 .await?;
             // Boxed: keeps the explain endpoint's future small.
-            Box::pin(inner.decide(node, &keys, &checks, &wants, now))
+            Box::pin(self.inner.decide(node, keys, &checks, &wants, now))
                 .await
                 .map_err(|failure| failure.error)
         };

@@ -10,6 +10,7 @@ use redis::aio::{MultiplexedConnection, PubSub};
 use redis::sentinel::SentinelClient;
 use redis::{AsyncConnectionConfig, Client, RedisError};
 
+use super::batch::Batcher;
 use super::circuit::Circuit;
 use crate::error::{StoreError, StoreErrorKind};
 
@@ -36,6 +37,8 @@ pub(crate) struct Node {
     timeout: Duration,
     /// Whether requests may ask this node.
     pub(crate) circuit: Circuit,
+    /// Requests waiting for a script call on this node, and its calls in flight.
+    pub(crate) batcher: Batcher,
 }
 
 impl std::fmt::Debug for Node {
@@ -58,6 +61,7 @@ impl Node {
             connecting: tokio::sync::Mutex::new(()),
             timeout,
             circuit: Circuit::new(),
+            batcher: Batcher::default(),
         }
     }
 

@@ -6,6 +6,11 @@ use std::time::Duration;
 use super::conn;
 use crate::defaults;
 
+/// Script calls a node has in flight by default ([`RedisOptions::calls_in_flight`]): one,
+/// so that the next batch collects while it runs. Two (pipelined) measured no faster under
+/// load (`benches/grpc_h2load.sh`), with smaller batches costing Redis more per decision.
+pub const CALLS_IN_FLIGHT: usize = 1;
+
 /// What to answer when Redis cannot decide (down, or slower than the timeout).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailurePolicy {
@@ -61,6 +66,12 @@ pub struct RedisOptions {
     pub fallback_buckets: u64,
     /// Bytes the embedded fallback store holds ([`FailurePolicy::Local`]).
     pub fallback_bytes: u64,
+    /// Script calls each node has in flight at most; requests arriving meanwhile wait and
+    /// go together in the next call (see the `batch` module). At least 1.
+    pub calls_in_flight: usize,
+    /// Requests of token buckets only go to the specialised script (`decide_buckets.lua`);
+    /// `false` sends every request to the general one, for tests that compare the two.
+    pub specialised: bool,
 }
 
 impl std::fmt::Debug for RedisOptions {
@@ -76,12 +87,15 @@ impl std::fmt::Debug for RedisOptions {
             .field("time", &self.time)
             .field("fallback_buckets", &self.fallback_buckets)
             .field("fallback_bytes", &self.fallback_bytes)
+            .field("calls_in_flight", &self.calls_in_flight)
+            .field("specialised", &self.specialised)
             .finish()
     }
 }
 
 impl RedisOptions {
-    /// Defaults for `url`: 100 ms timeout, `error` policy, no leases, 100k cached entries.
+    /// Defaults for `url`: 100 ms timeout, `error` policy, no leases, 100k cached entries,
+    /// [`CALLS_IN_FLIGHT`] script calls in flight per node, the specialised script on.
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
@@ -94,6 +108,8 @@ impl RedisOptions {
             time: TimeSource::Redis,
             fallback_buckets: defaults::MAX_BUCKETS,
             fallback_bytes: defaults::MAX_STORE_BYTES,
+            calls_in_flight: CALLS_IN_FLIGHT,
+            specialised: true,
         }
     }
 }

@@ -93,6 +93,17 @@ pub enum After {
 }
 
 impl CheckReply {
+    /// decide.lua's numbers for a check: over, remaining, reset in microseconds, and the
+    /// two the algorithm names ([`CheckReply::outcome`]).
+    pub(crate) fn new(over: bool, remaining: i64, reset_us: i64, specific: [i64; 2]) -> Self {
+        CheckReply {
+            over,
+            remaining,
+            reset_us,
+            specific,
+        }
+    }
+
     /// The reply read for a check of `algorithm`; negative numbers (never sent by the
     /// script) read as 0.
     pub fn outcome(&self, algorithm: Algorithm) -> Outcome {
@@ -133,47 +144,97 @@ pub struct Reply {
 #[error("Redis sent a malformed reply: {0}")]
 pub struct ReplyError(
     /// What is wrong with the reply.
-    String,
+    pub(crate) String,
 );
 
 /// Fields per check in the reply.
 const FIELDS: usize = 5;
 
-/// Parses an `EVALSHA` reply of the decision script: an array of integers, the denied
-/// flag then [`FIELDS`] per check.
+/// Parses an `EVALSHA` reply of the decision script for one request: an array of integers,
+/// the denied flag then [`FIELDS`] per check.
 ///
 /// # Errors
 /// Anything else: another type, a non-integer element, a length that is not 1 + 5n, or a
 /// flag that is neither 0 nor 1.
 pub fn parse(value: &Value) -> Result<Reply, ReplyError> {
+    let numbers = integers(value)?;
+    let Some(per) = numbers.len().checked_sub(1) else {
+        return Err(ReplyError("empty array".into()));
+    };
+    if per % FIELDS != 0 {
+        return Err(ReplyError(format!(
+            "{} elements, not 1 + {FIELDS} per check",
+            numbers.len()
+        )));
+    }
+    request(&numbers)
+}
+
+/// The numbers of an array of integers (a script call's reply, before it is split into
+/// its requests' replies).
+///
+/// # Errors
+/// Another type, or a non-integer element.
+pub(crate) fn integers(value: &Value) -> Result<Vec<i64>, ReplyError> {
     let Value::Array(items) = value else {
         return Err(ReplyError(format!(
             "expected an array, got {}",
             kind(value)
         )));
     };
-    let numbers = items
+    items
         .iter()
         .enumerate()
         .map(|(i, item)| match item {
             Value::Int(n) => Ok(*n),
             other => Err(ReplyError(format!("element {i} is {}", kind(other)))),
         })
-        .collect::<Result<Vec<i64>, _>>()?;
+        .collect()
+}
+
+/// The numbers of a string of little-endian doubles (decide_buckets.lua's reply), each a
+/// whole number.
+///
+/// # Errors
+/// Another type, a length that is not a multiple of 8, or a number that is not whole.
+pub(crate) fn doubles(value: &Value) -> Result<Vec<i64>, ReplyError> {
+    let Value::BulkString(bytes) = value else {
+        return Err(ReplyError(format!(
+            "expected a string of numbers, got {}",
+            kind(value)
+        )));
+    };
+    if bytes.len() % 8 != 0 {
+        return Err(ReplyError(format!(
+            "{} bytes, not a whole number of doubles",
+            bytes.len()
+        )));
+    }
+    bytes
+        .chunks_exact(8)
+        .map(|b| {
+            let mut raw = [0; 8];
+            raw.copy_from_slice(b);
+            let n = f64::from_le_bytes(raw);
+            // Whole and within i64 (2^63 is exact as a double, and out of range).
+            if n.fract() == 0.0 && n.abs() < 9_223_372_036_854_775_808.0 {
+                Ok(n as i64)
+            } else {
+                Err(ReplyError(format!("{n} is not a whole number")))
+            }
+        })
+        .collect()
+}
+
+/// One request's reply from decide.lua's numbers: the denied flag, then [`FIELDS`] per
+/// check (`numbers` is 1 + 5n long).
+///
+/// # Errors
+/// A flag that is neither 0 nor 1.
+pub(crate) fn request(numbers: &[i64]) -> Result<Reply, ReplyError> {
     let (&denied, per) = numbers
         .split_first()
         .ok_or_else(|| ReplyError("empty array".into()))?;
-    if per.len() % FIELDS != 0 {
-        return Err(ReplyError(format!(
-            "{} elements, not 1 + {FIELDS} per check",
-            numbers.len()
-        )));
-    }
-    let flag = |n: i64, what: &str| match n {
-        0 => Ok(false),
-        1 => Ok(true),
-        other => Err(ReplyError(format!("{what} flag {other}"))),
-    };
     let checks = per
         .chunks_exact(FIELDS)
         .map(|c| {
@@ -189,6 +250,18 @@ pub fn parse(value: &Value) -> Result<Reply, ReplyError> {
         denied: flag(denied, "denied")?,
         checks,
     })
+}
+
+/// A script's 0 or 1 as a flag; `what` names it in the error.
+///
+/// # Errors
+/// Any other number.
+pub(crate) fn flag(n: i64, what: &str) -> Result<bool, ReplyError> {
+    match n {
+        0 => Ok(false),
+        1 => Ok(true),
+        other => Err(ReplyError(format!("{what} flag {other}"))),
+    }
 }
 
 /// [`parse`] of a reply still in RESP bytes (what Redis sends), for fuzzing the whole way
@@ -246,6 +319,27 @@ mod tests {
             ]
         );
         assert_eq!(parse(&ints(&[0])).expect("no checks").checks, []);
+    }
+
+    #[test]
+    fn a_string_of_doubles_reads_as_whole_numbers() {
+        let packed =
+            |ns: &[f64]| Value::BulkString(ns.iter().flat_map(|n| n.to_le_bytes()).collect());
+        assert_eq!(
+            doubles(&packed(&[0.0, 3.0, 9_007_199_254_740_991.0])),
+            Ok(vec![0, 3, (1 << 53) - 1])
+        );
+        assert_eq!(doubles(&packed(&[])), Ok(vec![]));
+        for bad in [
+            packed(&[0.5]),
+            packed(&[f64::NAN]),
+            packed(&[f64::INFINITY]),
+            packed(&[1e19]),
+            Value::BulkString(vec![0; 7]),
+            ints(&[0]),
+        ] {
+            assert!(doubles(&bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

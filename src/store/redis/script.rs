@@ -1,6 +1,10 @@
-//! The one script call a request costs: `EVALSHA` of [`decide.lua`](./decide.lua) on the
-//! node holding the request's slot (`EVAL` when the node lost the script), and a Cluster's
-//! redirects.
+//! The script calls that decide requests: `EVALSHA` of [`decide_buckets.lua`] (requests of
+//! token buckets only) or [`decide.lua`] (any request) on the node holding the requests'
+//! slot, several requests per call when they wait together ([`super::batch`]); `EVAL` when
+//! the node lost the script, and a Cluster's redirects, for the whole call.
+//!
+//! [`decide_buckets.lua`]: ./decide_buckets.lua
+//! [`decide.lua`]: ./decide.lua
 
 use std::sync::Arc;
 
@@ -9,21 +13,56 @@ use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 use super::Inner;
 use super::leases::Want;
 use super::node::{Node, timed_out};
-use super::reply::{self, Reply};
-use super::script_args;
+use super::part::{self, Part, Shape};
+use super::reply::Reply;
 use crate::clock::Nanos;
 use crate::error::{StoreError, StoreErrorKind};
 use crate::store::Check;
 
-/// The decision script.
-const SCRIPT: &str = include_str!("decide.lua");
+/// The general decision script.
+const GENERAL: &str = include_str!("decide.lua");
 
-/// The SHA1 of the decision script, for `EVALSHA`.
-pub(super) fn sha() -> String {
-    redis::Script::new(SCRIPT).get_hash().to_string()
+/// The decision script for requests of token buckets only.
+const BUCKETS: &str = include_str!("decide_buckets.lua");
+
+/// The decision scripts' SHA1s, for `EVALSHA`.
+#[derive(Debug)]
+pub(super) struct Shas {
+    /// [`GENERAL`]'s.
+    general: String,
+    /// [`BUCKETS`]'.
+    buckets: String,
+}
+
+impl Shas {
+    /// The scripts' hashes.
+    pub(super) fn new() -> Self {
+        let sha = |script| redis::Script::new(script).get_hash().to_string();
+        Shas {
+            general: sha(GENERAL),
+            buckets: sha(BUCKETS),
+        }
+    }
+
+    /// The hash of `shape`'s script.
+    fn of(&self, shape: Shape) -> &str {
+        match shape {
+            Shape::Buckets => &self.buckets,
+            Shape::General => &self.general,
+        }
+    }
+}
+
+/// The text of `shape`'s script.
+fn text(shape: Shape) -> &'static str {
+    match shape {
+        Shape::Buckets => BUCKETS,
+        Shape::General => GENERAL,
+    }
 }
 
 /// Why a node did not decide.
+#[derive(Clone, Debug)]
 pub(super) struct Failure {
     /// The node that failed (after a redirect, the one redirected to).
     pub(super) node: Arc<Node>,
@@ -47,19 +86,39 @@ impl Failure {
 }
 
 impl Inner {
-    /// One script call for the request, on the node holding its keys (`keys` are the
-    /// checks' Redis keys, one slot), each check leasing its [`Want`]'s extra tokens. Not
-    /// bounded in time: the caller's deadline is.
+    /// Decides the request of `checks` on `node` (which holds their `keys`, one slot), each
+    /// check leasing its [`Want`]'s extra tokens: in a script call of its own, or with
+    /// requests waiting alongside ([`super::batch`]). Not bounded in time: the caller's
+    /// deadline is.
     pub(super) async fn decide(
-        &self,
+        self: &Arc<Self>,
         node: Arc<Node>,
-        keys: &[String],
+        keys: smallvec::SmallVec<[String; 4]>,
         checks: &[Check<'_>],
         wants: &[Want],
         now: Nanos,
     ) -> Result<Reply, Failure> {
-        let cmd = script_args::evalsha(&self.sha, self.options.time, keys, checks, wants, now);
-        let value = match self.run(&node, &cmd, false).await {
+        let part = Part::new(
+            self.options.time,
+            keys,
+            checks,
+            wants,
+            now,
+            self.options.specialised,
+        );
+        self.submit(node, part).await
+    }
+
+    /// One script call on `node` deciding `parts` (one shape, one slot) in order; each
+    /// part's reply, in order.
+    pub(super) async fn call(
+        &self,
+        node: &Arc<Node>,
+        parts: &[&Part],
+    ) -> Result<Vec<Reply>, Failure> {
+        let shape = parts.first().map_or(Shape::General, |p| p.shape());
+        let cmd = part::evalsha(self.shas.of(shape), parts);
+        let value = match self.run(node, &cmd, shape, false).await {
             Ok(value) => value,
             Err(e) => match (e.redirect_node(), self.backend.cluster()) {
                 (Some((host, port)), Some(cluster)) => {
@@ -84,34 +143,41 @@ impl Inner {
                             opens: false,
                         });
                     }
-                    self.run(&target, &cmd, asking)
+                    self.run(&target, &cmd, shape, asking)
                         .await
                         .map_err(|e| Failure::of(target, &e))?
                 }
-                _ => return Err(Failure::of(node, &e)),
+                _ => return Err(Failure::of(node.clone(), &e)),
             },
         };
-        reply::parse(&value).map_err(|e| Failure {
+        part::replies(&value, parts).map_err(|e| Failure {
             error: StoreError::new(StoreErrorKind::MalformedReply, e.to_string()),
-            node,
+            node: node.clone(),
             opens: false,
         })
     }
 
-    /// `cmd` (an `EVALSHA`) on `node`; `EVAL` when the node does not have the script
-    /// (flushed, restarted or failed over: `EVAL` loads it as it runs), or after `ASKING`.
-    async fn run(&self, node: &Node, cmd: &Cmd, asking: bool) -> Result<Value, redis::RedisError> {
+    /// `cmd` (an `EVALSHA` of `shape`'s script) on `node`; `EVAL` when the node does not
+    /// have the script (flushed, restarted or failed over: `EVAL` loads it as it runs), or
+    /// after `ASKING`.
+    async fn run(
+        &self,
+        node: &Node,
+        cmd: &Cmd,
+        shape: Shape,
+        asking: bool,
+    ) -> Result<Value, redis::RedisError> {
         let mut conn = node.conn().await?;
         let result = if asking {
             let mut pipe = redis::pipe();
-            pipe.cmd("ASKING").ignore().add_command(as_eval(cmd));
+            pipe.cmd("ASKING").ignore().add_command(as_eval(cmd, shape));
             pipe.query_async::<Vec<Value>>(&mut conn)
                 .await
                 .and_then(|mut values| values.pop().ok_or_else(|| timed_out("answering ASKING")))
         } else {
             match cmd.query_async::<Value>(&mut conn).await {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    as_eval(cmd).query_async(&mut conn).await
+                    as_eval(cmd, shape).query_async(&mut conn).await
                 }
                 other => other,
             }
@@ -126,10 +192,10 @@ impl Inner {
     }
 }
 
-/// The `EVAL` twin of an `EVALSHA` call: the script's text instead of its hash.
-fn as_eval(cmd: &Cmd) -> Cmd {
+/// The `EVAL` twin of an `EVALSHA` call of `shape`'s script: its text instead of its hash.
+fn as_eval(cmd: &Cmd, shape: Shape) -> Cmd {
     let mut eval = redis::cmd("EVAL");
-    eval.arg(SCRIPT);
+    eval.arg(text(shape));
     for arg in cmd.args_iter().skip(2) {
         if let redis::Arg::Simple(bytes) = arg {
             eval.arg(bytes);

@@ -1,5 +1,6 @@
-//! The decision script's arguments ([`decide.lua`](./decide.lua)'s header): the keys, the
-//! time, then nine fields per check, token-bucket limits as exact integers ([`Scale`]).
+//! The decision scripts' arguments: [`decide.lua`](./decide.lua)'s nine fields per check
+//! ([`general_args`]) and [`decide_buckets.lua`](./decide_buckets.lua)'s six numbers
+//! ([`BucketCheck`]), token-bucket limits as exact integers ([`Scale`]).
 //!
 //! Token-bucket arithmetic in Lua runs on doubles, exact below 2^53: [`Scale`] expresses a
 //! limit in integers (microsecond quanta, a token reduced by the gcd of unit and rate) that
@@ -22,9 +23,9 @@ pub(super) struct Scale {
     /// Scaled units one token is worth.
     pub(super) token: u64,
     /// Scaled units refilled per quantum.
-    rate: u64,
+    pub(super) rate: u64,
     /// The bucket's capacity (its burst) in scaled units.
-    cap: u64,
+    pub(super) cap: u64,
     /// Nanoseconds per scaled unit of debt, to turn the script's debt into
     /// [`crate::limiter::State`]'s (a token worth the unit in nanoseconds).
     pub(super) debt_nanos: u128,
@@ -73,25 +74,49 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
     a.max(1)
 }
 
-/// The `EVALSHA` of the script `sha` deciding `checks` at `now` on `keys` (their Redis
-/// keys), each leasing its [`Want`]'s extra tokens, the time read from `time`.
-pub(super) fn evalsha(
-    sha: &str,
+/// One token-bucket check as [`decide_buckets.lua`](./decide_buckets.lua) takes it: hits,
+/// the [`Scale`], and whether its being over denies the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct BucketCheck {
+    /// Hits to take (0 checks without consuming).
+    pub(super) hits: u64,
+    /// The limit's exact integers.
+    pub(super) scale: Scale,
+    /// Enforce mode: over denies the request (shadow: it does not).
+    pub(super) enforce: bool,
+}
+
+impl BucketCheck {
+    /// `check`'s numbers; `None` for a check the specialised script does not take (not a
+    /// token bucket, or a quota mode).
+    pub(super) fn of(check: &Check<'_>) -> Option<BucketCheck> {
+        let enforce = match check.mode {
+            Mode::Enforce => true,
+            Mode::Shadow => false,
+            Mode::Quota | Mode::ShadowQuota => return None,
+        };
+        (check.limit.algorithm == Algorithm::TokenBucket).then(|| BucketCheck {
+            hits: check.hits,
+            scale: Scale::of(&check.limit),
+            enforce,
+        })
+    }
+}
+
+/// Appends the general script's arguments for a request to `args`: now ('' for Redis'
+/// clock), the number of checks, then nine fields per check. Returns about the bytes added.
+pub(super) fn general_args(
+    args: &mut Cmd,
     time: TimeSource,
-    keys: &[String],
     checks: &[Check<'_>],
     wants: &[Want],
     now: Nanos,
-) -> Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(sha).arg(checks.len());
-    for key in keys {
-        cmd.arg(key);
-    }
+) -> usize {
     match time {
-        TimeSource::Redis => cmd.arg(""),
-        TimeSource::Caller => cmd.arg(now / 1000),
+        TimeSource::Redis => args.arg(""),
+        TimeSource::Caller => args.arg(now / 1000),
     };
+    args.arg(checks.len());
     for (check, want) in checks.iter().zip(wants) {
         let mode = match check.mode {
             Mode::Enforce => "e",
@@ -113,14 +138,15 @@ pub(super) fn evalsha(
                 ("s", [limit, sliding_period_us(&check.limit), 0, 0], 0)
             }
         };
-        cmd.arg(kind)
+        args.arg(kind)
             .arg(check.hits)
             .arg(mode)
             .arg(check.descriptor)
             .arg(&numbers)
             .arg(lease);
     }
-    cmd
+    // About 8 bytes a field: a bound for a call's size, not an exact count.
+    8 * (2 + 9 * checks.len())
 }
 
 #[cfg(test)]
@@ -138,10 +164,9 @@ mod tests {
         }
     }
 
-    /// The arguments as text, after the SHA and the key count.
+    /// The arguments as text.
     fn args(cmd: &Cmd) -> Vec<String> {
         cmd.args_iter()
-            .skip(1)
             .filter_map(|arg| match arg {
                 redis::Arg::Simple(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
                 _ => None,
@@ -150,7 +175,7 @@ mod tests {
     }
 
     #[test]
-    fn each_check_sends_nine_fields_in_the_scripts_order() {
+    fn each_check_sends_nine_fields_in_the_general_scripts_order() {
         let window = |algorithm| Limit {
             requests_per_unit: 3,
             unit: Unit::Minute,
@@ -171,16 +196,41 @@ mod tests {
             check(limit(100, Unit::Second, 10), 1, Mode::Shadow),
         ];
         let wants = [Want::nothing(), Want::nothing(), Want::nothing()];
-        let keys = ["a".to_string(), "b".to_string(), "c".to_string()];
-        let cmd = evalsha("sha", TimeSource::Caller, &keys, &checks, &wants, 7_000_999);
-        // The keys and the time in whole microseconds, then each check: kind, hits, mode,
-        // descriptor, four numbers (a window's period in µs or s), the lease.
-        let head = ["sha", "3", "a", "b", "c", "7000"];
+        let mut cmd = Cmd::new();
+        general_args(&mut cmd, TimeSource::Caller, &checks, &wants, 7_000_999);
+        // The time in whole microseconds, the number of checks, then each check: kind,
+        // hits, mode, descriptor, four numbers (a window's period in µs or s), the lease.
+        let head = ["7000", "3"];
         let sliding = ["s", "2", "q", "0", "3", "300000000", "0", "0", "0"];
         let fixed = ["w", "2", "q", "0", "3", "300", "0", "0", "0"];
         let bucket = ["t", "2", "s", "1", "10000", "1", "100000", "1", "0"];
         let expected = [&head[..], &sliding, &fixed, &bucket].concat();
         assert_eq!(args(&cmd), expected);
+    }
+
+    #[test]
+    fn only_token_buckets_in_enforce_or_shadow_are_bucket_checks() {
+        let check = |mode| Check {
+            key: "4:test1:a".into(),
+            limit: limit(100, Unit::Second, 10),
+            hits: 2,
+            mode,
+            descriptor: 0,
+        };
+        let bucket = BucketCheck::of(&check(Mode::Shadow)).expect("a bucket");
+        assert_eq!((bucket.hits, bucket.enforce), (2, false));
+        assert_eq!(bucket.scale, Scale::of(&limit(100, Unit::Second, 10)));
+        assert!(BucketCheck::of(&check(Mode::Enforce)).is_some_and(|b| b.enforce));
+        assert_eq!(BucketCheck::of(&check(Mode::Quota)), None);
+        assert_eq!(BucketCheck::of(&check(Mode::ShadowQuota)), None);
+        let window = Check {
+            limit: Limit {
+                algorithm: Algorithm::FixedWindow,
+                ..limit(100, Unit::Second, 10)
+            },
+            ..check(Mode::Enforce)
+        };
+        assert_eq!(BucketCheck::of(&window), None);
     }
 
     #[test]

@@ -1,0 +1,289 @@
+//! Coalescing: requests bound for one node that arrive while its script calls are in
+//! flight wait, and go to Redis together in the next call.
+//!
+//! A node has at most [`RedisOptions::calls_in_flight`] script calls in flight. A request
+//! that finds fewer is sent at once, alone, so a batch adds no wait when load is light.
+//! Under load, requests queue in arrival order while the calls run, and each call that
+//! ends takes the queue's next batch: the oldest waiting request and every later one that
+//! the same script and, in a Cluster, the same slot decides (a script may only touch keys
+//! of one slot; and at the same time, when the caller gives it), up to [`MAX_CHECKS`] checks and [`MAX_BYTES`] of keys and arguments. The
+//! scripts decide a batch's requests one after the other, each all-or-nothing on its own
+//! (see decide.lua's header): a batch answers exactly what the same requests, sent one call
+//! each in that order, would get.
+//!
+//! Calls run in tasks of their own, not in a request's: a request that gives up (its
+//! deadline passed, or its client went away) leaves the batch it is in unharmed, and is not
+//! sent at all if it was still waiting. A failure (unreachable, a timeout, an error reply,
+//! a malformed reply) is every request's of the batch, each then answered by the failure
+//! policy; `NOSCRIPT` and Cluster redirects are handled for the whole call ([`super::script`]).
+//!
+//! [`RedisOptions::calls_in_flight`]: super::RedisOptions::calls_in_flight
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+
+use super::Inner;
+use super::node::{Node, timed_out};
+use super::part::Part;
+use super::reply::Reply;
+use super::script::Failure;
+use super::slots::slot;
+use crate::error::{StoreError, StoreErrorKind};
+
+/// Checks one call decides at most: a call holds Redis for all other clients while it runs
+/// (about a microsecond a check), so it stays well under a millisecond.
+const MAX_CHECKS: usize = 256;
+
+/// Bytes of keys and arguments one call carries at most.
+const MAX_BYTES: usize = 64 * 1024;
+
+/// One node's requests waiting for a script call, and its calls in flight.
+#[derive(Debug, Default)]
+pub(crate) struct Batcher {
+    /// A `parking_lot` mutex, not a Tokio one: held only to push or take, never across an
+    /// await.
+    queue: Mutex<Queue>,
+}
+
+/// What [`Batcher`] guards.
+#[derive(Debug, Default)]
+struct Queue {
+    /// Script calls in flight on the node, each run by a task looping over batches.
+    in_flight: usize,
+    /// Requests waiting for a call, in arrival order.
+    waiting: VecDeque<Waiting>,
+}
+
+/// A request waiting for its answer.
+#[derive(Debug)]
+pub(crate) struct Waiting {
+    /// Its keys and arguments.
+    part: Part,
+    /// Its keys' Cluster slot (0 outside a Cluster): a call's keys share one.
+    slot: u16,
+    /// Where its answer goes; closed when the request gave up.
+    answer: oneshot::Sender<Result<Reply, Failure>>,
+}
+
+impl Batcher {
+    /// Queues `part` (keys in `slot`); the batch to send at once when fewer than `limit`
+    /// calls are in flight (the caller then runs it), and where the answer will come.
+    fn submit(
+        &self,
+        part: Part,
+        slot: u16,
+        limit: usize,
+    ) -> (
+        oneshot::Receiver<Result<Reply, Failure>>,
+        Option<Vec<Waiting>>,
+    ) {
+        let (answer, receiver) = oneshot::channel();
+        let mut queue = self.queue.lock();
+        queue.waiting.push_back(Waiting { part, slot, answer });
+        let batch = (queue.in_flight < limit).then(|| {
+            queue.in_flight += 1;
+            queue.take()
+        });
+        (receiver, batch)
+    }
+}
+
+impl Queue {
+    /// The next batch (see the module docs): empty when nothing waits. Requests that gave
+    /// up are dropped on the way.
+    fn take(&mut self) -> Vec<Waiting> {
+        let mut batch: Vec<Waiting> = Vec::new();
+        let mut rest = VecDeque::new();
+        let (mut checks, mut bytes) = (0, 0);
+        while let Some(waiting) = self.waiting.pop_front() {
+            if waiting.answer.is_closed() {
+                continue;
+            }
+            let joins = match batch.first() {
+                None => true,
+                Some(first) => {
+                    first.part.shape() == waiting.part.shape()
+                        && first.slot == waiting.slot
+                        && first.part.now_us == waiting.part.now_us
+                        && checks + waiting.part.checks <= MAX_CHECKS
+                        && bytes + waiting.part.bytes <= MAX_BYTES
+                }
+            };
+            if joins {
+                checks += waiting.part.checks;
+                bytes += waiting.part.bytes;
+                batch.push(waiting);
+            } else {
+                rest.push_back(waiting);
+            }
+        }
+        self.waiting = rest;
+        batch
+    }
+}
+
+/// A call slot held by a task running batches; given back when nothing waits, or when the
+/// task ends otherwise (its runtime shutting down), so that a node never runs out of slots.
+struct CallSlot<'a> {
+    /// The node's batcher.
+    batcher: &'a Batcher,
+    /// Still held.
+    held: bool,
+}
+
+impl<'a> CallSlot<'a> {
+    /// A slot already counted in `batcher`'s calls in flight.
+    fn held(batcher: &'a Batcher) -> Self {
+        CallSlot {
+            batcher,
+            held: true,
+        }
+    }
+
+    /// The next batch, or `None`: nothing waits, and the slot is given back in the same
+    /// lock, so that a request queued after it finds the slot free.
+    fn next(&mut self) -> Option<Vec<Waiting>> {
+        let mut queue = self.batcher.queue.lock();
+        let batch = queue.take();
+        if batch.is_empty() {
+            queue.in_flight -= 1;
+            self.held = false;
+            return None;
+        }
+        Some(batch)
+    }
+}
+
+impl Drop for CallSlot<'_> {
+    fn drop(&mut self) {
+        if self.held {
+            self.batcher.queue.lock().in_flight -= 1;
+        }
+    }
+}
+
+impl Inner {
+    /// Decides `part` on `node`: in a call of its own when the node has fewer calls in
+    /// flight than allowed, else in the batch the next call that ends takes. Not bounded
+    /// in time: the caller's deadline is (a call itself is bounded by the timeout).
+    pub(super) async fn submit(
+        self: &Arc<Self>,
+        node: Arc<Node>,
+        part: Part,
+    ) -> Result<Reply, Failure> {
+        let cluster_slot = match self.backend.cluster() {
+            Some(_) => part.keys.first().map_or(0, |key| slot(key.as_bytes())),
+            None => 0,
+        };
+        let limit = self.options.calls_in_flight.max(1);
+        let (answer, batch) = node.batcher.submit(part, cluster_slot, limit);
+        if let Some(batch) = batch {
+            tokio::spawn(self.clone().run_batches(node.clone(), batch));
+        }
+        answer.await.unwrap_or_else(|_| {
+            Err(Failure {
+                error: StoreError::new(
+                    StoreErrorKind::Unreachable,
+                    format!("Redis {}: the call was abandoned", node.name),
+                ),
+                node,
+                opens: false,
+            })
+        })
+    }
+
+    /// Runs `batch` on `node`, then every batch that waits, until none does; holds one of
+    /// the node's call slots meanwhile.
+    async fn run_batches(self: Arc<Self>, node: Arc<Node>, mut batch: Vec<Waiting>) {
+        let mut call_slot = CallSlot::held(&node.batcher);
+        loop {
+            let parts: smallvec::SmallVec<[&Part; 8]> = batch.iter().map(|w| &w.part).collect();
+            let called = tokio::time::timeout(self.options.timeout, self.call(&node, &parts));
+            let result = called.await.unwrap_or_else(|_| {
+                node.reset();
+                Err(Failure {
+                    error: node.error(&timed_out("deciding")),
+                    node: node.clone(),
+                    opens: true,
+                })
+            });
+            drop(parts);
+            match result {
+                Ok(replies) => {
+                    for (waiting, reply) in batch.drain(..).zip(replies) {
+                        let _ = waiting.answer.send(Ok(reply));
+                    }
+                }
+                Err(failure) => {
+                    for waiting in batch.drain(..) {
+                        let _ = waiting.answer.send(Err(failure.clone()));
+                    }
+                }
+            }
+            match call_slot.next() {
+                Some(next) => batch = next,
+                None => return,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::redis::part::Shape;
+
+    fn part(shape: Shape, checks: usize, bytes: usize) -> Part {
+        Part::sized(shape, checks, bytes)
+    }
+
+    #[test]
+    fn a_batch_takes_the_oldest_request_and_later_ones_of_its_script_and_slot() {
+        let batcher = Batcher::default();
+        let mut answers = Vec::new();
+        let mut submit = |shape, slot, checks| {
+            let (answer, batch) = batcher.submit(part(shape, checks, 10), slot, 1);
+            answers.push(answer);
+            batch.map(|b| b.len())
+        };
+        // The first is sent at once, alone; the others wait for the call to end.
+        assert_eq!(submit(Shape::Buckets, 0, 1), Some(1));
+        assert_eq!(submit(Shape::General, 0, 1), None);
+        assert_eq!(submit(Shape::Buckets, 0, 2), None);
+        assert_eq!(submit(Shape::Buckets, 7, 1), None);
+        assert_eq!(submit(Shape::General, 0, 3), None);
+        assert_eq!(submit(Shape::Buckets, 0, MAX_CHECKS), None);
+        // A request that gave up is never sent.
+        drop(answers.remove(2));
+        let mut call_slot = CallSlot::held(&batcher);
+        let sizes = |batch: Vec<Waiting>| -> Vec<(Shape, usize)> {
+            batch
+                .iter()
+                .map(|w| (w.part.shape(), w.part.checks))
+                .collect()
+        };
+        assert_eq!(
+            sizes(call_slot.next().expect("waiting")),
+            [(Shape::General, 1), (Shape::General, 3)]
+        );
+        assert_eq!(
+            sizes(call_slot.next().expect("waiting")),
+            [(Shape::Buckets, 1)]
+        );
+        assert_eq!(
+            sizes(call_slot.next().expect("waiting")),
+            [(Shape::Buckets, MAX_CHECKS)]
+        );
+        assert!(call_slot.next().is_none());
+        assert_eq!(
+            batcher.queue.lock().in_flight,
+            0,
+            "given back with the last batch"
+        );
+        drop(call_slot);
+        assert_eq!(batcher.queue.lock().in_flight, 0, "given back once");
+    }
+}

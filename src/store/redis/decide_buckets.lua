@@ -1,0 +1,172 @@
+-- meshlimit: decide requests whose checks are all token buckets, many requests per call.
+--
+-- The specialised twin of decide.lua for the shape most requests have: every check a token
+-- bucket in enforce or shadow mode, no lease, no bucket twice in one request (Shape in
+-- src/store/redis/part.rs). It makes the same decisions and stores the same states as
+-- decide.lua; its reply is shorter, and part.rs (BucketCheck::reply) derives decide.lua's
+-- reply from it. tests/redis_batches.rs runs both on the same sequences.
+--
+-- Requests are decided one after the other, in order, each all-or-nothing on its own: a
+-- later request sees what the earlier ones consumed, and one request's denial never undoes
+-- another's consumption. Each bucket is read once (GET) and written once at the end (SET
+-- with a TTL, or DEL when full), however many requests of the call name it; the states in
+-- between live in `known`, exactly as the requests one call each would have read them back
+-- (a bucket that would have been deleted reads as absent).
+--
+-- KEYS      every check's bucket, request after request
+-- ARGV[1]   little-endian doubles (struct '<d', read in one go): now in microseconds (-1:
+--           Redis' clock, TIME); the number of limits L, then each limit's token, rate,
+--           cap and q (a Scale's exact integers, see script_args.rs); then per request the
+--           number of checks n, then per check two: hits, and its limit's number (1..L),
+--           negative when the check being over does not deny the request (shadow mode)
+-- Numbers stay below 2^53, where Lua's doubles are exact integers.
+--
+-- Returns one string of little-endian doubles, request after request: denied (0 or 1), then
+-- per check the bucket's debt before the request's hits (refilled to now, scaled). Whether
+-- each check passes, what it reports and what it left follow from that, the check's
+-- numbers and the request's fate. One string rather than an array of integers: a client
+-- reads it in one go instead of parsing a RESP integer per number.
+--
+-- Stored state: decide.lua's token bucket, 32 bytes '<dddd' debt, at (quanta), token, q;
+-- a key holding anything else (another algorithm before a reload) starts a fresh bucket.
+
+local floor, ceil = math.floor, math.ceil
+
+-- floor(a / b) for non-negative integers, corrected for the division's rounding.
+local function floor_div(a, b)
+  local q = floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+local function ceil_div(a, b)
+  if b == 0 then return 0 end
+  local q = floor_div(a, b)
+  if q * b < a then q = q + 1 end
+  return q
+end
+
+local packed = ARGV[1]
+-- Unpacked in one call: per call, not per number, is what struct.unpack costs most.
+local v = { struct.unpack('<' .. string.rep('d', #packed / 8), packed) }
+local now = v[1]
+if now < 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+-- The call's limits: token, rate, cap and q of limit l at v[3 + 4 * (l - 1)] on.
+local limits = v[2]
+-- Every bucket met: { debt, at, token, q, rate } as the latest request left it, or false
+-- (absent); and the keys in order of first use, for the writes.
+local known, keys = {}, {}
+local out, o = {}, 0
+local k, a = 0, 3 + 4 * limits
+local last = #v - 1 -- struct.unpack adds the next position
+while a <= last do
+  -- Each check as if the request passes: it takes its hits when it can (the reply keeps the
+  -- debt before), and a check over its limit in enforce mode denies the request.
+  local n = v[a]
+  local denied = false
+  local at_denied = o + 1
+  o = at_denied
+  local c = a + 1
+  for i = 1, n do
+    local hits, l = v[c], v[c + 1]
+    local enforce = l > 0
+    if not enforce then l = -l end
+    l = 4 * l - 1
+    local token, rate, cap, q = v[l], v[l + 1], v[l + 2], v[l + 3]
+    local key = KEYS[k + i]
+    local s = known[key]
+    if s == nil then
+      local raw = redis.call('GET', key)
+      if raw and #raw == 32 then
+        s = { struct.unpack('<dddd', raw) }
+      else
+        s = false
+      end
+      known[key] = s
+      keys[#keys + 1] = key
+    end
+    local now_q = now
+    if q ~= 1 then now_q = floor(now / q) end
+    local debt, at = 0, now_q
+    if s then
+      local d, sat, stok, sq = s[1], s[2], s[3], s[4]
+      if sq ~= q then sat = floor(sat * sq / q) end
+      if stok ~= token then
+        -- Same tokens missing in the new scale (a reload changed the limit).
+        local whole = floor_div(d, stok)
+        d = whole * token + ceil((d - whole * stok) * token / stok)
+      end
+      if now_q > sat then
+        local refill = (now_q - sat) * rate
+        if refill >= d then d = 0 else d = d - refill end
+      else
+        at = sat -- Redis' clock went back (a failover): keep the later instant
+      end
+      if d > cap then d = cap end
+      debt = d
+    end
+    o = o + 1
+    out[o] = debt
+    local take = hits * token
+    local need = take
+    if need < token then need = token end
+    if rate > 0 and need <= cap - debt then
+      debt = debt + take
+    elseif enforce then
+      denied = true
+    end
+    if debt <= 0 or rate <= 0 then
+      known[key] = false
+    elseif s then
+      s[1], s[2], s[3], s[4], s[5] = debt, at, token, q, rate
+    else
+      known[key] = { debt, at, token, q, rate }
+    end
+    c = c + 2
+  end
+  -- A denied request takes nothing: its buckets keep their refilled debt.
+  if denied then
+    out[at_denied] = 1
+    for i = 1, n do
+      local debt, key = out[at_denied + i], KEYS[k + i]
+      local s = known[key]
+      if s then
+        if debt <= 0 then known[key] = false else s[1] = debt end
+      end
+    end
+  else
+    out[at_denied] = 0
+  end
+  k = k + n
+  a = c
+end
+
+-- Keep every bucket, with a TTL until it is full again; a full one is deleted. Each TTL is
+-- passed as text made once per call: Redis turns a number argument into text with
+-- snprintf, which costs as much as a quarter of the SET.
+local ttls = {}
+for i = 1, #keys do
+  local key = keys[i]
+  local s = known[key]
+  if s then
+    local d, rate, q = s[1], s[5], s[4]
+    local ms = ceil(ceil_div(d, rate) * q / 1000)
+    local ttl = ttls[ms]
+    if not ttl then
+      ttl = string.format('%d', ms)
+      ttls[ms] = ttl
+    end
+    redis.call('SET', key, struct.pack('<dddd', d, s[2], s[3], q), 'PX', ttl)
+  else
+    redis.call('DEL', key)
+  end
+end
+
+return struct.pack('<' .. string.rep('d', o), unpack(out, 1, o))

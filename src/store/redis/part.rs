@@ -1,0 +1,475 @@
+//! One request's share of a script call ([`Part`]): which script decides it ([`Shape`]),
+//! its keys and arguments, and how its reply is read from the call's. A call decides the
+//! parts of one shape in order ([`evalsha`]); see [`super::batch`] for how they are put
+//! together.
+//!
+//! [`decide_buckets.lua`](./decide_buckets.lua) answers a token bucket's debt before the
+//! request and the request's fate; [`BucketCheck::reply`] derives from those what
+//! [`decide.lua`](./decide.lua) answers (over, remaining, reset, debt after), with the same
+//! exact integer arithmetic, so the rest of the store reads one reply whichever script
+//! decided.
+
+use redis::Cmd;
+
+use super::leases::Want;
+use super::options::TimeSource;
+use super::reply::{self, CheckReply, Reply, ReplyError};
+use super::script_args::{BucketCheck, general_args};
+use crate::clock::Nanos;
+use crate::store::Check;
+
+/// Which script decides a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// [`decide_buckets.lua`](./decide_buckets.lua): every check a token bucket in enforce
+    /// or shadow mode, no lease, no bucket twice. Most requests; the same answers as the
+    /// general script, for a fraction of Redis' time.
+    Buckets,
+    /// [`decide.lua`](./decide.lua): any request.
+    General,
+}
+
+/// Checks up to which a request is looked at for a bucket named twice (which the
+/// specialised script does not take); longer requests go to the general script.
+const BUCKETS_UP_TO: usize = 16;
+
+/// A request's arguments, in its script's layout.
+#[derive(Debug)]
+enum Args {
+    /// Each check's numbers for [`decide_buckets.lua`](./decide_buckets.lua).
+    Buckets(Vec<BucketCheck>),
+    /// [`decide.lua`](./decide.lua)'s arguments for the request.
+    General(Cmd),
+}
+
+/// One request's share of a script call: its keys, its arguments, and what bounds a call.
+#[derive(Debug)]
+pub(crate) struct Part {
+    /// Its checks' Redis keys, in order.
+    pub(crate) keys: smallvec::SmallVec<[String; 4]>,
+    /// Its arguments.
+    args: Args,
+    /// The time it is decided at, in microseconds, when the caller gives it
+    /// ([`TimeSource::Caller`]); `None`: Redis' clock. A call's parts share one.
+    pub(crate) now_us: Option<u64>,
+    /// Its checks.
+    pub(crate) checks: usize,
+    /// Bytes it adds to the call (keys and arguments), to bound a call's size.
+    pub(crate) bytes: usize,
+}
+
+impl Part {
+    /// The part deciding `checks` at `now` on `keys` (their Redis keys), each leasing its
+    /// [`Want`]'s extra tokens, the time read from `time`. Token buckets alone go to the
+    /// specialised script unless `specialised` is false.
+    pub(crate) fn new(
+        time: TimeSource,
+        keys: smallvec::SmallVec<[String; 4]>,
+        checks: &[Check<'_>],
+        wants: &[Want],
+        now: Nanos,
+        specialised: bool,
+    ) -> Part {
+        let buckets = if specialised && checks.len() <= BUCKETS_UP_TO && distinct(&keys) {
+            checks
+                .iter()
+                .zip(wants)
+                .map(|(check, want)| BucketCheck::of(check).filter(|_| want.extra == 0))
+                .collect::<Option<Vec<BucketCheck>>>()
+        } else {
+            None
+        };
+        let (args, arg_bytes) = match buckets {
+            Some(buckets) => {
+                let bytes = 8 * (1 + 2 * buckets.len());
+                (Args::Buckets(buckets), bytes)
+            }
+            None => {
+                let mut args = Cmd::new();
+                let bytes = general_args(&mut args, time, checks, wants, now);
+                (Args::General(args), bytes)
+            }
+        };
+        Part {
+            bytes: keys.iter().map(String::len).sum::<usize>() + arg_bytes,
+            keys,
+            args,
+            now_us: match time {
+                TimeSource::Redis => None,
+                TimeSource::Caller => Some(now / 1000),
+            },
+            checks: checks.len(),
+        }
+    }
+
+    /// A part of `shape` with `checks` checks and `bytes` bytes, and nothing in them: for
+    /// tests of how parts are put together.
+    #[cfg(test)]
+    pub(crate) fn sized(shape: Shape, checks: usize, bytes: usize) -> Part {
+        Part {
+            keys: smallvec::SmallVec::new(),
+            args: match shape {
+                Shape::Buckets => Args::Buckets(Vec::new()),
+                Shape::General => Args::General(Cmd::new()),
+            },
+            now_us: None,
+            checks,
+            bytes,
+        }
+    }
+
+    /// The script that decides it.
+    pub(crate) fn shape(&self) -> Shape {
+        match self.args {
+            Args::Buckets(_) => Shape::Buckets,
+            Args::General(_) => Shape::General,
+        }
+    }
+
+    /// Numbers its script answers for it.
+    fn reply_len(&self) -> usize {
+        match &self.args {
+            Args::Buckets(checks) => 1 + checks.len(),
+            Args::General(_) => 1 + 5 * self.checks,
+        }
+    }
+
+    /// Its reply from its share of the call's numbers (`reply_len` of them).
+    fn reply(&self, numbers: &[i64]) -> Result<Reply, ReplyError> {
+        let Args::Buckets(checks) = &self.args else {
+            return reply::request(numbers);
+        };
+        let (&denied, debts) = numbers
+            .split_first()
+            .ok_or_else(|| ReplyError("empty reply".into()))?;
+        let denied = reply::flag(denied, "denied")?;
+        let mut over_enforced = false;
+        let replies = checks
+            .iter()
+            .zip(debts)
+            .map(|(check, &debt)| {
+                let reply = check.reply(debt, denied)?;
+                over_enforced |= check.enforce && reply.over;
+                Ok(reply)
+            })
+            .collect::<Result<Vec<CheckReply>, ReplyError>>()?;
+        if over_enforced != denied {
+            return Err(ReplyError(format!(
+                "denied flag {denied} for checks that say otherwise"
+            )));
+        }
+        Ok(Reply {
+            denied,
+            checks: replies,
+        })
+    }
+}
+
+/// Whether no key repeats.
+fn distinct(keys: &[String]) -> bool {
+    keys.iter()
+        .enumerate()
+        .all(|(i, key)| !keys[..i].contains(key))
+}
+
+impl BucketCheck {
+    /// What decide.lua answers for this check, from the bucket's debt before the request
+    /// (`debt`, refilled to now) and the request's fate: the same steps as its `bucket`
+    /// and `outcome`, in exact integers (every number stays below 2^53).
+    fn reply(&self, debt: i64, denied: bool) -> Result<CheckReply, ReplyError> {
+        let s = &self.scale;
+        let debt = u64::try_from(debt)
+            .ok()
+            .filter(|&d| d <= s.cap)
+            .ok_or_else(|| ReplyError(format!("debt {debt} outside 0..={}", s.cap)))?;
+        let take = self.hits.saturating_mul(s.token);
+        let need = take.max(s.token);
+        let avail = s.cap - debt;
+        let passes = s.rate > 0 && need <= avail;
+        let after = if passes && !denied { debt + take } else { debt };
+        let remaining = if s.rate > 0 {
+            (s.cap - after) / s.token
+        } else {
+            0
+        };
+        let reset = if passes {
+            after.div_ceil(s.rate)
+        } else if s.rate == 0 {
+            0
+        } else if need <= s.cap {
+            (need - avail).div_ceil(s.rate)
+        } else {
+            debt.div_ceil(s.rate)
+        };
+        let number = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        Ok(CheckReply::new(
+            !passes,
+            number(remaining),
+            number(reset.saturating_mul(s.q)),
+            [number(after), 0],
+        ))
+    }
+}
+
+/// The `EVALSHA` of the script `sha` deciding `parts` (all of one shape, and one time) in
+/// order, in one call: every part's keys, then the arguments (decide_buckets.lua: one
+/// string of doubles, the time first; decide.lua: every part's, one after the other).
+pub(crate) fn evalsha(sha: &str, parts: &[&Part]) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(sha)
+        .arg(parts.iter().map(|p| p.keys.len()).sum::<usize>());
+    for part in parts {
+        for key in &part.keys {
+            cmd.arg(key);
+        }
+    }
+    if parts.first().is_some_and(|p| p.shape() == Shape::Buckets) {
+        cmd.arg(buckets_arg(parts));
+    } else {
+        for part in parts {
+            if let Args::General(args) = &part.args {
+                for arg in args.args_iter() {
+                    if let redis::Arg::Simple(bytes) = arg {
+                        cmd.arg(bytes);
+                    }
+                }
+            }
+        }
+    }
+    cmd
+}
+
+/// decide_buckets.lua's one argument for `parts`, little-endian doubles: now in microseconds
+/// (-1: Redis' clock), the number of limits and each limit's token, rate, cap and q, then
+/// per part its number of checks, then per check its hits and its limit's number (1 on),
+/// negative in shadow mode. Most checks of a call share a few limits, so each check sends
+/// two numbers rather than six.
+fn buckets_arg(parts: &[&Part]) -> Vec<u8> {
+    let mut limits: smallvec::SmallVec<[[u64; 4]; 4]> = smallvec::SmallVec::new();
+    let mut checks: Vec<f64> = Vec::with_capacity(parts.iter().map(|p| 1 + 2 * p.checks).sum());
+    for part in parts {
+        let Args::Buckets(bucket_checks) = &part.args else {
+            continue;
+        };
+        checks.push(bucket_checks.len() as f64);
+        for check in bucket_checks {
+            let s = &check.scale;
+            let limit = [s.token, s.rate, s.cap, s.q];
+            let number = match limits.iter().position(|l| *l == limit) {
+                Some(i) => i + 1,
+                None => {
+                    limits.push(limit);
+                    limits.len()
+                }
+            } as f64;
+            // Integers below 2^53 are exact as doubles; larger hits round to the nearest,
+            // as the general script's tonumber rounds them.
+            checks.push(check.hits as f64);
+            checks.push(if check.enforce { number } else { -number });
+        }
+    }
+    let now = parts
+        .first()
+        .and_then(|p| p.now_us)
+        .map_or(-1.0, |us| us as f64);
+    let numbers = [now, limits.len() as f64]
+        .into_iter()
+        .chain(limits.iter().flatten().map(|&n| n as f64))
+        .chain(checks);
+    numbers.flat_map(f64::to_le_bytes).collect()
+}
+
+/// Each part's reply from the call's `value`, in order.
+///
+/// # Errors
+/// Not the script's numbers (decide_buckets.lua: a string of doubles; decide.lua: an array
+/// of integers), not as many as the parts' replies together, or a part's reply that is not
+/// its script's.
+pub(crate) fn replies(value: &redis::Value, parts: &[&Part]) -> Result<Vec<Reply>, ReplyError> {
+    let numbers = match parts.first().map(|p| p.shape()) {
+        Some(Shape::Buckets) => reply::doubles(value)?,
+        _ => reply::integers(value)?,
+    };
+    let expected: usize = parts.iter().map(|p| p.reply_len()).sum();
+    if numbers.len() != expected {
+        return Err(ReplyError(format!(
+            "{} numbers for {} requests, not {expected}",
+            numbers.len(),
+            parts.len(),
+        )));
+    }
+    let mut rest = &numbers[..];
+    parts
+        .iter()
+        .map(|part| {
+            let (one, after) = rest.split_at(part.reply_len());
+            rest = after;
+            part.reply(one)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::{Algorithm, Limit, Mode, Unit};
+
+    fn limit(rpu: u32, unit: Unit, burst: u32) -> Limit {
+        Limit {
+            requests_per_unit: rpu,
+            unit,
+            multiplier: 1,
+            burst,
+            algorithm: Algorithm::TokenBucket,
+        }
+    }
+
+    fn keys(names: &[&str]) -> smallvec::SmallVec<[String; 4]> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    fn check(key: &str, mode: Mode, hits: u64) -> Check<'_> {
+        Check {
+            key: key.into(),
+            limit: limit(100, Unit::Second, 10),
+            hits,
+            mode,
+            descriptor: 0,
+        }
+    }
+
+    /// The command's arguments, raw.
+    fn args(cmd: &Cmd) -> Vec<Vec<u8>> {
+        cmd.args_iter()
+            .filter_map(|arg| match arg {
+                redis::Arg::Simple(bytes) => Some(bytes.to_vec()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn token_buckets_alone_go_to_the_specialised_script_in_one_string() {
+        let nothing = [Want::nothing(), Want::nothing()];
+        let checks = [
+            check("4:t:a", Mode::Enforce, 2),
+            check("4:t:b", Mode::Shadow, 1),
+        ];
+        let part = |names, checks: &[Check<'_>], wants: &[Want], specialised| {
+            Part::new(
+                TimeSource::Redis,
+                keys(names),
+                checks,
+                wants,
+                5,
+                specialised,
+            )
+        };
+        let buckets = part(&["a", "b"], &checks, &nothing, true);
+        assert_eq!(buckets.shape(), Shape::Buckets);
+        let cmd = evalsha("sha", &[&buckets, &buckets]);
+        let sent = args(&cmd);
+        // EVALSHA sha 4 a b a b, then one string of doubles.
+        assert_eq!(sent.len(), 1 + 2 + 4 + 1);
+        assert_eq!(sent[2], b"4");
+        let doubles: Vec<f64> = sent[7]
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .collect();
+        // Redis' clock; one limit (token, rate, cap, q); then each request: two checks, each
+        // its hits and its limit's number (negative: shadow).
+        let head = [-1.0, 1.0, 10_000.0, 1.0, 100_000.0, 1.0];
+        let request = [2.0, 2.0, 1.0, 1.0, -1.0];
+        assert_eq!(doubles, [&head[..], &request, &request].concat());
+        // Two limits: numbered in order of first use.
+        let mut other = check("4:t:c", Mode::Enforce, 1);
+        other.limit = limit(5, Unit::Minute, 1);
+        let two = part(&["a", "c"], &[checks[0], other], &nothing, true);
+        let sent = args(&evalsha("sha", &[&two]));
+        let doubles: Vec<f64> = sent[5]
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .collect();
+        assert_eq!(doubles[1], 2.0);
+        assert_eq!(&doubles[10..], [2.0, 2.0, 1.0, 1.0, 2.0]);
+        // The general script for anything else: off, a bucket twice, a lease, a quota.
+        let general = |names, checks: &[Check<'_>], wants: &[Want], specialised| {
+            part(names, checks, wants, specialised).shape() == Shape::General
+        };
+        assert!(general(&["a", "b"], &checks, &nothing, false));
+        assert!(general(&["a", "a"], &checks, &nothing, true));
+        let lease = [
+            Want::nothing(),
+            Want {
+                extra: 3,
+                refill: None,
+            },
+        ];
+        assert!(general(&["a", "b"], &checks, &lease, true));
+        let quota = [checks[0], check("4:t:c", Mode::Quota, 1)];
+        assert!(general(&["a", "c"], &quota, &nothing, true));
+    }
+
+    #[test]
+    fn the_specialised_reply_reads_as_the_general_scripts() {
+        let nothing = [Want::nothing(), Want::nothing()];
+        // 100/s, burst 10: a token is 10,000 scaled units, the capacity 100,000.
+        let checks = [
+            check("4:t:a", Mode::Enforce, 2),
+            check("4:t:b", Mode::Shadow, 1),
+        ];
+        let part = Part::new(
+            TimeSource::Redis,
+            keys(&["a", "b"]),
+            &checks,
+            &nothing,
+            5,
+            true,
+        );
+        let general = Part::new(
+            TimeSource::Redis,
+            keys(&["a", "b"]),
+            &checks,
+            &nothing,
+            5,
+            false,
+        );
+        let value =
+            |ns: &[i64]| redis::Value::Array(ns.iter().map(|&n| redis::Value::Int(n)).collect());
+        let packed = |ns: &[i64]| {
+            redis::Value::BulkString(ns.iter().flat_map(|&n| (n as f64).to_le_bytes()).collect())
+        };
+        // Allowed: a takes two tokens from 30,000 of debt; b (shadow) is over, untouched.
+        let allowed = replies(&packed(&[0, 30_000, 95_000]), &[&part]).expect("valid");
+        let expected = replies(
+            &value(&[0, 0, 5, 50_000, 50_000, 0, 1, 0, 5_000, 95_000, 0]),
+            &[&general],
+        )
+        .expect("valid");
+        assert_eq!(allowed, expected);
+        // Denied: a is over (a token short), b passes but takes nothing.
+        let denied = replies(&packed(&[1, 90_000, 0]), &[&part]).expect("valid");
+        let expected = replies(
+            &value(&[1, 1, 1, 10_000, 90_000, 0, 0, 10, 0, 0, 0]),
+            &[&general],
+        )
+        .expect("valid");
+        assert_eq!(denied, expected);
+        // Two requests in one reply, each read with its own checks.
+        let both = replies(&packed(&[0, 30_000, 95_000, 1, 90_000, 0]), &[&part, &part]);
+        assert_eq!(both.expect("valid").len(), 2);
+        // Not the script's: a debt beyond the capacity or below 0, a fate the checks
+        // contradict, a length for other requests.
+        for bad in [
+            &[0, 100_001, 0][..],
+            &[0, -1, 0],
+            &[1, 0, 0],
+            &[0, 95_000, 0],
+            &[0, 0],
+        ] {
+            assert!(replies(&packed(bad), &[&part]).is_err(), "{bad:?}");
+        }
+        // Nor the general script's integers.
+        assert!(replies(&value(&[0, 30_000, 95_000]), &[&part]).is_err());
+    }
+}
