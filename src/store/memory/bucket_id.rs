@@ -21,8 +21,8 @@ pub(super) struct BucketId {
     high: u64,
 }
 
-/// Makes [`BucketId`]s: one secret key per store.
-#[derive(Debug)]
+/// Makes [`BucketId`]s: one secret key per store. Not `Debug`: the key must not reach a
+/// log line.
 pub(super) struct IdHasher(SipHasher13);
 
 impl IdHasher {
