@@ -199,3 +199,23 @@ AWK_MEDIAN='function median(r, n,    i, j, t) {
 machine_line() {
     echo "h2load: $("$H2LOAD" --version | head -1); cores: $(nproc); load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
+
+# with_work_dir NAME: WORK, a fresh temporary directory, and PIDS, background processes
+# to add to; on exit every one of them is killed and waited for, and WORK removed.
+with_work_dir() {
+    WORK=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
+    PIDS=()
+    trap cleanup_work_dir EXIT
+    trap 'exit 130' INT TERM
+}
+
+cleanup_work_dir() {
+    local pid
+    for pid in "${PIDS[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    for pid in "${PIDS[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$WORK"
+}

@@ -52,20 +52,7 @@ in_range DURATION 1 10 seconds
 in_range ROUNDS 1 5
 need_tools "$H2LOAD" nghttp curl python3 cargo
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/grpc_h2load.XXXXXX")
-PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do
-        kill "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+with_work_dir grpc_h2load
 
 cargo build --release --bin meshlimit --example noop_rls
 MESHLIMIT=${MESHLIMIT:-target/release/meshlimit} # override to compare another build

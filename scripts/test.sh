@@ -16,6 +16,9 @@ command -v redis-sentinel >/dev/null || need_apt+=(redis-sentinel)
 # A real PostgreSQL (initdb, pg_ctl) for the PostgreSQL config source's tests; no cluster
 # of the package's own is needed, the tests make theirs.
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need_apt+=(postgresql)
+# A real headless browser for the operator page's test (tests/page.rs).
+command -v chromium >/dev/null || need_apt+=(chromium)
+command -v chromedriver >/dev/null || need_apt+=(chromium-driver)
 # A self-signed certificate for the rediss:// test.
 command -v openssl >/dev/null || need_apt+=(openssl)
 if ((${#need_apt[@]})); then

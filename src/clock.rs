@@ -91,3 +91,9 @@ impl Clock for ManualClock {
         self.0.load(Ordering::SeqCst)
     }
 }
+
+/// `at` as RFC 3339 UTC, to the second.
+pub fn rfc3339(at: Nanos) -> String {
+    let time = UNIX_EPOCH + Duration::from_nanos(at);
+    humantime::format_rfc3339_seconds(time).to_string()
+}

@@ -6,10 +6,11 @@
 //! | `/json` | `ShouldRateLimit` as JSON: 200 OK, 429 over limit, 400 bad request |
 //! | `/rlconfig` | the loaded rules, one per line, the config version and last reload error |
 //! | `/explain` | how a request would be decided, consuming nothing |
-//! | `/` | this list |
+//! | `/` | the operator page for browsers ([`crate::page`]), this list for others |
+//! | `/page/…` | the page's script, style and JSON documents |
 //!
 //! With `--admin-token-file`, every request but those to `/healthcheck`, the metrics
-//! paths and `/` must carry the token ([`crate::admin_token`]), else 401. The
+//! paths and the plain-text `/` must carry the token ([`crate::admin_token`]), else 401. The
 //! `--metrics-addr` address serves [`metrics_router`]: metrics and health only.
 
 use std::fmt::Write;
@@ -19,16 +20,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{RawQuery, Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::admin_token::AdminToken;
-use crate::clock::Nanos;
+use crate::clock::rfc3339;
 use crate::explain;
 use crate::json;
 use crate::metrics::{self, Metrics};
+use crate::page::{self, Page};
 use crate::request::Descriptor;
 use crate::rules::Rule;
 use crate::service::Service;
@@ -80,9 +82,12 @@ pub struct Operator {
     pub admin_token: Option<Arc<AdminToken>>,
     /// The rate limit quota service's state, for `/rlqs`.
     pub quotas: Arc<crate::rlqs::Registry>,
+    /// The operator page and its sampled rates.
+    pub page: Arc<Page>,
 }
 
 const INDEX: &str = "meshlimit operator endpoints:
+  /             in a browser: the operator page (rules, rates, who is limited, store, explain)
   /healthcheck  200 OK, or 500 while draining or while the store cannot answer
   /json         POST a RateLimitRequest as JSON: 200 OK, 429 over limit, 400 bad request
   /rlconfig     the loaded rules, the config version and the last reload error
@@ -145,11 +150,12 @@ async fn require_token(
     next: Next,
 ) -> Response {
     let path = request.uri().path();
-    let authorization = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .map(|v| v.as_bytes());
-    if open.iter().any(|p| p == path) || token.accepts(authorization) {
+    let headers = request.headers();
+    let authorization = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
+    // `/` is open as the plain-text list only: the page shows what the token guards.
+    let open =
+        open.iter().any(|p| p == path) && !(path == "/" && page::routes::wants_html(headers));
+    if open || token.accepts(authorization) {
         return next.run(request).await;
     }
     (
@@ -163,7 +169,7 @@ async fn require_token(
 /// Every operator endpoint, unguarded.
 fn endpoints(operator: Operator) -> Router {
     let router = Router::new()
-        .route("/", get(|| async { INDEX }))
+        .route("/", get(index))
         .route("/healthcheck", get(healthcheck))
         .route("/json", post(json_endpoint))
         .route("/rlconfig", get(rlconfig))
@@ -180,7 +186,17 @@ fn endpoints(operator: Operator) -> Router {
         "/metrics",
     ];
     let router = with_metrics_path(router, &routed, &operator);
-    router.with_state(operator)
+    let page = page::routes::router(operator.page.clone());
+    router.with_state(operator).merge(page)
+}
+
+/// `GET /`: the page for a browser, the list of endpoints for anything else.
+async fn index(headers: HeaderMap) -> Response {
+    if page::routes::wants_html(&headers) {
+        page::routes::index()
+    } else {
+        INDEX.into_response()
+    }
 }
 
 /// `GET /rlqs`: the quota service's streams, buckets and assignments.
@@ -299,12 +315,6 @@ async fn rlconfig(State(op): State<Operator>) -> String {
         rule_line(&mut out, rule, &op.service);
     }
     out
-}
-
-/// `at` as RFC 3339 UTC, to the second.
-fn rfc3339(at: Nanos) -> String {
-    let time = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(at);
-    humantime::format_rfc3339_seconds(time).to_string()
 }
 
 fn rule_line(out: &mut String, rule: &Rule, service: &Service) {

@@ -52,6 +52,7 @@ pub mod limiter;
 pub mod matcher;
 pub mod metrics;
 pub mod net;
+pub mod page;
 pub mod plan;
 pub mod reload;
 pub mod request;

@@ -17,6 +17,7 @@ use crate::config::Config;
 use crate::grpc::Rls;
 use crate::http::{self, Health};
 use crate::net::{self, ConnectionOptions, Connections, Protocols, TlsFiles, TlsSource};
+use crate::page::Page;
 use crate::rlqs::service::Drain;
 use crate::rlqs::{QuotaService, Registry};
 use crate::source::History;
@@ -125,12 +126,20 @@ pub async fn serve(
         let quotas = quotas.clone();
         async move { quotas.warm_up().await }
     });
+    let page = Arc::new(Page::new(
+        service.clone(),
+        metrics.clone(),
+        history.clone(),
+        quotas.clone(),
+    ));
+    let page_sampler = page.spawn_sampler();
     let operator = http::Operator {
         health: health.clone(),
         service: service.clone(),
         source: history.clone(),
         unhealthy_without_config: settings.unhealthy_without_config,
         metrics,
+        page,
         metrics_path: settings.metrics_path.clone(),
         admin_token: admin_token.clone(),
         quotas: quotas.clone(),
@@ -222,6 +231,7 @@ pub async fn serve(
     ))
     .await;
     maintenance.abort();
+    page_sampler.abort();
     drop(follower);
     quota_refresh.abort();
     if let Some(watch) = token_watch {

@@ -33,6 +33,8 @@ pub(super) struct Series {
     detailed: HashMap<Labels, Arc<Detailed>, RandomState>,
     /// The limits of rules with several.
     pub(super) limits: super::limits::LimitSeries,
+    /// Every configured rule's counts for the operator page.
+    pub(super) live: super::live::LiveRules,
 }
 
 /// One detailed rule's share of the series.

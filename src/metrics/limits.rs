@@ -83,6 +83,14 @@ impl LimitSeries {
     }
 }
 
+impl LimitStats {
+    /// (within, over, binding) so far.
+    pub(super) fn read(&self) -> (u64, u64, u64) {
+        let read = |counter: &AtomicU64| counter.load(Relaxed);
+        (read(&self.within), read(&self.over), read(&self.binding))
+    }
+}
+
 /// Counts one descriptor's `hits` on each of its limits, given their `reports` (config
 /// order) and the `bound` one.
 pub(super) fn count(stats: &[Arc<LimitStats>], reports: &[Report], bound: usize, hits: u64) {

@@ -78,6 +78,9 @@ mod detailed;
 mod domains;
 mod hits;
 mod limits;
+pub mod live;
+mod page;
+pub mod refusals;
 mod render;
 mod rlqs;
 mod rules;
@@ -104,6 +107,7 @@ use crate::store::Store;
 pub use detailed::OVERFLOW_VALUE;
 use detailed::Series;
 use domains::UnknownDomains;
+pub use page::{LimitCounts, RuleView};
 use rules::{Labels, RuleStats, RuleTable, Rules, TableRef, build_table};
 use text::Histogram;
 
@@ -150,6 +154,8 @@ pub struct Metrics {
     max_metric_values: AtomicUsize,
     /// Descriptors of requests to domains the config does not have.
     unknown_domains: Mutex<UnknownDomains>,
+    /// The descriptors each rule refused most often lately, for the operator page.
+    refusals: refusals::Refusals,
 }
 
 impl fmt::Debug for Metrics {
@@ -185,6 +191,7 @@ impl Metrics {
             quotas: Mutex::new(None),
             max_metric_values: AtomicUsize::new(defaults::MAX_METRIC_VALUES),
             unknown_domains: Mutex::new(UnknownDomains::default()),
+            refusals: refusals::Refusals::default(),
         }
     }
 
@@ -284,9 +291,15 @@ impl Metrics {
             return table;
         }
         drop(table);
-        self.table
-            .store(Arc::new(build_table(&self.series, running)));
+        let table = Arc::new(build_table(&self.series, running));
+        self.series.lock().live.keep_only(table.live());
+        self.table.store(table);
         self.table.load()
+    }
+
+    /// The descriptors each rule refused most often lately (see [`refusals`]).
+    pub fn refusals(&self) -> &refusals::Refusals {
+        &self.refusals
     }
 
     fn series(&self, labels: Labels) -> Arc<RuleStats> {

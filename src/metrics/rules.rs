@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 use super::Metrics;
 use super::detailed::{Detailed, OVERFLOW_VALUE, Series};
 use super::limits::{self, LimitStats};
+use super::live::RuleCounts;
 use super::value_to_metric::{Valued, names_labels};
 use crate::config::Config;
 use crate::limiter::Report;
@@ -78,12 +79,29 @@ pub(super) struct RuleTable {
     /// The config of these rules, held so that no other rule can take one of their
     /// addresses while the table exists.
     pub(super) config: Arc<Config>,
-    /// Rule address → how its hits are counted.
-    rules: HashMap<usize, Counted, RandomState>,
+    /// Rule address → how its hits are counted, and its counts for the operator page.
+    rules: HashMap<usize, (Counted, Arc<RuleCounts>), RandomState>,
     /// Domain → the series of limits sent in requests, created on first use.
     overrides: HashMap<Box<str>, OnceLock<Arc<RuleStats>>, RandomState>,
     /// Rule address → the counters of each of its limits, for rules with several.
     limits: HashMap<usize, Box<[Arc<LimitStats>]>, RandomState>,
+}
+
+impl RuleTable {
+    /// The page's counts of `rule`, if it is one of this table's.
+    pub(super) fn live_of(&self, rule: &Rule) -> Option<&Arc<RuleCounts>> {
+        self.rules.get(&rule_id(rule)).map(|(_, live)| live)
+    }
+
+    /// The counters of each limit of `rule`, for a rule with several.
+    pub(super) fn limits_of(&self, rule: &Rule) -> Option<&[Arc<LimitStats>]> {
+        self.limits.get(&rule_id(rule)).map(|each| &**each)
+    }
+
+    /// Every rule's page counts.
+    pub(super) fn live(&self) -> impl Iterator<Item = &Arc<RuleCounts>> {
+        self.rules.values().map(|(_, live)| live)
+    }
 }
 
 /// Where a configured rule's hits are counted.
@@ -357,7 +375,8 @@ pub(super) fn build_table(series: &Mutex<Series>, config: Arc<Config>) -> RuleTa
                     } else {
                         Counted::Rule(series.get_or_create(labels))
                     };
-                    rules.insert(rule_id(rule), counted);
+                    let live = series.live.of_rule(domain, &rule.full_key);
+                    rules.insert(rule_id(rule), (counted, live));
                     if let Some(each) = series.limits.of_rule(domain, rule) {
                         limits.insert(rule_id(rule), each);
                     }
@@ -429,7 +448,7 @@ impl Rules<'_> {
         &self,
         domain: &str,
         rule: Option<&Rule>,
-        entries: impl FnOnce() -> I,
+        entries: impl Fn() -> I,
         limit: &Limit,
         hits: u64,
         report: &Report,
@@ -438,9 +457,15 @@ impl Rules<'_> {
     {
         let shadow = rule.is_some_and(|r| r.mode.is_shadow());
         let ratio = self.metrics.near_limit_ratio();
-        self.with_stats(domain, rule, entries, |stats| {
+        let live = self.with_stats(domain, rule, &entries, |stats| {
             stats.count(limit, hits, report, shadow, ratio);
         });
+        if let Some(live) = live {
+            live.count(report.over);
+            if report.over {
+                self.metrics.refusals.record(live, entries);
+            }
+        }
     }
 
     /// Hits on each limit of a rule with several, given their `reports` and the `bound`
@@ -456,50 +481,58 @@ impl Rules<'_> {
         &self,
         domain: &str,
         rule: &Rule,
-        entries: impl FnOnce() -> I,
+        entries: impl Fn() -> I,
         hits: u64,
     ) where
         I: Iterator<Item = (&'e str, &'e str)>,
     {
-        self.with_stats(domain, Some(rule), entries, |stats| {
+        let live = self.with_stats(domain, Some(rule), &entries, |stats| {
             RuleStats::add(&stats.within_limit, hits);
         });
+        if let Some(live) = live {
+            live.count(false);
+        }
     }
 
+    /// Counts on the series of `rule` (or the domain's, for a limit sent in the request);
+    /// returns the rule's counts for the operator page, to be counted by the caller.
     fn with_stats<'e, I>(
         &self,
         domain: &str,
         rule: Option<&Rule>,
-        entries: impl FnOnce() -> I,
+        entries: impl Fn() -> I,
         count: impl FnOnce(&RuleStats),
-    ) where
+    ) -> Option<&Arc<RuleCounts>>
+    where
         I: Iterator<Item = (&'e str, &'e str)>,
     {
         let metrics = self.metrics;
-        match rule {
-            None => match self.table.overrides.get(domain) {
+        let Some(rule) = rule else {
+            match self.table.overrides.get(domain) {
                 Some(slot) => count(slot.get_or_init(|| metrics.series(Labels::of_domain(domain)))),
                 None => count(&metrics.series(Labels::of_domain(domain))),
-            },
-            Some(rule) => match self.table.rules.get(&rule_id(rule)) {
-                Some(Counted::Rule(stats)) => count(stats),
-                Some(Counted::Detailed(detailed)) => {
-                    let entries: smallvec::SmallVec<[(&str, &str); 2]> = entries().collect();
-                    let labels = Labels::of_request(domain, entries.iter().copied());
-                    let overflow = || {
-                        let keys = entries.iter().map(|&(key, _)| (key, OVERFLOW_VALUE));
-                        Labels::of_request(domain, keys)
-                    };
-                    count(&metrics.detailed_series(detailed, labels, overflow));
-                }
-                Some(Counted::Valued(valued)) => {
-                    let entries: smallvec::SmallVec<[(&str, &str); 2]> = entries().collect();
-                    count(&metrics.valued_series(domain, valued, &entries));
-                }
-                // Not a rule of this config: the service passes its config's rules only.
-                None => {}
-            },
+            }
+            return None;
+        };
+        // Not a rule of this config when absent: the service passes its config's rules only.
+        let (counted, live) = self.table.rules.get(&rule_id(rule))?;
+        match counted {
+            Counted::Rule(stats) => count(stats),
+            Counted::Detailed(detailed) => {
+                let entries: smallvec::SmallVec<[(&str, &str); 2]> = entries().collect();
+                let labels = Labels::of_request(domain, entries.iter().copied());
+                let overflow = || {
+                    let keys = entries.iter().map(|&(key, _)| (key, OVERFLOW_VALUE));
+                    Labels::of_request(domain, keys)
+                };
+                count(&metrics.detailed_series(detailed, labels, overflow));
+            }
+            Counted::Valued(valued) => {
+                let entries: smallvec::SmallVec<[(&str, &str); 2]> = entries().collect();
+                count(&metrics.valued_series(domain, valued, &entries));
+            }
         }
+        Some(live)
     }
 }
 

@@ -10,7 +10,12 @@ pub const LISTED: usize = 1000;
 
 /// The page.
 pub fn page(registry: &Registry) -> String {
-    let snapshot = registry.snapshot(LISTED);
+    listing(registry, LISTED)
+}
+
+/// The page, listing at most `most` buckets.
+pub fn listing(registry: &Registry, most: usize) -> String {
+    let snapshot = registry.snapshot(most);
     let mut out = String::new();
     let _ = writeln!(
         out,

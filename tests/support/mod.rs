@@ -2,6 +2,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod ads;
+pub mod browser;
 pub mod envoy;
 pub mod pki;
 pub mod postgres;

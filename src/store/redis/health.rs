@@ -3,12 +3,14 @@
 //! health as the operator endpoints show it.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use redis::Value;
 
 use super::node::{Node, timed_out};
 use super::{FailurePolicy, Inner, RedisStore};
+use crate::clock::Stopwatch;
 use crate::error::StoreError;
 use crate::store::StoreHealth;
 
@@ -17,6 +19,18 @@ const PROBE_EVERY: Duration = Duration::from_millis(250);
 
 /// Lifetime of a probe key: long enough to be written, short enough to leave nothing.
 const PROBE_TTL_MS: u64 = 2000;
+
+/// One Redis node's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeStatus {
+    /// `host:port`, or the URL without its password.
+    pub name: String,
+    /// Why its circuit is open (its requests answered by the failure policy); `None`
+    /// while it decides.
+    pub down: Option<String>,
+    /// The latest background probe write's round trip in microseconds; 0 before the first.
+    pub round_trip_us: u64,
+}
 
 impl RedisStore {
     /// `node` cannot decide because of `why`: its requests go to the failure policy
@@ -66,6 +80,23 @@ impl RedisStore {
                 down.join("; ")
             ))
         }
+    }
+
+    /// Each node (a Cluster's masters) as the operator page shows it.
+    pub fn nodes(&self) -> Vec<NodeStatus> {
+        self.inner
+            .backend
+            .nodes()
+            .iter()
+            .map(|node| {
+                let up = node.circuit.is_up();
+                NodeStatus {
+                    name: node.name.clone(),
+                    down: (!up).then(|| node.circuit.reason()),
+                    round_trip_us: node.round_trip_us.load(Relaxed),
+                }
+            })
+            .collect()
     }
 
     /// Cache upkeep, a check of every node that decides (so health notices a failing node
@@ -148,13 +179,18 @@ impl Inner {
         };
         let write = async {
             let mut conn = node.conn().await?;
-            redis::cmd("SET")
+            let started = Stopwatch::start();
+            let written = redis::cmd("SET")
                 .arg(&key)
                 .arg(1)
                 .arg("PX")
                 .arg(PROBE_TTL_MS)
                 .query_async::<Value>(&mut conn)
-                .await
+                .await;
+            let took = started.until(Stopwatch::start());
+            let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX).max(1);
+            node.round_trip_us.store(micros, Relaxed);
+            written
         };
         let result = tokio::time::timeout(self.options.timeout, write)
             .await

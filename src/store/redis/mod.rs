@@ -49,6 +49,7 @@ use backend::Backend;
 use conn::Target;
 pub use conn::UrlError;
 use fallback::Fallback;
+pub use health::NodeStatus;
 use leases::{Leases, Refill, Want};
 pub use options::{CALLS_IN_FLIGHT, FailurePolicy, RedisOptions, TimeSource};
 use over_limit_cache::OverLimitCache;

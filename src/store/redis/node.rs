@@ -39,6 +39,9 @@ pub(crate) struct Node {
     pub(crate) circuit: Circuit,
     /// Requests waiting for a script call on this node, and its calls in flight.
     pub(crate) batcher: Batcher,
+    /// The latest background probe write's round trip, in microseconds (0: none yet), for
+    /// the operator page.
+    pub(crate) round_trip_us: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Node {
@@ -62,6 +65,7 @@ impl Node {
             timeout,
             circuit: Circuit::new(),
             batcher: Batcher::default(),
+            round_trip_us: std::sync::atomic::AtomicU64::new(0),
         }
     }
 

@@ -1,0 +1,125 @@
+//! Per-rule request counts for the operator page: how many descriptors each configured
+//! rule allowed and refused, kept per rule (the Prometheus series are per first two
+//! levels, which several rules may share). Cumulative; the page's history takes
+//! differences once a second (see [`crate::operator`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// One rule's counts, on a cache line of its own (both cores count the busiest rules).
+#[derive(Debug)]
+#[repr(align(64))]
+pub struct RuleCounts {
+    /// The rule's domain.
+    pub domain: Arc<str>,
+    /// The rule's path, as `/rlconfig` names it.
+    pub path: Arc<str>,
+    /// Descriptors the rule allowed (unlimited rules' included).
+    allowed: AtomicU64,
+    /// Descriptors over the rule's limit (shadow-mode rules' included, answered OK).
+    over: AtomicU64,
+    /// `allowed` and `over` when [`RuleCounts::since_last`] last read them: kept here, in
+    /// the cache line's spare room, rather than in a map of every rule beside them.
+    sampled: [AtomicU64; 2],
+}
+
+impl RuleCounts {
+    fn new(domain: &str, path: &str) -> Self {
+        Self {
+            domain: domain.into(),
+            path: path.into(),
+            allowed: AtomicU64::new(0),
+            over: AtomicU64::new(0),
+            sampled: [AtomicU64::new(0), AtomicU64::new(0)],
+        }
+    }
+
+    /// Counts for tests elsewhere, in domain `d`.
+    #[cfg(test)]
+    pub(crate) fn for_test(path: &str) -> Self {
+        Self::new("d", path)
+    }
+
+    /// One descriptor decided on this rule.
+    pub(crate) fn count(&self, over: bool) {
+        let counter = if over { &self.over } else { &self.allowed };
+        counter.fetch_add(1, Relaxed);
+    }
+
+    /// (allowed, over) so far.
+    pub fn read(&self) -> (u64, u64) {
+        (self.allowed.load(Relaxed), self.over.load(Relaxed))
+    }
+
+    /// (allowed, over) since the previous call; meant for one reader (the page's
+    /// once-a-second sampler).
+    pub fn since_last(&self) -> (u64, u64) {
+        let (allowed, over) = self.read();
+        let since = |now: u64, sampled: &AtomicU64| now.saturating_sub(sampled.swap(now, Relaxed));
+        (
+            since(allowed, &self.sampled[0]),
+            since(over, &self.sampled[1]),
+        )
+    }
+}
+
+/// Every configured rule's counts by (domain, path), kept across reloads so that a rule
+/// that stays keeps counting where it was; rules a reload removed are dropped by
+/// [`LiveRules::keep_only`].
+#[derive(Debug, Default)]
+pub(super) struct LiveRules(BTreeMap<(Arc<str>, Arc<str>), Arc<RuleCounts>>);
+
+impl LiveRules {
+    /// The counts of `path` in `domain`, created if new.
+    pub(super) fn of_rule(&mut self, domain: &str, path: &str) -> Arc<RuleCounts> {
+        if let Some(counts) = self.0.get(&(domain.into(), path.into())) {
+            return counts.clone();
+        }
+        let counts = Arc::new(RuleCounts::new(domain, path));
+        let key = (counts.domain.clone(), counts.path.clone());
+        self.0.insert(key, counts.clone());
+        counts
+    }
+
+    /// Drops the counts no rule in `kept` uses any more.
+    pub(super) fn keep_only<'a>(&mut self, kept: impl Iterator<Item = &'a Arc<RuleCounts>>) {
+        let kept: std::collections::HashSet<*const RuleCounts> = kept.map(Arc::as_ptr).collect();
+        self.0
+            .retain(|_, counts| kept.contains(&Arc::as_ptr(counts)));
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_fit_one_cache_line() {
+        assert_eq!(std::mem::size_of::<RuleCounts>(), 64);
+    }
+
+    #[test]
+    fn a_rule_keeps_its_counts_until_no_config_has_it() {
+        let mut live = LiveRules::default();
+        let a = live.of_rule("d", "d.a");
+        a.count(false);
+        a.count(true);
+        a.count(false);
+        assert_eq!(a.read(), (2, 1));
+        assert_eq!(a.since_last(), (2, 1));
+        a.count(true);
+        assert_eq!(a.since_last(), (0, 1));
+        assert_eq!(a.since_last(), (0, 0));
+        assert!(Arc::ptr_eq(&a, &live.of_rule("d", "d.a")));
+        let b = live.of_rule("d", "d.b");
+        live.keep_only([&b].into_iter());
+        assert_eq!(live.len(), 1);
+        assert!(!Arc::ptr_eq(&a, &live.of_rule("d", "d.a")));
+    }
+}
