@@ -905,3 +905,98 @@ descriptors:
     let user = [("domain", "multi"), ("key1", "user")];
     assert_eq!(rule_counts(&samples, &user), [3.0, 2.0, 1.0, 1.0, 0.0, 0.0]);
 }
+
+const PAGE: &str = "
+domain: page
+descriptors:
+  - key: svc
+    descriptors:
+      - key: method
+        value: a
+        descriptors:
+          - key: user
+            rate_limit: {unit: day, requests_per_unit: 1}
+      - key: method
+        value: b
+        descriptors:
+          - key: user
+            rate_limit: {unit: day, requests_per_unit: 1}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: trial
+    shadow_mode: true
+    rate_limit: {unit: day, requests_per_unit: 1}
+";
+
+/// (allowed, over) of each rule with any, by path, as the operator page reads them.
+fn page_counts(service: &Service) -> BTreeMap<String, (u64, u64)> {
+    let mut counts = BTreeMap::new();
+    let metrics = service.metrics().expect("support services count");
+    metrics.visit_rules(|view| {
+        let read = view.counts.read();
+        if read != (0, 0) {
+            counts.insert(view.rule.full_key.clone(), read);
+        }
+    });
+    counts
+}
+
+#[tokio::test]
+async fn the_page_counts_each_rule_apart_and_lists_whom_it_refused() {
+    let (service, _clock) = support::service(&[("page.yaml", PAGE)], Algorithm::TokenBucket);
+    let a = [("svc", ""), ("method", "a"), ("user", "u1")];
+    let b = [("svc", ""), ("method", "b"), ("user", "u<script>")];
+    for _ in 0..3 {
+        hit(&service, "page", &a, 1).await;
+    }
+    hit(&service, "page", &b, 1).await;
+    hit(&service, "page", &b, 1).await;
+    hit(&service, "page", &[("free", "x")], 1).await;
+    hit(&service, "page", &[("trial", "t")], 1).await;
+    hit(&service, "page", &[("trial", "t")], 1).await;
+
+    // The two method rules share their Prometheus series (same first two levels); the
+    // page counts them apart. Unlimited: allowed; shadow: over, though answered OK.
+    let expected: BTreeMap<String, (u64, u64)> = [
+        ("page.svc.method_a.user", (1, 2)),
+        ("page.svc.method_b.user", (1, 1)),
+        ("page.free", (1, 0)),
+        ("page.trial", (1, 1)),
+    ]
+    .into_iter()
+    .map(|(path, counts)| (path.to_string(), counts))
+    .collect();
+    assert_eq!(page_counts(&service), expected);
+
+    let metrics = service.metrics().expect("support services count");
+    let top: Vec<(String, String, u64)> = metrics
+        .refusals()
+        .top()
+        .into_iter()
+        .map(|t| (t.rule.path.to_string(), t.text, t.count))
+        .collect();
+    assert_eq!(
+        top,
+        [
+            (
+                "page.svc.method_a.user".into(),
+                "svc=, method=a, user=u1".into(),
+                2
+            ),
+            (
+                "page.svc.method_b.user".into(),
+                "svc=, method=b, user=u<script>".into(),
+                1
+            ),
+            ("page.trial".into(), "trial=t".into(), 1),
+        ]
+    );
+
+    // A reload that keeps a rule keeps its counts; a removed rule's are gone.
+    let kept = PAGE.replace("  - key: free\n    rate_limit: {unlimited: true}\n", "");
+    let config = Config::from_sources(&[("page.yaml".into(), kept)]).expect("valid");
+    service.config().store(Arc::new(config));
+    let after = page_counts(&service);
+    assert_eq!(after.get("page.svc.method_a.user"), Some(&(1, 2)));
+    assert_eq!(after.get("page.free"), None);
+}

@@ -185,7 +185,7 @@ function showConfig(config) {
   page.loads = config.loads;
   const meta = config.kind + " " + config.source + " · version " + config.version +
     " · fingerprint " + config.fingerprint + " · loaded " + config.loads + " time(s)" +
-    (config.changed_at ? " · changed " + config.changed_at : "") +
+    (config.changed_at ? " · loaded at " + config.changed_at : "") +
     (config.global_shadow ? " · global shadow mode" : "") +
     " · default algorithm " + config.default_algorithm;
   $("config-meta").textContent = meta;
