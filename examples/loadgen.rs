@@ -499,10 +499,10 @@ async fn worker(
             },
         };
         let measured = start >= shared.measure_start;
-        if let (Source::Closed, true, Some(cap)) = (&source, measured, shared.cap) {
-            if shared.started.fetch_add(1, Ordering::Relaxed) >= cap {
-                break;
-            }
+        if let (Source::Closed, true, Some(cap)) = (&source, measured, shared.cap)
+            && shared.started.fetch_add(1, Ordering::Relaxed) >= cap
+        {
+            break;
         }
         let user = match shared.pick {
             Pick::Rr => shared.next_user.fetch_add(1, Ordering::Relaxed) % keys,

@@ -323,7 +323,7 @@ impl Traffic {
 
     /// One request of `user` under [`PER_USER`]; whether it passed.
     fn ask(&mut self, user: &str) -> bool {
-        if self.requests % 64 == 0 {
+        if self.requests.is_multiple_of(64) {
             self.store.maintain();
         }
         self.requests += 1;

@@ -164,10 +164,10 @@ impl Window {
 /// `counts` moved on by `by` sub-windows: the oldest drop out, new ones are empty.
 fn shifted(counts: &[u32; SLOTS], by: u64) -> [u32; SLOTS] {
     let mut out = [0; SLOTS];
-    if let Ok(by) = usize::try_from(by) {
-        if by < SLOTS {
-            out[by..].copy_from_slice(&counts[..SLOTS - by]);
-        }
+    if let Ok(by) = usize::try_from(by)
+        && by < SLOTS
+    {
+        out[by..].copy_from_slice(&counts[..SLOTS - by]);
     }
     out
 }

@@ -82,7 +82,7 @@ impl Page {
             .visit_rules(|view| rules.push(view.counts.clone()));
         let mut timeline = self.timeline.lock();
         timeline.tick(rules.iter());
-        if timeline.seq % WINDOW_SECONDS == 0 {
+        if timeline.seq.is_multiple_of(WINDOW_SECONDS) {
             self.metrics.refusals().rotate();
         }
     }

@@ -237,10 +237,10 @@ impl Registry {
                 if bucket.outage == Some(FailurePolicy::Error) {
                     continue;
                 }
-                if let Some(assigned) = bucket.reporters.get(&stream).and_then(|r| r.assigned) {
-                    if !mine.iter().any(|(k, _)| k == key) {
-                        mine.push((key.clone(), assigned));
-                    }
+                if let Some(assigned) = bucket.reporters.get(&stream).and_then(|r| r.assigned)
+                    && !mine.iter().any(|(k, _)| k == key)
+                {
+                    mine.push((key.clone(), assigned));
                 }
             }
         }

@@ -181,15 +181,15 @@ impl Registry {
                         .collect();
                 }
                 Err(e) => {
-                    if bucket.outage.is_none() {
-                        if let Some(suppressed) = self.outage_log.allow() {
-                            warn!(
-                                error = %e,
-                                policy = ?shared.policy,
-                                suppressed,
-                                "Redis cannot share quota; the failure policy answers"
-                            );
-                        }
+                    if bucket.outage.is_none()
+                        && let Some(suppressed) = self.outage_log.allow()
+                    {
+                        warn!(
+                            error = %e,
+                            policy = ?shared.policy,
+                            suppressed,
+                            "Redis cannot share quota; the failure policy answers"
+                        );
                     }
                     bucket.outage = Some(shared.policy);
                 }

@@ -46,7 +46,7 @@ impl Scale {
             let token = unit_q / g;
             let cap = u64::from(limit.burst).saturating_mul(token);
             // Coarser quanta only while they divide the unit and the capacity is inexact.
-            if cap < EXACT || unit_us % (q * 10) != 0 {
+            if cap < EXACT || !unit_us.is_multiple_of(q * 10) {
                 return Scale {
                     q,
                     token,
