@@ -68,7 +68,8 @@
 //! # Cost on the request path
 //! A request reads the table of the running config's rules (one `ArcSwap` load), finds each
 //! rule's series by the rule's address, and adds to a few atomics: no lock, no allocation, no
-//! formatting. The table is rebuilt by the first request (or scrape) after a reload.
+//! formatting. The same lookup finds the rule's counts for the operator page ([`live`]); a
+//! refused descriptor also takes the short lock of [`refusals`]. The table is rebuilt by the first request (or scrape) after a reload.
 //! Detailed and `value_to_metric` rules look their series up by labels under a lock
 //! instead, unknown domains their counter under another, and a request decided
 //! on a config that a reload has just replaced builds a table of its own.
@@ -79,7 +80,7 @@ mod domains;
 mod hits;
 mod limits;
 pub mod live;
-mod page;
+mod views;
 pub mod refusals;
 mod render;
 mod rlqs;
@@ -107,7 +108,7 @@ use crate::store::Store;
 pub use detailed::OVERFLOW_VALUE;
 use detailed::Series;
 use domains::UnknownDomains;
-pub use page::{LimitCounts, RuleView};
+pub use views::{LimitCounts, RuleView};
 use rules::{Labels, RuleStats, RuleTable, Rules, TableRef, build_table};
 use text::Histogram;
 
