@@ -229,6 +229,12 @@ async function poll() {
   try {
     const after = page.seq === null ? "" : "?after=" + page.seq;
     const state = await fetchJson("/page/state.json" + after);
+    if (page.seq !== null && state.seq < page.seq) {
+      // A restarted server counts ticks from 0 again: start over.
+      Object.assign(page, { seq: null, loads: null, total: [], lines: new Map() });
+      setTimeout(poll, 0);
+      return;
+    }
     if (state.loads !== page.loads) showConfig(await fetchJson("/page/config.json"));
     showError(state.error);
     addPoints(state);
