@@ -80,7 +80,6 @@ mod domains;
 mod hits;
 mod limits;
 pub mod live;
-mod views;
 pub mod refusals;
 mod render;
 mod rlqs;
@@ -88,6 +87,7 @@ mod rules;
 mod source;
 mod text;
 mod value_to_metric;
+mod views;
 
 use std::fmt;
 use std::future::Future;
@@ -108,9 +108,9 @@ use crate::store::Store;
 pub use detailed::OVERFLOW_VALUE;
 use detailed::Series;
 use domains::UnknownDomains;
-pub use views::{LimitCounts, RuleView};
 use rules::{Labels, RuleStats, RuleTable, Rules, TableRef, build_table};
 use text::Histogram;
+pub use views::{LimitCounts, RuleView};
 
 /// The `Content-Type` of [`Metrics::render`]'s text: the Prometheus text format 0.0.4.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";

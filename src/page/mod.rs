@@ -2,7 +2,7 @@
 //! is the limiter refusing traffic, by which rule, whom, did the config edit load, is the
 //! store healthy, why was this request refused — from the server alone: the HTML, script
 //! and style are in the binary ([`assets`]), and the page polls two JSON documents
-//! ([`state`]). Rates and their last [`timeline::WINDOW`] seconds are sampled by the server
+//! ([`config_doc`], [`state`]). Rates and their last [`timeline::WINDOW`] seconds are sampled by the server
 //! once a second ([`Page::spawn_sampler`]), so the page shows the recent past as soon as it
 //! opens.
 //!
@@ -12,8 +12,10 @@
 //! relaxed atomic addition per descriptor, and a short lock per refused one.
 
 pub mod assets;
+pub mod config_doc;
 pub mod routes;
 pub mod state;
+pub mod store_doc;
 pub mod timeline;
 
 use std::sync::Arc;
