@@ -16,8 +16,9 @@ pub const WAIT: Duration = Duration::from_secs(20);
 pub struct Browser {
     /// The session.
     pub client: Client,
-    /// Killed on drop, taking its browser along.
-    _driver: tokio::process::Child,
+    /// chromedriver, in a process group of its own with the browser it starts: the
+    /// group is killed on drop (killing chromedriver alone leaves Chromium running).
+    driver: tokio::process::Child,
     /// The browser's profile.
     _profile: TempDir,
 }
@@ -28,6 +29,18 @@ fn installed(command: &str) -> bool {
         .stdout(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let group = self
+            .driver
+            .id()
+            .and_then(|id| rustix::process::Pid::from_raw(id as i32));
+        if let Some(group) = group {
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        }
+    }
 }
 
 impl Browser {
@@ -46,6 +59,7 @@ impl Browser {
             .arg("--allowed-ips=127.0.0.1")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .expect("starting chromedriver");
@@ -83,7 +97,7 @@ impl Browser {
         };
         Browser {
             client,
-            _driver: driver,
+            driver,
             _profile: profile,
         }
     }
