@@ -93,13 +93,15 @@ function addPoints(state) {
 }
 
 function showRates(state) {
-  $("window-minutes").textContent = String(Math.round(state.window * state.interval_s / 60));
+  const minutes = String(Math.round(state.window * state.interval_s / 60));
+  $("window-minutes").textContent = minutes;
+  $("rule-window-minutes").textContent = minutes;
   const total = $("total-chart");
   total.replaceChildren(...chart(padTo(page.total, state.window), "big").childNodes);
   const body = $("rule-rates").tBodies[0];
   const rows = state.rules.map((rule) => {
     const points = page.lines.get(ruleId(rule.domain, rule.path)) || [];
-    const spark = el("td", null, chart(padTo(points.slice(-120), 120), "small"));
+    const spark = el("td", null, chart(padTo(points, state.window), "small"));
     return el("tr", null, cell(rule.domain + " · " + rule.path, "key"),
       cell(fixed(rule.last[0] / state.interval_s), "num"),
       cell(fixed(rule.last[1] / state.interval_s), "num"), spark);
