@@ -5,6 +5,7 @@
 
 const SVG = "http://www.w3.org/2000/svg";
 const POLL_MS = 1000;
+const REFUSED_ROWS = 15; // the table's rows; state.json has more
 
 const page = {
   seq: null,       // the latest tick received
@@ -120,8 +121,10 @@ function showRates(state) {
 
 function showRefused(state) {
   $("refusal-window").textContent = state.refusal_window_s + "–" + 2 * state.refusal_window_s;
-  const rows = state.refused.map((r) => el("tr", null,
+  const rows = state.refused.slice(0, REFUSED_ROWS).map((r) => el("tr", null,
     cell(r.domain + " · " + r.path, "key"), cell(r.key, "key"), cell(r.count, "num")));
+  const more = state.refused.length - rows.length;
+  if (more > 0) rows.push(el("tr", null, el("td", "muted", more + " more (in /page/state.json)")));
   $("refused-table").tBodies[0].replaceChildren(...rows);
   $("refused-none").hidden = rows.length > 0;
 }
