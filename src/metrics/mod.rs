@@ -69,7 +69,8 @@
 //! A request reads the table of the running config's rules (one `ArcSwap` load), finds each
 //! rule's series by the rule's address, and adds to a few atomics: no lock, no allocation, no
 //! formatting. The same lookup finds the rule's counts for the operator page ([`live`]); a
-//! refused descriptor also takes the short lock of [`refusals`]. The table is rebuilt by the first request (or scrape) after a reload.
+//! refused descriptor also tries the short lock of [`refusals`], never waiting for it. The
+//! table is rebuilt by the first request (or scrape) after a reload.
 //! Detailed and `value_to_metric` rules look their series up by labels under a lock
 //! instead, unknown domains their counter under another, and a request decided
 //! on a config that a reload has just replaced builds a table of its own.

@@ -8,7 +8,9 @@
 //! `1 / (CAPACITY + 1)` of the window's refusals is always listed, whatever else callers
 //! send, and its count is short by at most that share; memory stays at `CAPACITY` entries,
 //! each with at most [`TEXT_BYTES`] of text. The two windows are rotated every
-//! [`WINDOW_SECONDS`], so what is shown covers the last one to two windows.
+//! [`WINDOW_SECONDS`], so what is shown covers the last one to two windows. A refusal
+//! never waits for the summary's lock: when another core holds it, the refusal is left
+//! out (counts are lower bounds either way).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -103,7 +105,11 @@ impl Refusals {
             value.hash(&mut hasher);
         }
         let key = (Arc::as_ptr(rule) as usize, hasher.finish());
-        self.windows.lock().0.add(key, rule, entries());
+        // Never wait: a refusal that finds another core recording is left out, so the
+        // summary becomes a sample under contention, where a heavy caller stays heavy.
+        if let Some(mut windows) = self.windows.try_lock() {
+            windows.0.add(key, rule, entries());
+        }
     }
 
     /// Starts a new window; the current one becomes the previous.

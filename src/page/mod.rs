@@ -9,7 +9,8 @@
 //! Everything it holds is bounded whatever callers send: the timeline has at most
 //! [`timeline::MAX_CHARTED`] rules, the refused descriptors a fixed number of entries each
 //! cut to a fixed length (see [`crate::metrics::refusals`]). The decision path pays one
-//! relaxed atomic addition per descriptor, and a short lock per refused one.
+//! relaxed atomic addition per descriptor, and a short lock per refused one, never waited
+//! for.
 
 pub mod assets;
 pub mod config_doc;
