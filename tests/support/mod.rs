@@ -2,11 +2,13 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod ads;
+pub mod checks;
 pub mod envoy;
 pub mod pki;
 pub mod postgres;
 pub mod process;
 pub mod redis;
+pub mod rng;
 
 use std::path::PathBuf;
 use std::sync::Arc;
