@@ -31,7 +31,9 @@ need_tools h2load valgrind python3 cargo
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/grpc_callgrind.XXXXXX")
 SERVER=
 cleanup() {
-    [[ -n $SERVER ]] && kill "$SERVER" 2>/dev/null || true
+    if [[ -n $SERVER ]]; then
+        kill "$SERVER" 2>/dev/null || true
+    fi
     rm -rf "$WORK"
 }
 trap cleanup EXIT

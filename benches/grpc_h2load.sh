@@ -5,11 +5,19 @@
 #   benches/grpc_h2load.sh                       # from the repository root
 #   DURATION=5 ROUNDS=3 benches/grpc_h2load.sh   # seconds per run (1..10), alternations
 #   ROUNDS=5 SETTINGS='two 4 16' benches/grpc_h2load.sh   # one setting only
+#   REDIS=1 DURATION=5 ROUNDS=5 SETTINGS='two 4 16' benches/grpc_h2load.sh   # and on Redis
 #
 # Servers (loopback, free ports):
 #   noop       examples/noop_rls, accepting exactly as meshlimit does
 #              (meshlimit::net::serve as for its gRPC port): the same transport, no work.
-#   meshlimit  target/release/meshlimit serve --config (config/ plus the bench domain below)
+#   meshlimit  release/meshlimit (under CARGO_TARGET_DIR, or target) serve --config (config/
+#              plus the bench domain below): the embedded store
+#   redis      with REDIS=1: the same meshlimit with --store redis on a redis-server this
+#              script starts (loopback, --save '' --appendonly no): strict mode, every
+#              decision an exact script call (two.grpc's limits are never reached, so the
+#              over-limit cache never answers); issue 14's target is >= 0.6 of the no-op
+#              server. Its Redis' script time per call and per decision (INFO commandstats,
+#              the store's /metrics) over the whole run is printed at the end.
 #
 # Requests (hand-encoded RateLimitRequest, 5-byte gRPC frame header, in $WORK):
 #   limited.grpc  domain trading, one descriptor (user_id=alice, method=/market.Data/Quotes):
@@ -31,7 +39,8 @@
 # stream must end with grpc-status 0; answers decoded). Each timed run must have 0 failed,
 # 0 errored and only 2xx responses.
 #
-# Needs: cargo, python3 (standard library only), curl, h2load and nghttp (nghttp2-client).
+# Needs: cargo, python3 (standard library only), curl, h2load and nghttp (nghttp2-client);
+# with REDIS=1, redis-server and redis-cli.
 #
 # Target (issue): meshlimit >= 95% of the no-op server's requests/s; for two.grpc, the
 # median of the per-round ratios over ROUNDS=5.
@@ -50,20 +59,28 @@ H2LOAD=${H2LOAD:-/usr/bin/h2load}
 source benches/grpc_fixture.sh
 in_range DURATION 1 10 seconds
 in_range ROUNDS 1 5
+REDIS=${REDIS:-0}
+in_range REDIS 0 1
+REDIS_SERVER=${REDIS_SERVER:-redis-server}
+REDIS_CLI=${REDIS_CLI:-redis-cli}
 need_tools "$H2LOAD" nghttp curl python3 cargo
+if ((REDIS)); then
+    need_tools "$REDIS_SERVER" "$REDIS_CLI" timeout
+fi
 
 with_work_dir grpc_h2load
 
 cargo build --release --bin meshlimit --example noop_rls
-MESHLIMIT=${MESHLIMIT:-target/release/meshlimit} # override to compare another build
-NOOP=target/release/examples/noop_rls
+BIN=${CARGO_TARGET_DIR:-target}/release
+MESHLIMIT=${MESHLIMIT:-$BIN/meshlimit} # override to compare another build
+NOOP=$BIN/examples/noop_rls
 
 # --- request bodies and config ---------------------------------------------------
 write_bodies "$WORK"
 write_config "$WORK"
 
 # --- servers --------------------------------------------------------------------------
-declare -A PORT PID
+declare -A PORT PID HTTP
 start() { # name command...
     local name=$1
     shift
@@ -73,10 +90,24 @@ start() { # name command...
 }
 PORT[noop]=$(free_port)
 start noop "$NOOP" "127.0.0.1:${PORT[noop]}"
-PORT[meshlimit]=$(free_port)
-start meshlimit "$MESHLIMIT" serve --config "$WORK/config" --grpc-addr "127.0.0.1:${PORT[meshlimit]}" \
-    --http-addr "127.0.0.1:$(free_port)" --log warn
+serve() { # name extra-arguments...: meshlimit on the bench config
+    local name=$1
+    shift
+    PORT[$name]=$(free_port)
+    HTTP[$name]=$(free_port)
+    start "$name" "$MESHLIMIT" serve --config "$WORK/config" --grpc-addr "127.0.0.1:${PORT[$name]}" \
+        --http-addr "127.0.0.1:${HTTP[$name]}" --log warn "$@"
+}
+serve meshlimit
 SERVERS=(noop meshlimit)
+if ((REDIS)); then
+    PORT[redis_server]=$(free_port)
+    start redis_server "$REDIS_SERVER" --port "${PORT[redis_server]}" --bind 127.0.0.1 --save '' \
+        --appendonly no
+    wait_listening "${PORT[redis_server]}" "${PID[redis_server]}"
+    serve redis --store redis --redis-url "redis://127.0.0.1:${PORT[redis_server]}"
+    SERVERS+=(redis)
+fi
 for server in "${SERVERS[@]}"; do
     wait_listening "${PORT[$server]}" "${PID[$server]}"
 done
@@ -155,29 +186,46 @@ run() { # label server body clients streams
     echo "$1 $2 $3 $4 $5 $RPS" >>"$RESULTS"
 }
 
-ratio() { # body clients streams: meshlimit / each no-op, best of and mean of the runs,
-    # and the median of each round's ratio (a round: one no-op run, then one meshlimit run)
-    awk -v b="$1" -v c="$2" -v m="$3" "$AWK_MEDIAN"'
+ratio() { # body clients streams: each server / the no-op server, best of and mean of the
+    # runs, and the median of each round's ratio (a round: one run of each server in turn,
+    # the no-op server first, each compared with that round's no-op run)
+    awk -v b="$1" -v c="$2" -v m="$3" -v servers="${SERVERS[*]}" "$AWK_MEDIAN"'
         $3 == b && $4 == c && $5 == m {
             n[$2]++; sum[$2] += $6; if ($6 > best[$2]) best[$2] = $6
-            if ($2 == "noop") last = $6; else r[++rounds] = $6 / last
+            if ($2 == "noop") { last = $6; rounds++ } else r[$2, rounds] = $6 / last
         }
         END {
             printf "  %s -c %s -m %s\n", b ".grpc", c, m
-            split("noop meshlimit", names, " ")
-            for (i = 1; i <= 2; i++) {
+            count = split(servers, names, " ")
+            for (i = 1; i <= count; i++) {
                 s = names[i]
                 printf "    %-9s best %7.0f  mean %7.0f req/s  (%d runs)\n", s, best[s], sum[s] / n[s], n[s]
             }
-            split("noop", bases, " ")
-            for (i = 1; i <= 1; i++) {
-                s = bases[i]
-                printf "    meshlimit / %-8s best %5.1f%%  mean %5.1f%%", s,
-                    100 * best["meshlimit"] / best[s],
-                    100 * (sum["meshlimit"] / n["meshlimit"]) / (sum[s] / n[s])
+            for (i = 2; i <= count; i++) {
+                s = names[i]
+                for (k = 1; k <= rounds; k++) one[k] = r[s, k]
+                printf "    %-9s / noop  best %5.1f%%  mean %5.1f%%  median of %d rounds %5.1f%%\n", s,
+                    100 * best[s] / best["noop"], 100 * (sum[s] / n[s]) / (sum["noop"] / n["noop"]),
+                    rounds, 100 * median(one, rounds)
             }
-            printf "  median of %d rounds %5.1f%%\n", rounds, 100 * median(r, rounds)
         }' "$RESULTS"
+}
+
+# redis_scripts: what the Redis store's server cost its Redis over the whole run (checks
+# included): script calls and their time (INFO commandstats: EVALSHA and EVAL), and the
+# requests it sent to Redis (meshlimit_redis_cache_misses_total on its /metrics).
+redis_scripts() {
+    local decisions
+    decisions=$(curl -sS --max-time 5 "http://127.0.0.1:${HTTP[redis]}/metrics" |
+        awk '$1 == "meshlimit_redis_cache_misses_total" { print $2 }')
+    timeout 10 "$REDIS_CLI" -p "${PORT[redis_server]}" info commandstats | tr -d '\r' |
+        awk -F'[:,=]' -v d="${decisions:-0}" '
+            $1 == "cmdstat_evalsha" || $1 == "cmdstat_eval" { calls += $3; usec += $5 }
+            END {
+                if (calls == 0 || d == 0) { print "  no script calls or no decisions counted"; exit }
+                printf "  %d requests decided in %d script calls (%.2f a call): %.2f µs of Redis a call, %.2f a request\n",
+                    d, calls, d / calls, usec / calls, usec / d
+            }'
 }
 
 echo
@@ -193,9 +241,11 @@ for server in "${SERVERS[@]}"; do
         check "$server" "$body"
     done
 done
-check_burst meshlimit limited 20
+for server in "${SERVERS[@]:1}"; do
+    check_burst "$server" limited 20
+done
 echo
-echo "runs (alternating noop, meshlimit):"
+echo "runs (alternating ${SERVERS[*]}):"
 i=0
 IFS=';' read -ra SETTINGS_LIST <<<"$SETTINGS"
 for setting in "${SETTINGS_LIST[@]}"; do
@@ -215,10 +265,15 @@ for server in "${SERVERS[@]}"; do
     done
 done
 echo
-echo "meshlimit / no-op, requests/s (target >= 95%):"
+echo "each server / no-op, requests/s (targets: meshlimit >= 95%, redis >= 60%):"
 for setting in "${SETTINGS_LIST[@]}"; do
     # shellcheck disable=SC2086 # setting is "body clients streams"
     ratio $setting
 done
+if ((REDIS)); then
+    echo
+    echo "the redis server's Redis, the whole run:"
+    redis_scripts
+fi
 echo
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -8,7 +8,9 @@
 # redis-cli run) and define cleanup_more (called on exit after the processes are stopped,
 # with the script's exit status).
 # It then calls the `setting`s, `start_work`, `build_binaries`, `write_bench_config`, and
-# per run `measure`.
+# per run `measure`. It may define timed_load_starts and timed_load_ended (each called with
+# the store, around the timed load of every `measure`, the server still running), e.g. to
+# read Redis' script time for exactly that load.
 
 # shellcheck source=benches/grpc_fixture.sh
 source benches/grpc_fixture.sh
@@ -148,13 +150,39 @@ redis_flush() {
     fi
 }
 
+# redis_script_time: "calls usec" of the decision scripts since the last CONFIG RESETSTAT,
+# EVALSHA and EVAL together (EVAL: a script Redis had forgotten), from INFO commandstats.
+redis_script_time() {
+    redis_cli info commandstats | tr -d '\r' | awk -F'[:,=]' '
+        $1 == "cmdstat_evalsha" || $1 == "cmdstat_eval" { calls += $3; usec += $5 }
+        END { printf "%d %d\n", calls, usec }'
+}
+
+# redis_cpu_us: the CPU time Redis' main thread has used, in microseconds (INFO cpu, user
+# and system): the scripts, and reading and writing its connections. Unlike commandstats'
+# usec, which is wall time, it does not count time the thread was preempted.
+redis_cpu_us() {
+    redis_cli info cpu | tr -d '\r' | awk -F: '
+        $1 == "used_cpu_sys_main_thread" || $1 == "used_cpu_user_main_thread" { s += $2; n++ }
+        END { if (n != 2) exit 1; printf "%.0f\n", s * 1000000 }'
+}
+
+# redis_decisions: the requests meshlimit (on HTTP_PORT) has sent to Redis since it
+# started (meshlimit_redis_cache_misses_total): one decision each, whatever the batching.
+redis_decisions() {
+    "${NS[@]}" curl -sS --max-time 5 "http://127.0.0.1:$HTTP_PORT/metrics" |
+        awk '$1 == "meshlimit_redis_cache_misses_total" { print $2; found = 1 }
+             END { if (!found) exit 1 }'
+}
+
 # --- meshlimit and loadgen --------------------------------------------------------------
 # Starts meshlimit for one run and waits for GET /healthcheck to answer 200; sets
-# SERVER_PID and GRPC_PORT. The redis store uses REDIS_HOST:REDIS_PORT.
+# SERVER_PID, GRPC_PORT and HTTP_PORT. The redis store uses REDIS_HOST:REDIS_PORT.
 start_server() { # store scenario
     local http_port extra=()
     GRPC_PORT=$(free_port)
     http_port=$(free_port)
+    HTTP_PORT=$http_port
     if [[ $1 == redis ]]; then
         extra=(--store redis --redis-url "redis://$REDIS_HOST:$REDIS_PORT")
         if [[ $2 == leased ]]; then
@@ -242,7 +270,13 @@ measure() {
         ;;
     leased) args=(--method leased --keys "$LEASED_KEYS" --expect ok) ;;
     esac
+    if declare -F timed_load_starts >/dev/null; then
+        timed_load_starts "$store"
+    fi
     load "$label" "${args[@]}" --warmup "$WARMUP" --duration "$DURATION" "$@"
+    if declare -F timed_load_ended >/dev/null; then
+        timed_load_ended "$store"
+    fi
     kill -0 "$SERVER_PID" 2>/dev/null || fail_with_log "$store server died during the run" meshlimit
     stop "$SERVER_PID"
 }

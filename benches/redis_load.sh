@@ -31,6 +31,11 @@
 #           each top-up is a Redis round trip, which at LEASE=64 (a top-up every ~32
 #           requests per key) costs about 10% of the throughput on 2 shared cores.
 #
+# For every Redis run, Redis' time in the decision scripts (INFO commandstats, reset before the
+# timed load) and the requests meshlimit sent to Redis meanwhile (its /metrics) give Redis'
+# µs per script call and per decision, and decisions per call; their means per scenario
+# follow the table (benches/redis_cpu.sh measures the strict case alone, at set loads).
+#
 # loadgen exits non-zero on any gRPC error or unexpected answer (warm-up included), which
 # stops the script; each run is then bounded by loadgen's own clock plus `timeout`.
 # Machine note: loadgen, meshlimit and redis-server share the cores; run on a quiet
@@ -93,10 +98,28 @@ if ((USE_REDIS)); then
     redis_wait redis
 fi
 
+# Around each timed load of the Redis store (measure's hooks): Redis' script statistics
+# reset and the store's decisions counted, so both cover that load, warm-up included.
+timed_load_starts() {
+    [[ $1 == redis ]] || return 0
+    [[ $(redis_cli config resetstat) == OK ]] || fail_with_log "CONFIG RESETSTAT failed" redis
+    DECISIONS_BEFORE=$(redis_decisions) || fail_with_log "no Redis counters on /metrics" meshlimit
+}
+timed_load_ended() {
+    [[ $1 == redis ]] || return 0
+    local after calls usec
+    after=$(redis_decisions) || fail_with_log "no Redis counters on /metrics" meshlimit
+    read -r calls usec <<<"$(redis_script_time)"
+    SCRIPT_LINE="$((after - DECISIONS_BEFORE)) $calls $usec"
+}
+
 # --- runs -------------------------------------------------------------------------------
 # Result lines: scenario store round rps p50 p99 p999 requests ok over
 RESULTS="$WORK/results"
 : >"$RESULTS"
+# Redis runs' script lines: scenario round decisions calls usec
+SCRIPTS="$WORK/scripts"
+: >"$SCRIPTS"
 ROW='%-8s %-7s %5s %10s %10s %10s %10s %9s %9s %9s\n'
 
 run() { # scenario store round
@@ -112,6 +135,9 @@ run() { # scenario store round
     ok=$(field ok "$RESULT")
     over=$(field over "$RESULT")
     echo "$scenario $store $round $rps $p50 $p99 $p999 $n $ok $over" >>"$RESULTS"
+    if [[ $store == redis ]]; then
+        echo "$scenario $round $SCRIPT_LINE" >>"$SCRIPTS"
+    fi
     # shellcheck disable=SC2059 # ROW is the format
     printf "$ROW" "$scenario" "$store" "$round" "$rps" "$p50" "$p99" "$p999" "$n" "$ok" "$over"
 }
@@ -161,5 +187,25 @@ awk '
                 printf "%-8s %-7s %10s\n", s, "r/m", "-"
         }
     }' "$RESULTS"
+if ((USE_REDIS)); then
+    echo
+    echo "Redis' script time (INFO commandstats), means over the rounds; decisions: requests"
+    echo "meshlimit sent to Redis (cache misses), calls: EVALSHA/EVAL"
+    awk '
+        { n[$1]++; d[$1] += $3; c[$1] += $4; u[$1] += $5 }
+        END {
+            printf "%-8s %10s %10s %10s %12s %10s\n", "scenario", "decisions", "calls", "µs/call", "µs/decision", "dec/call"
+            split("strict over leased", scenarios, " ")
+            for (i = 1; i <= 3; i++) {
+                s = scenarios[i]
+                if (!n[s]) continue
+                if (c[s] > 0 && d[s] > 0)
+                    printf "%-8s %10.0f %10.0f %10.2f %12.2f %10.2f\n", s, d[s] / n[s], c[s] / n[s],
+                        u[s] / c[s], u[s] / d[s], d[s] / c[s]
+                else
+                    printf "%-8s %10.0f %10.0f %10s %12s %10s\n", s, d[s] / n[s], c[s] / n[s], "-", "-", "-"
+            }
+        }' "$SCRIPTS"
+fi
 echo
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -257,8 +257,8 @@ for kind in exact prefix; do
         read -r wall user rss <"$WORK/time"
         times+=("${wall} s (user ${user} s, peak RSS $((rss / 1024)) MB)")
     done
-    printf '  %-7s %s MB file: %s\n' "$kind" "$(du -m "$dir/$kind.yaml" | cut -f1)" \
-        "$(IFS=';'; echo "${times[*]}" | sed 's/;/; /g')"
+    joined=$(IFS=';'; echo "${times[*]}")
+    printf '  %-7s %s MB file: %s\n' "$kind" "$(du -m "$dir/$kind.yaml" | cut -f1)" "${joined//;/; }"
 done
 echo
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

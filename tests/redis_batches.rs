@@ -20,7 +20,9 @@ use meshlimit::rules::{Algorithm, Limit, Mode, Unit};
 use meshlimit::store::redis::{FailurePolicy, RedisOptions, TimeSource};
 use meshlimit::store::{Check, RedisStore};
 use support::START;
+use support::checks::check;
 use support::redis::{RedisCluster, RedisServer};
+use support::rng::Rng;
 
 const S: Nanos = NANOS_PER_SEC;
 const US: Nanos = 1_000;
@@ -43,16 +45,6 @@ fn bucket(rpu: u32, unit: Unit, burst: u32, multiplier: u32) -> Limit {
     }
 }
 
-fn check(key: &str, limit: Limit, hits: u64, mode: Mode, descriptor: usize) -> Check<'_> {
-    Check {
-        key: key.into(),
-        limit,
-        hits,
-        mode,
-        descriptor,
-    }
-}
-
 /// A store on `server` reading the caller's time, with no over-limit cache for token
 /// buckets (every request reaches Redis, so every answer is a script's) and a generous
 /// timeout (a loaded machine must not turn a slow answer into a failure).
@@ -65,23 +57,6 @@ fn store(server: &RedisServer, tweak: impl FnOnce(&mut RedisOptions)) -> RedisSt
     };
     tweak(&mut options);
     RedisStore::new(options, Arc::new(ManualClock::new(START))).expect("valid URL")
-}
-
-/// A small deterministic generator (SplitMix64): the same sequences on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// Below this many milliseconds left, a TTL may run out between a script's write and the
@@ -196,7 +171,7 @@ async fn the_specialised_script_answers_and_stores_exactly_what_the_general_one_
             .map(|(descriptor, &i)| {
                 // Each bucket keeps one limit most of the time, as between reloads.
                 let limit = if rng.below(8) == 0 {
-                    limits[rng.below(limits.len() as u64) as usize]
+                    rng.pick(&limits)
                 } else {
                     limits[i % limits.len()]
                 };
@@ -206,7 +181,7 @@ async fn the_specialised_script_answers_and_stores_exactly_what_the_general_one_
                     2 => u64::from(limit.burst) + 1,
                     _ => 1,
                 };
-                let mode = modes[rng.below(modes.len() as u64) as usize];
+                let mode = rng.pick(&modes);
                 check(&names[i], limit, hits, mode, descriptor)
             })
             .collect();
@@ -229,10 +204,14 @@ async fn the_specialised_script_answers_and_stores_exactly_what_the_general_one_
         assert_eq!(stored[0], stored[1], "step {step}: states");
         assert_eq!(stored[0], stored[2], "step {step}: states");
     }
-    // The specialised store did use its script, and the general one never did.
-    let buckets_sha = redis::Script::new(include_str!("../src/store/redis/decide_buckets.lua"))
-        .get_hash()
-        .to_string();
+    // The specialised store did use its script, and the general one never did. The script
+    // Redis runs is the shared arithmetic, then the specialised script (script.rs).
+    let buckets_sha = redis::Script::new(concat!(
+        include_str!("../src/store/redis/exact.lua"),
+        include_str!("../src/store/redis/decide_buckets.lua")
+    ))
+    .get_hash()
+    .to_string();
     let loaded = |server: &RedisServer| server.cli(&["SCRIPT", "EXISTS", &buckets_sha]);
     assert_eq!(loaded(&servers[0]).trim(), "1");
     assert_eq!(loaded(&servers[1]).trim(), "0");

@@ -16,7 +16,9 @@ use meshlimit::store::redis::{RedisOptions, RedisStats, TimeSource};
 use meshlimit::store::{Check, MemoryStore, RedisStore, Store};
 use redis::aio::MultiplexedConnection;
 use support::START;
+use support::checks::check;
 use support::redis::RedisServer;
+use support::rng::Rng;
 
 const S: Nanos = NANOS_PER_SEC;
 const US: Nanos = 1_000;
@@ -147,38 +149,6 @@ fn sliding(rpu: u32, unit: Unit, multiplier: u32) -> Limit {
 /// The key of bucket `name`.
 fn key(name: &str) -> String {
     format!("{DOMAIN}{}:{name}", name.len())
-}
-
-fn check<'k>(key: &'k str, limit: Limit, hits: u64, mode: Mode, descriptor: usize) -> Check<'k> {
-    Check {
-        key: key.into(),
-        limit,
-        hits,
-        mode,
-        descriptor,
-    }
-}
-
-/// A small deterministic generator (SplitMix64): the same arrivals on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n`.
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len() as u64) as usize]
-    }
 }
 
 /// The width of a sliding window's sub-window.

@@ -3,11 +3,13 @@
 
 pub mod ads;
 pub mod browser;
+pub mod checks;
 pub mod envoy;
 pub mod pki;
 pub mod postgres;
 pub mod process;
 pub mod redis;
+pub mod rng;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
-use redis::{Client, Value};
+use redis::Value;
 
+use super::conn;
 use super::node::{Node, Source, kind_of};
 use super::slots::{SlotMap, parse_slots, slot};
 use crate::error::{StoreError, StoreErrorKind};
@@ -95,7 +96,7 @@ impl Cluster {
             return Ok(node.clone());
         }
         let url = format!("{}{addr}{}", self.url_prefix, self.url_suffix);
-        let client = Client::open(url).map_err(|e| {
+        let client = conn::client(&url).map_err(|e| {
             StoreError::new(
                 StoreErrorKind::Unreachable,
                 format!("Redis Cluster node {addr}: {e}"),

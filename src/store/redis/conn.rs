@@ -10,8 +10,9 @@
 //!   credentials are the master's; sentinels that need their own take
 //!   `?sentinel_username=U&sentinel_password=P`.
 
+use redis::io::tcp::TcpSettings;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{Client, ConnectionAddr, TlsMode};
+use redis::{Client, ConnectionAddr, IntoConnectionInfo, RedisResult, TlsMode};
 
 /// A Redis deployment, parsed from a URL.
 pub(crate) enum Target {
@@ -57,7 +58,7 @@ impl Target {
             .ok_or_else(|| UrlError(format!("{}: no scheme", redact(url))))?;
         match scheme {
             "redis" | "rediss" | "unix" | "redis+unix" => {
-                Client::open(url).map(Target::Single).map_err(|e| bad(&e))
+                client(url).map(Target::Single).map_err(|e| bad(&e))
             }
             "redis+cluster" | "rediss+cluster" => {
                 let tls = scheme.starts_with("rediss");
@@ -77,7 +78,7 @@ impl Target {
                 }
                 let url_prefix = format!("{}://{auth}", if tls { "rediss" } else { "redis" });
                 for seed in &seeds {
-                    Client::open(format!("{url_prefix}{seed}{url_suffix}")).map_err(|e| bad(&e))?;
+                    client(&format!("{url_prefix}{seed}{url_suffix}")).map_err(|e| bad(&e))?;
                 }
                 Ok(Target::Cluster {
                     seeds,
@@ -98,6 +99,20 @@ impl Target {
             ))),
         }
     }
+}
+
+/// The TCP settings of every connection to a Redis server: `TCP_NODELAY`, which redis-rs
+/// leaves off. Without it, Nagle's algorithm holds a script call written while an earlier
+/// one on the same connection is unacknowledged until that acknowledgement comes, which a
+/// server's delayed ACK can hold back for tens of milliseconds.
+fn tcp_settings() -> TcpSettings {
+    TcpSettings::default().set_nodelay(true)
+}
+
+/// A client of the server at `url` (one server, or a Cluster node), whose connections use
+/// [`tcp_settings`].
+pub(crate) fn client(url: &str) -> RedisResult<Client> {
+    Client::open(url.into_connection_info()?.set_tcp_settings(tcp_settings()))
 }
 
 /// `user:password@` (kept with its `@`) and the rest.
@@ -149,7 +164,8 @@ fn sentinel(rest: &str, tls: bool) -> Result<SentinelClient, String> {
         return Err("no sentinel addresses".into());
     }
     let mut builder = SentinelClientBuilder::new(addrs, master, SentinelServerType::Master)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())?
+        .set_client_to_redis_tcp_settings(tcp_settings());
     let auth = auth.trim_end_matches('@');
     if !auth.is_empty() {
         let (user, password) = auth.split_once(':').unwrap_or(("", auth));
@@ -236,6 +252,25 @@ mod tests {
         ] {
             let err = Target::parse(url).unwrap_err().to_string();
             assert!(err.contains(why), "{url}: {err}");
+        }
+    }
+
+    #[test]
+    fn connections_to_redis_send_without_delay() {
+        for url in ["redis://127.0.0.1:6379", "redis+cluster://127.0.0.1:7000"] {
+            let client = match Target::parse(url) {
+                Ok(Target::Single(client)) => client,
+                Ok(Target::Cluster {
+                    seeds,
+                    url_prefix,
+                    url_suffix,
+                }) => client(&format!("{url_prefix}{}{url_suffix}", seeds[0])).expect("valid"),
+                other => panic!("{url}: {other:?}"),
+            };
+            assert!(
+                client.get_connection_info().tcp_settings().nodelay(),
+                "{url}"
+            );
         }
     }
 

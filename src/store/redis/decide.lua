@@ -10,7 +10,8 @@
 -- undoes another's consumption. Each bucket is read once and written once at the end of
 -- the call; the states in between live in `known`, exactly as the requests one call each
 -- would have read them back (a bucket that would have been deleted reads as absent).
--- decide_buckets.lua is the same for requests of token buckets only, faster.
+-- decide_buckets.lua is the same for requests of token buckets only, faster. Both run
+-- after exact.lua (floor_div, ceil_div, refilled), which script.rs puts before them.
 --
 -- KEYS      every check's bucket, request after request (the same key may repeat within a
 --           request: one bucket, seeing earlier hits)
@@ -49,23 +50,6 @@ local SLIDING_FORMAT = '<dd' .. string.rep('I4', SLOTS)
 -- The time of the request being decided, in microseconds; Redis' clock once read.
 local now_us, clock
 
-local function floor_div(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-
-local function ceil_div(a, b)
-  if b == 0 then return 0 end
-  local q = floor_div(a, b)
-  if q * b < a then q = q + 1 end
-  return q
-end
-
 local function decode(raw)
   if not raw then return nil end
   if #raw == 32 then
@@ -87,21 +71,7 @@ local function bucket(s, hits, token, rate, cap, q)
   local now_q = math.floor(now_us / q)
   local debt, at = 0, now_q
   if s and s.kind == 't' then
-    local d, sat = s.d, s.at
-    if s.q ~= q then sat = math.floor(sat * s.q / q) end
-    if s.tok ~= token then
-      -- Same tokens missing in the new scale (a reload changed the limit).
-      local whole = floor_div(d, s.tok)
-      d = whole * token + math.ceil((d - whole * s.tok) * token / s.tok)
-    end
-    if now_q > sat then
-      local refill = (now_q - sat) * rate
-      if refill >= d then d = 0 else d = d - refill end
-    else
-      at = sat -- Redis' clock went back (a failover): keep the later instant
-    end
-    if d > cap then d = cap end
-    debt = d
+    debt, at = refilled(s.d, s.at, s.tok, s.q, now_q, token, rate, cap, q)
   end
   local avail = cap - debt
   local take = hits * token

@@ -29,26 +29,9 @@
 --
 -- Stored state: decide.lua's token bucket, 32 bytes '<dddd' debt, at (quanta), token, q;
 -- a key holding anything else (another algorithm before a reload) starts a fresh bucket.
-
-local floor, ceil = math.floor, math.ceil
-
--- floor(a / b) for non-negative integers, corrected for the division's rounding.
-local function floor_div(a, b)
-  local q = floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-
-local function ceil_div(a, b)
-  if b == 0 then return 0 end
-  local q = floor_div(a, b)
-  if q * b < a then q = q + 1 end
-  return q
-end
+--
+-- Runs after exact.lua (floor, ceil, floor_div, ceil_div, refilled), which script.rs puts
+-- before it.
 
 local packed = ARGV[1]
 -- Unpacked in one call: per call, not per number, is what struct.unpack costs most.
@@ -96,21 +79,7 @@ while a <= last do
     if q ~= 1 then now_q = floor(now / q) end
     local debt, at = 0, now_q
     if s then
-      local d, sat, stok, sq = s[1], s[2], s[3], s[4]
-      if sq ~= q then sat = floor(sat * sq / q) end
-      if stok ~= token then
-        -- Same tokens missing in the new scale (a reload changed the limit).
-        local whole = floor_div(d, stok)
-        d = whole * token + ceil((d - whole * stok) * token / stok)
-      end
-      if now_q > sat then
-        local refill = (now_q - sat) * rate
-        if refill >= d then d = 0 else d = d - refill end
-      else
-        at = sat -- Redis' clock went back (a failover): keep the later instant
-      end
-      if d > cap then d = cap end
-      debt = d
+      debt, at = refilled(s[1], s[2], s[3], s[4], now_q, token, rate, cap, q)
     end
     o = o + 1
     out[o] = debt

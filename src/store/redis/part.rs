@@ -312,17 +312,8 @@ pub(crate) fn replies(value: &redis::Value, parts: &[&Part]) -> Result<Vec<Reply
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::{Algorithm, Limit, Mode, Unit};
-
-    fn limit(rpu: u32, unit: Unit, burst: u32) -> Limit {
-        Limit {
-            requests_per_unit: rpu,
-            unit,
-            multiplier: 1,
-            burst,
-            algorithm: Algorithm::TokenBucket,
-        }
-    }
+    use crate::rules::{Mode, Unit};
+    use crate::store::redis::script_args::tests::limit;
 
     fn keys(names: &[&str]) -> smallvec::SmallVec<[String; 4]> {
         names.iter().map(|n| n.to_string()).collect()

@@ -19,11 +19,15 @@ use crate::clock::Nanos;
 use crate::error::{StoreError, StoreErrorKind};
 use crate::store::Check;
 
-/// The general decision script.
-const GENERAL: &str = include_str!("decide.lua");
+/// The general decision script, after the token-bucket arithmetic it shares with
+/// [`BUCKETS`]: one text, so one SHA1 and one `EVALSHA`, with the shared code written once.
+const GENERAL: &str = concat!(include_str!("exact.lua"), include_str!("decide.lua"));
 
-/// The decision script for requests of token buckets only.
-const BUCKETS: &str = include_str!("decide_buckets.lua");
+/// The decision script for requests of token buckets only, after the same arithmetic.
+const BUCKETS: &str = concat!(
+    include_str!("exact.lua"),
+    include_str!("decide_buckets.lua")
+);
 
 /// The decision scripts' SHA1s, for `EVALSHA`.
 #[derive(Debug)]

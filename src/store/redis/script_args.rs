@@ -150,11 +150,13 @@ pub(super) fn general_args(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::rules::Unit;
 
-    fn limit(rpu: u32, unit: Unit, burst: u32) -> Limit {
+    /// A token bucket of `rpu` per `unit`, burst `burst`; also for [`super::super::part`]'s
+    /// tests.
+    pub(in crate::store::redis) fn limit(rpu: u32, unit: Unit, burst: u32) -> Limit {
         Limit {
             requests_per_unit: rpu,
             unit,
