@@ -8,10 +8,10 @@
 --
 -- Requests are decided one after the other, in order, each all-or-nothing on its own: a
 -- later request sees what the earlier ones consumed, and one request's denial never undoes
--- another's consumption. Each bucket is read once (GET) and written once at the end (SET
--- with a TTL, or DEL when full), however many requests of the call name it; the states in
--- between live in `known`, exactly as the requests one call each would have read them back
--- (a bucket that would have been deleted reads as absent).
+-- another's consumption. Each bucket is read once (one MGET for the call) and written once
+-- at the end (SET with a TTL, or one DEL for the full ones), however many requests of the
+-- call name it; the states in between live in `known`, exactly as the requests one call
+-- each would have read them back (a bucket that would have been deleted reads as absent).
 --
 -- KEYS      every check's bucket, request after request
 -- ARGV[1]   little-endian doubles (struct '<d', read in one go): now in microseconds (-1:
@@ -46,6 +46,23 @@ local limits = v[2]
 -- Every bucket met: { debt, at, token, q, rate } as the latest request left it, or false
 -- (absent); and the keys in order of first use, for the writes.
 local known, keys = {}, {}
+-- Read in one MGET, not a GET per bucket: a command called from a script costs far more
+-- than the lookup it makes, and a call's buckets are all read before any is written anyway.
+if #KEYS > 0 then
+  local raws = redis.call('MGET', unpack(KEYS))
+  for i = 1, #KEYS do
+    local key = KEYS[i]
+    if known[key] == nil then
+      local raw = raws[i]
+      if raw and #raw == 32 then
+        known[key] = { struct.unpack('<dddd', raw) }
+      else
+        known[key] = false
+      end
+      keys[#keys + 1] = key
+    end
+  end
+end
 local out, o = {}, 0
 local k, a = 0, 3 + 4 * limits
 local last = #v - 1 -- struct.unpack adds the next position
@@ -65,16 +82,6 @@ while a <= last do
     local token, rate, cap, q = v[l], v[l + 1], v[l + 2], v[l + 3]
     local key = KEYS[k + i]
     local s = known[key]
-    if s == nil then
-      local raw = redis.call('GET', key)
-      if raw and #raw == 32 then
-        s = { struct.unpack('<dddd', raw) }
-      else
-        s = false
-      end
-      known[key] = s
-      keys[#keys + 1] = key
-    end
     local now_q = now
     if q ~= 1 then now_q = floor(now / q) end
     local debt, at = 0, now_q
@@ -120,7 +127,7 @@ end
 -- Keep every bucket, with a TTL until it is full again; a full one is deleted. Each TTL is
 -- passed as text made once per call: Redis turns a number argument into text with
 -- snprintf, which costs as much as a quarter of the SET.
-local ttls = {}
+local ttls, gone = {}, {}
 for i = 1, #keys do
   local key = keys[i]
   local s = known[key]
@@ -134,8 +141,9 @@ for i = 1, #keys do
     end
     redis.call('SET', key, struct.pack('<dddd', d, s[2], s[3], q), 'PX', ttl)
   else
-    redis.call('DEL', key)
+    gone[#gone + 1] = key
   end
 end
+if #gone > 0 then redis.call('DEL', unpack(gone)) end
 
 return struct.pack('<' .. string.rep('d', o), unpack(out, 1, o))
