@@ -46,20 +46,24 @@ local limits = v[2]
 -- Every bucket met: { debt, at, token, q, rate } as the latest request left it, or false
 -- (absent); and the keys in order of first use, for the writes.
 local known, keys = {}, {}
--- Read in one MGET, not a GET per bucket: a command called from a script costs far more
--- than the lookup it makes, and a call's buckets are all read before any is written anyway.
-if #KEYS > 0 then
-  local raws = redis.call('MGET', unpack(KEYS))
-  for i = 1, #KEYS do
-    local key = KEYS[i]
-    if known[key] == nil then
-      local raw = raws[i]
-      if raw and #raw == 32 then
-        known[key] = { struct.unpack('<dddd', raw) }
-      else
-        known[key] = false
-      end
-      keys[#keys + 1] = key
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  if not known[key] then
+    known[key] = true
+    keys[#keys + 1] = key
+  end
+end
+-- Read in one MGET of the distinct keys, not a GET per bucket: a command called from a
+-- script costs far more than the lookup it makes, and a call's buckets are all read before
+-- any is written anyway. Hot buckets repeat within a call; each is read once.
+if #keys > 0 then
+  local raws = redis.call('MGET', unpack(keys))
+  for i = 1, #keys do
+    local raw = raws[i]
+    if raw and #raw == 32 then
+      known[keys[i]] = { struct.unpack('<dddd', raw) }
+    else
+      known[keys[i]] = false
     end
   end
 end
