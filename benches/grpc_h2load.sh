@@ -70,13 +70,11 @@ fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/grpc_h2load.XXXXXX")
 PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do
-        kill "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do
-        wait "$pid" 2>/dev/null || true
+cleanup() { # each server gone before the one started before it: meshlimit before its Redis
+    local i
+    for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
+        kill "${PIDS[i]}" 2>/dev/null || true
+        wait "${PIDS[i]}" 2>/dev/null || true
     done
     rm -rf "$WORK"
 }
