@@ -201,7 +201,8 @@ machine_line() {
 }
 
 # with_work_dir NAME: WORK, a fresh temporary directory, and PIDS, background processes
-# to add to; on exit every one of them is killed and waited for, and WORK removed.
+# to add to; on exit each is killed and waited for, the last started first (a meshlimit
+# before the Redis it uses, which it would otherwise log as unreachable), and WORK removed.
 with_work_dir() {
     WORK=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
     PIDS=()
@@ -210,12 +211,10 @@ with_work_dir() {
 }
 
 cleanup_work_dir() {
-    local pid
-    for pid in "${PIDS[@]}"; do
-        kill "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do
-        wait "$pid" 2>/dev/null || true
+    local i
+    for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
+        kill "${PIDS[i]}" 2>/dev/null || true
+        wait "${PIDS[i]}" 2>/dev/null || true
     done
     rm -rf "$WORK"
 }
