@@ -18,6 +18,9 @@ use super::timeline::{Line, Point, WINDOW};
 /// Most refused descriptors listed.
 pub const MAX_REFUSED: usize = 100;
 
+/// Ticks over which rules are ranked by traffic.
+const BUSY_TICKS: usize = 60;
+
 /// Most quota buckets listed.
 const MAX_QUOTA_BUCKETS: usize = 50;
 
@@ -36,7 +39,7 @@ pub struct StateDoc {
     pub error: Option<String>,
     /// Descriptors of every rule, per tick, after `after` (oldest first).
     pub total: Vec<Point>,
-    /// The rules with a line, busiest over the returned points first.
+    /// The rules with a line, busiest over the last minute first.
     pub rules: Vec<RuleRates>,
     /// Rules with traffic in the latest tick but no line (all lines taken).
     pub uncharted: usize,
@@ -149,8 +152,21 @@ impl Page {
             Some(_) => 0,
             None => seq.min(window),
         } as usize;
-        let mut rules: Vec<RuleRates> = timeline
-            .rules()
+        // Busiest over the last minute first, whatever `after` asks for, so that the
+        // page's rows keep their order from one poll to the next.
+        let busy = |line: &Line| -> u64 {
+            line.newest(BUSY_TICKS)
+                .map(|(a, o)| u64::from(a) + u64::from(o))
+                .sum()
+        };
+        let mut lines: Vec<_> = timeline.rules().collect();
+        lines.sort_by(|a, b| {
+            (busy(b.1).cmp(&busy(a.1)))
+                .then_with(|| a.0.domain.cmp(&b.0.domain))
+                .then_with(|| a.0.path.cmp(&b.0.path))
+        });
+        let rules = lines
+            .into_iter()
             .map(|(counts, line)| RuleRates {
                 domain: counts.domain.to_string(),
                 path: counts.path.to_string(),
@@ -158,13 +174,6 @@ impl Page {
                 points: padded(line, n),
             })
             .collect();
-        let busy = |r: &RuleRates| -> u64 {
-            r.points
-                .iter()
-                .map(|&(a, o)| u64::from(a) + u64::from(o))
-                .sum()
-        };
-        rules.sort_by(|a, b| busy(b).cmp(&busy(a)).then_with(|| a.path.cmp(&b.path)));
         let total = padded(&timeline.total, n);
         let uncharted = timeline.uncharted;
         drop(timeline);
