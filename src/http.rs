@@ -191,12 +191,16 @@ fn endpoints(operator: Operator) -> Router {
 }
 
 /// `GET /`: the page for a browser, the list of endpoints for anything else.
+/// Both answers say they vary by `Accept`, so that no cache hands one to the other.
 async fn index(headers: HeaderMap) -> Response {
-    if page::routes::wants_html(&headers) {
+    let mut response = if page::routes::wants_html(&headers) {
         page::routes::index()
     } else {
         INDEX.into_response()
-    }
+    };
+    let vary = header::HeaderValue::from_static("accept");
+    response.headers_mut().insert(header::VARY, vary);
+    response
 }
 
 /// `GET /rlqs`: the quota service's streams, buckets and assignments.

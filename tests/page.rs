@@ -296,6 +296,9 @@ async fn page_responses_are_read_only_and_carry_a_strict_policy() {
             .expect("POST");
         assert_eq!(status, 405, "POST {path}");
     }
+    let (_, headers, list) = http_request(ml.http, "/", &[]).await.expect("GET /");
+    assert!(list.starts_with("meshlimit operator endpoints"), "{list}");
+    assert!(headers.iter().any(|h| h == "vary: accept"), "{headers:?}");
     let (status, _) = http_get(ml.http, "/page/state.json?after=x").await;
     assert_eq!(status, 400);
     let (_, state) = http_get(ml.http, "/page/state.json").await;

@@ -99,17 +99,26 @@ pub(super) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// A plain URL path: `/` and then letters, digits, `/`, `-`, `_`, `.`.
+/// Operator paths the token guards: a metrics path, which is served without the token,
+/// must not take one of them (or the operator page's files and data, under `/page/`).
+const GUARDED_PATHS: [&str; 4] = ["/json", "/rlconfig", "/explain", "/rlqs"];
+
+/// A plain URL path: `/` and then letters, digits, `/`, `-`, `_`, `.`; not one of the
+/// token-guarded operator paths.
 pub(super) fn metrics_path(text: &str) -> Result<String, String> {
     let plain = text.starts_with('/')
         && text
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"/-_.".contains(&b));
-    if plain {
-        Ok(text.to_string())
-    } else {
-        Err(format!("{text:?} is not a plain path such as /metrics"))
+    if !plain {
+        return Err(format!("{text:?} is not a plain path such as /metrics"));
     }
+    if GUARDED_PATHS.contains(&text) || text.starts_with("/page/") {
+        return Err(format!(
+            "{text:?} is an operator endpoint's path; the metrics need one of their own"
+        ));
+    }
+    Ok(text.to_string())
 }
 
 /// A whole number of at least 1.
@@ -125,5 +134,27 @@ pub(super) fn ratio(text: &str) -> Result<f32, String> {
     match text.parse::<f32>() {
         Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
         _ => Err(format!("{text:?} is not a number from 0 to 1")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_metrics_path_is_plain_and_not_a_guarded_endpoints() {
+        for ok in ["/metrics", "/stats/prometheus", "/", "/healthcheck"] {
+            assert_eq!(metrics_path(ok).as_deref(), Ok(ok));
+        }
+        for bad in [
+            "metrics",
+            "/a b",
+            "/json",
+            "/explain",
+            "/page/state.json",
+            "/page/app.js",
+        ] {
+            assert!(metrics_path(bad).is_err(), "{bad}");
+        }
     }
 }
