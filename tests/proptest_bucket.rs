@@ -4,7 +4,7 @@
 //! Failures are saved next to this file, in `proptest_bucket.proptest-regressions`
 //! (committed: its seeds run first, every time).
 
-use meshlimit::limiter::{Report, State, step};
+use meshlimit::limiter::{Report, State, step, unconsumed_from};
 use meshlimit::rules::{Algorithm, Limit, Unit};
 use proptest::prelude::*;
 
@@ -187,6 +187,25 @@ proptest! {
         prop_assert_eq!(from_unconsumed, from_prev);
         if s.over() {
             prop_assert_eq!(s.settle(false), s.unconsumed());
+        }
+    }
+
+    /// A store that kept the consumed outcome of a limit that passed finds the unconsumed
+    /// one again from it (`unconsumed_from`), whatever state the step found: after a
+    /// reload to another unit (a rescaled debt) or to a fixed window too.
+    #[test]
+    fn the_unconsumed_outcome_is_found_again_from_the_consumed_state(
+        (l, ops) in limit_and_ops(32),
+        hits in prop_oneof![0..=64u64, Just(u64::from(u32::MAX))],
+        reload in prop_oneof![Just(None), unit().prop_map(Some)],
+        fixed in prop::bool::weighted(0.3),
+    ) {
+        let (prev, now) = run(&l, &ops);
+        let algorithm = if fixed { Algorithm::FixedWindow } else { Algorithm::TokenBucket };
+        let l2 = Limit { unit: reload.unwrap_or(l.unit), algorithm, ..l };
+        let s = step(prev.as_ref(), &l2, hits, now);
+        if !s.over() {
+            prop_assert_eq!(unconsumed_from(&s.consumed().0, &l2, hits, now), s.unconsumed());
         }
     }
 

@@ -7,7 +7,7 @@
 //! Every step takes an explicit `now`. Failures are saved next to this file, in
 //! `proptest_sliding.proptest-regressions` (committed: its seeds run first, every time).
 
-use meshlimit::limiter::step;
+use meshlimit::limiter::{step, unconsumed_from};
 use meshlimit::rules::{Algorithm, Limit, SLIDING_SUBWINDOWS, Unit};
 use proptest::prelude::*;
 
@@ -66,6 +66,11 @@ proptest! {
             now += gap * period / 1_000;
             let decided = step(state.as_ref(), &limit, hits, now);
             let over = decided.over();
+            if !over {
+                // A store that kept the consumed outcome finds the unconsumed one from it.
+                let again = unconsumed_from(&decided.consumed().0, &limit, hits, now);
+                prop_assert_eq!(again, decided.unconsumed());
+            }
             let (next, report) = decided.settle(over);
             // What an exact log counts in the last period and a tenth, plus this request:
             // within the limit means the window must admit it.

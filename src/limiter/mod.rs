@@ -191,6 +191,41 @@ pub fn step(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> Step
     }
 }
 
+/// What [`Step::unconsumed`] gives, worked out from the state [`Step::consumed`] kept for a
+/// limit that passed (its report not over), at the same `now`, `limit` and `hits`: the
+/// hits are taken out again and the limit evaluated afresh. A store that keeps each
+/// consumed state at once, since nearly every request passes, can so put a denied request
+/// back without a copy of every state it found. (A limit that was over took nothing: its
+/// consumed outcome is already the unconsumed one.)
+pub fn unconsumed_from(consumed: &State, limit: &Limit, hits: u64, now: Nanos) -> (State, Report) {
+    let (before, hits_again) = match *consumed {
+        State::TokenBucket { debt, at, period } => {
+            // It passed: `consumed` added exactly `hits` tokens to the debt it found.
+            let taken = u128::from(hits) * u128::from(limit.period_nanos());
+            let debt = debt.saturating_sub(taken);
+            (State::TokenBucket { debt, at, period }, hits)
+        }
+        // Counted denied or not: evaluated again with no hits, it reports the same.
+        State::FixedWindow { .. } => (*consumed, 0),
+        State::SlidingWindow {
+            newest,
+            mut counts,
+            period,
+        } => {
+            // It passed: `consumed` added `hits` (a u32, as they fit the limit) to the
+            // newest sub-window, which is `now`'s.
+            counts[0] = counts[0].saturating_sub(u32::try_from(hits).unwrap_or(u32::MAX));
+            let state = State::SlidingWindow {
+                newest,
+                counts,
+                period,
+            };
+            (state, hits)
+        }
+    };
+    step(Some(&before), limit, hits_again, now).unconsumed()
+}
+
 fn token_bucket(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> Step {
     let period = limit.period_nanos();
     let token = u128::from(period);

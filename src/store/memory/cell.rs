@@ -43,13 +43,14 @@ pub(super) struct ListedLimit {
 
 impl ListedLimit {
     /// Whether this is the limit whose key part is `part`.
+    #[inline]
     fn is(&self, part: &str) -> bool {
         short_eq::same(self.part.as_bytes(), part.as_bytes())
     }
 
     /// Its bucket's state; `None` until its first decision is kept.
-    pub(super) fn state(&self) -> Option<State> {
-        self.state
+    pub(super) fn state(&self) -> Option<&State> {
+        self.state.as_ref()
     }
 
     /// Keeps `state`, decided under `limit`.
@@ -72,6 +73,13 @@ pub(super) enum Cell {
 
 /// Index of [`Cell::One`]'s bucket in [`Cell::get`] and [`Cell::get_mut`].
 pub(super) const ONE: u32 = u32::MAX;
+
+/// Whether the limit at `hint` is the one with `part`. Limits are added in the order
+/// first seen, their list's: the hint is nearly always right, one comparison.
+#[inline]
+fn at_hint(limits: &[ListedLimit], part: &str, hint: usize) -> bool {
+    limits.get(hint).is_some_and(|l| l.is(part))
+}
 
 /// Bytes a limit of a list adds to its bucket: its entry, and its part's allocation with
 /// the allocator's header and rounding.
@@ -123,11 +131,7 @@ impl Cell {
     pub(super) fn find(&self, part: &str, hint: usize) -> Option<u32> {
         match self {
             Cell::One(_) => None,
-            // Limits are added in the order first seen, their list's: the hint is nearly
-            // always right, one comparison.
-            Cell::Listed(limits) if limits.get(hint).is_some_and(|l| l.is(part)) => {
-                Some(hint as u32)
-            }
+            Cell::Listed(limits) if at_hint(limits, part, hint) => Some(hint as u32),
             Cell::Listed(limits) => limits.iter().position(|l| l.is(part)).map(|i| i as u32),
         }
     }
@@ -137,6 +141,18 @@ impl Cell {
     /// held). A [`Cell::One`] has no limits to add: it answers [`ONE`].
     #[inline]
     pub(super) fn limit(&mut self, part: &str, hint: usize) -> (u32, u64) {
+        match self {
+            Cell::Listed(limits) if at_hint(limits, part, hint) => (hint as u32, 0),
+            _ => self.limit_elsewhere(part, hint),
+        }
+    }
+
+    /// [`Cell::limit`] when the hint missed: looked for in the whole list, or added. Out
+    /// of line, so that a decision's hot path does not carry the allocation's registers
+    /// and frame (they were half the cost of a hit at the hint).
+    #[cold]
+    #[inline(never)]
+    fn limit_elsewhere(&mut self, part: &str, hint: usize) -> (u32, u64) {
         if let Some(found) = self.find(part, hint) {
             return (found, 0);
         }

@@ -32,9 +32,9 @@ impl Inner {
 
     /// Decides the limits of one listed descriptor under its shard's lock. Optimistic, as
     /// most requests pass: each limit keeps its consumed state as soon as it is stepped,
-    /// and a denied request puts back what it found and keeps the unconsumed states
-    /// instead (a second step per limit, only then). The lock makes the two passes one
-    /// decision.
+    /// and a denied request takes the hits back out of the limits that passed
+    /// ([`limiter::unconsumed_from`], a second step per limit, only then). The lock makes
+    /// the two passes one decision.
     pub(super) fn check_listed(&self, checks: &[Check<'_>], now: Nanos) -> Reports {
         debug_assert!(
             checks
@@ -50,36 +50,38 @@ impl Inner {
         });
         let (slot, mut grown) = (touched.place.slot, touched.grown);
         // Each check's limit in the bucket: at the check's own position, nearly always.
-        let mut at = [touched.place.limit as usize; MOST_LIMITS];
-        for (i, check) in checks.iter().enumerate().skip(1) {
-            let (place, added) = buckets.place_in(slot, &check.key, i);
-            at[i] = place.limit as usize;
-            grown += added;
-        }
-        let limits = buckets.listed_mut(slot);
-        let mut found = [None; MOST_LIMITS];
-        let mut reports = Reports::new();
+        let mut at = [touched.place.limit; MOST_LIMITS];
+        // Filled in place: pushing checks the inline capacity on every limit.
+        let mut reports = Reports::from_buf_and_len([Report::default(); MOST_LIMITS], checks.len());
         let mut over = false;
         for (i, check) in checks.iter().enumerate() {
-            let limit = &mut limits[at[i]];
-            found[i] = limit.state();
-            let step = limiter::step(found[i].as_ref(), &check.limit, check.hits, now);
+            if i > 0 {
+                let (place, added) = buckets.place_in(slot, &check.key, i);
+                at[i] = place.limit;
+                grown += added;
+            }
+            let limit = &mut buckets.listed_mut(slot)[at[i] as usize];
+            let step = limiter::step(limit.state(), &check.limit, check.hits, now);
             let (state, report) = step.consumed();
             limit.keep(state, &check.limit);
             over |= report.over;
-            reports.push(report);
+            reports[i] = report;
         }
         // One descriptor: its mode decides whether one limit over denies the request.
         if limiter::request_denied([(first.descriptor, first.mode, over)]) {
             for (i, (check, report)) in checks.iter().zip(&mut reports).enumerate() {
-                let step = limiter::step(found[i].as_ref(), &check.limit, check.hits, now);
-                let (state, unconsumed) = step.unconsumed();
-                limits[at[i]].keep(state, &check.limit);
-                // Each limit keeps its own verdict, which decided the request.
-                *report = Report {
-                    over: report.over,
-                    ..unconsumed
+                // A limit over took nothing: its consumed outcome stands.
+                if report.over {
+                    continue;
+                }
+                let limit = &mut buckets.listed_mut(slot)[at[i] as usize];
+                let Some(consumed) = limit.state() else {
+                    continue; // kept just above
                 };
+                let (state, unconsumed) =
+                    limiter::unconsumed_from(consumed, &check.limit, check.hits, now);
+                limit.keep(state, &check.limit);
+                *report = unconsumed;
             }
         }
         if touched.reordered {
