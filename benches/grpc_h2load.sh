@@ -42,6 +42,11 @@
 # Needs: cargo, python3 (standard library only), curl, h2load and nghttp (nghttp2-client);
 # with REDIS=1, redis-server and redis-cli.
 #
+# Each run also prints the CPU its server used a request (user + system, /proc/PID/stat,
+# warm-up included at the measured rate), and for the redis server its redis-server's
+# too; the summary gives each server's mean. On 2 shared cores a server's CPU a request
+# is what bounds its requests/s, so this says where a gap comes from.
+#
 # Target (issue): meshlimit >= 95% of the no-op server's requests/s; for two.grpc, the
 # median of the per-round ratios over ROUNDS=5.
 # Machine note: load generator and servers share the cores; run on a quiet machine
@@ -84,7 +89,7 @@ declare -A PORT PID HTTP
 start() { # name command...
     local name=$1
     shift
-    "$@" 2>"$WORK/$name.log" &
+    "$@" >"$WORK/$name.log" 2>&1 &
     PIDS+=($!)
     PID[$name]=$!
 }
@@ -174,16 +179,35 @@ check_burst() { # server body count
 }
 
 # --- load -----------------------------------------------------------------------------
-# Result lines: label server body c m req/s
+# Result lines: label server body c m req/s cpu-µs/request
 RESULTS="$WORK/results"
 : >"$RESULTS"
+# cpu_ticks PID: the clock ticks (user + system) the process has used so far.
+cpu_ticks() {
+    awk '{ print $14 + $15 }' "/proc/$1/stat"
+}
+# per_request TICKS: TICKS of CPU per request of the last run, in µs. The ticks span the
+# warm-up as well, which h2load does not count: its requests are taken at the measured rate.
+per_request() {
+    awk -v t="$1" -v hz="$(getconf CLK_TCK)" -v rps="$RPS" -v s=$((WARMUP + DURATION)) \
+        'BEGIN { printf "%.1f", t / hz * 1e6 / (rps * s) }'
+}
 run() { # label server body clients streams
+    local before redis_before cpu redis_cpu=""
+    before=$(cpu_ticks "${PID[$2]}")
+    if [[ $2 == redis ]]; then
+        redis_before=$(cpu_ticks "${PID[redis_server]}")
+    fi
     h2load_checked "${PID[$2]}" "$WORK/h2load.$1.$2.log" -c "$4" -m "$5" -t 1 -D "$DURATION" \
         --warm-up-time="$WARMUP" -d "$WORK/$3.grpc" -H 'content-type: application/grpc' \
         -H 'te: trailers' "http://127.0.0.1:${PORT[$2]}$PATH_RLS"
-    printf '%-4s %-9s %-13s -c %-2s -m %-2s %10.0f req/s   request min/max/mean/sd: %s\n' \
-        "$1" "$2" "$3.grpc" "$4" "$5" "$RPS" "$LATENCY"
-    echo "$1 $2 $3 $4 $5 $RPS" >>"$RESULTS"
+    cpu=$(per_request $(($(cpu_ticks "${PID[$2]}") - before)))
+    if [[ $2 == redis ]]; then
+        redis_cpu=" + redis-server $(per_request $(($(cpu_ticks "${PID[redis_server]}") - redis_before)))"
+    fi
+    printf '%-4s %-9s %-13s -c %-2s -m %-2s %10.0f req/s   CPU µs/request %s%s   request min/max/mean/sd: %s\n' \
+        "$1" "$2" "$3.grpc" "$4" "$5" "$RPS" "$cpu" "$redis_cpu" "$LATENCY"
+    echo "$1 $2 $3 $4 $5 $RPS $cpu" >>"$RESULTS"
 }
 
 ratio() { # body clients streams: each server / the no-op server, best of and mean of the
@@ -191,7 +215,7 @@ ratio() { # body clients streams: each server / the no-op server, best of and me
     # the no-op server first, each compared with that round's no-op run)
     awk -v b="$1" -v c="$2" -v m="$3" -v servers="${SERVERS[*]}" "$AWK_MEDIAN"'
         $3 == b && $4 == c && $5 == m {
-            n[$2]++; sum[$2] += $6; if ($6 > best[$2]) best[$2] = $6
+            n[$2]++; sum[$2] += $6; cpu[$2] += $7; if ($6 > best[$2]) best[$2] = $6
             if ($2 == "noop") { last = $6; rounds++ } else r[$2, rounds] = $6 / last
         }
         END {
@@ -199,7 +223,8 @@ ratio() { # body clients streams: each server / the no-op server, best of and me
             count = split(servers, names, " ")
             for (i = 1; i <= count; i++) {
                 s = names[i]
-                printf "    %-9s best %7.0f  mean %7.0f req/s  (%d runs)\n", s, best[s], sum[s] / n[s], n[s]
+                printf "    %-9s best %7.0f  mean %7.0f req/s  (%d runs), its own CPU %.1f µs a request\n",
+                    s, best[s], sum[s] / n[s], n[s], cpu[s] / n[s]
             }
             for (i = 2; i <= count; i++) {
                 s = names[i]
