@@ -1,7 +1,7 @@
 //! Per-rule request counts for the operator page: how many descriptors each configured
 //! rule allowed and refused, kept per rule (the Prometheus series are per first two
 //! levels, which several rules may share). Cumulative; the page's history takes
-//! differences once a second (see [`crate::operator`]).
+//! differences once a second (see [`crate::page`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

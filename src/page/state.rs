@@ -159,15 +159,19 @@ impl Page {
                 .map(|(a, o)| u64::from(a) + u64::from(o))
                 .sum()
         };
-        let mut lines: Vec<_> = timeline.rules().collect();
+        // Each line's sum once, not once per comparison.
+        let mut lines: Vec<_> = timeline
+            .rules()
+            .map(|(counts, line)| (busy(line), counts, line))
+            .collect();
         lines.sort_by(|a, b| {
-            (busy(b.1).cmp(&busy(a.1)))
-                .then_with(|| a.0.domain.cmp(&b.0.domain))
-                .then_with(|| a.0.path.cmp(&b.0.path))
+            (b.0.cmp(&a.0))
+                .then_with(|| a.1.domain.cmp(&b.1.domain))
+                .then_with(|| a.1.path.cmp(&b.1.path))
         });
         let rules = lines
             .into_iter()
-            .map(|(counts, line)| RuleRates {
+            .map(|(_, counts, line)| RuleRates {
                 domain: counts.domain.to_string(),
                 path: counts.path.to_string(),
                 last: line.last(),
