@@ -1,16 +1,13 @@
 //! `envoy.service.ratelimit.v3.RateLimitService` over tonic: protobuf in, protobuf out;
 //! the only module that sees Envoy's types. Also serves `grpc.health.v1.Health`.
 
+use bytes::Bytes;
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as PbUnit;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    Code, DescriptorStatus, RateLimit,
-};
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::Duration as PbDuration;
-use tonic::{Request, Response, Status};
+use prost::Message;
+use tonic::Status;
 
 use crate::clock::NANOS_PER_SEC;
 use crate::defaults;
@@ -21,10 +18,13 @@ use crate::service::{self, Service};
 
 mod codec;
 mod ratelimit_headers;
+mod response;
 mod route;
 mod sf;
+mod wire;
 
 pub use ratelimit_headers::{LIMIT_FIELD, POLICY_FIELD};
+pub use response::Answer;
 pub use route::RateLimitServer;
 
 /// The gRPC face of a [`Service`].
@@ -97,21 +97,55 @@ impl Rls {
 /// full service name; the Go server answers health checks for `ratelimit`.
 pub const HEALTH_SERVICE_NAME: &str = "ratelimit";
 
-#[tonic::async_trait]
-impl RateLimitService for Rls {
-    async fn should_rate_limit(
+impl Rls {
+    /// Answers one `ShouldRateLimit` from its message's bytes (a `RateLimitRequest`), as the
+    /// gRPC route does. Nearly every request is read in place, its strings borrowed from
+    /// `message`; any other is decoded by prost, which also words the refusal of a
+    /// malformed one (`INVALID_ARGUMENT`). The answer is the same either way.
+    pub async fn should_rate_limit(&self, message: Bytes) -> Result<Answer, Status> {
+        if let Some(request) = wire::read(&message) {
+            let refund = request.descriptors.iter().position(|d| d.is_negative_hits);
+            return self
+                .answer(
+                    request.domain,
+                    &request.descriptors,
+                    request.hits_addend,
+                    refund,
+                )
+                .await;
+        }
+        let request = RateLimitRequest::decode(message).map_err(|error| {
+            // A client sending junk made a mistake that retrying cannot fix: not INTERNAL,
+            // which would page the operator for it (see codec.rs).
+            Status::invalid_argument(format!("malformed request: {error}"))
+        })?;
+        let refund = request.descriptors.iter().position(|d| d.is_negative_hits);
+        self.answer(
+            &request.domain,
+            &request.descriptors,
+            request.hits_addend,
+            refund,
+        )
+        .await
+    }
+
+    /// The answer to a request of `domain` and `descriptors`, of which the one at `refund`
+    /// (the first) asks for negative hits.
+    async fn answer<D: RequestDescriptor>(
         &self,
-        request: Request<RateLimitRequest>,
-    ) -> Result<Response<RateLimitResponse>, Status> {
-        let request = request.into_inner();
-        if let Some(i) = request.descriptors.iter().position(|d| d.is_negative_hits) {
+        domain: &str,
+        descriptors: &[D],
+        hits_addend: u32,
+        refund: Option<usize>,
+    ) -> Result<Answer, Status> {
+        if let Some(i) = refund {
             return Err(Status::invalid_argument(format!(
                 "descriptor {i}: is_negative_hits (refunds) is not supported"
             )));
         }
         let answer = self
             .service
-            .should_rate_limit(&request.domain, &request.descriptors, request.hits_addend)
+            .should_rate_limit(domain, descriptors, hits_addend)
             .await
             .map_err(to_status)?;
         let mut headers = match (&self.headers, answer.headline) {
@@ -124,9 +158,10 @@ impl RateLimitService for Rls {
             headers.push(header(POLICY_FIELD, policy));
             headers.push(header(LIMIT_FIELD, limit));
         }
-        let mut response = to_proto(answer);
-        response.response_headers_to_add = headers;
-        Ok(Response::new(response))
+        Ok(Answer {
+            response: answer,
+            headers,
+        })
     }
 }
 
@@ -167,51 +202,6 @@ fn header(key: &str, value: String) -> HeaderValue {
         key: key.to_string(),
         value,
         ..HeaderValue::default()
-    }
-}
-
-fn to_proto(answer: service::Response) -> RateLimitResponse {
-    RateLimitResponse {
-        overall_code: if answer.over_limit {
-            Code::OverLimit
-        } else {
-            Code::Ok
-        } as i32,
-        statuses: answer.statuses.into_iter().map(status_to_proto).collect(),
-        ..RateLimitResponse::default()
-    }
-}
-
-fn status_to_proto(status: service::Status) -> DescriptorStatus {
-    DescriptorStatus {
-        code: if status.over_limit {
-            Code::OverLimit
-        } else {
-            Code::Ok
-        } as i32,
-        current_limit: status.current_limit.map(|l| RateLimit {
-            name: l.name,
-            requests_per_unit: l.requests_per_unit,
-            unit: unit_to_proto(l.unit) as i32,
-        }),
-        limit_remaining: status.remaining,
-        duration_until_reset: status.reset.map(|ns| PbDuration {
-            seconds: (ns / NANOS_PER_SEC) as i64,
-            nanos: (ns % NANOS_PER_SEC) as i32,
-        }),
-        ..DescriptorStatus::default()
-    }
-}
-
-fn unit_to_proto(unit: Unit) -> PbUnit {
-    match unit {
-        Unit::Second => PbUnit::Second,
-        Unit::Minute => PbUnit::Minute,
-        Unit::Hour => PbUnit::Hour,
-        Unit::Day => PbUnit::Day,
-        Unit::Week => PbUnit::Week,
-        Unit::Month => PbUnit::Month,
-        Unit::Year => PbUnit::Year,
     }
 }
 

@@ -27,6 +27,17 @@ pub enum Unit {
 }
 
 impl Unit {
+    /// Every unit, shortest first.
+    pub const ALL: [Unit; 7] = [
+        Unit::Second,
+        Unit::Minute,
+        Unit::Hour,
+        Unit::Day,
+        Unit::Week,
+        Unit::Month,
+        Unit::Year,
+    ];
+
     /// The unit's length in seconds.
     pub const fn seconds(self) -> u64 {
         match self {

@@ -17,15 +17,7 @@ const S: u64 = 1_000_000_000;
 const T0: u64 = 1_767_225_600 * S;
 
 fn unit() -> impl Strategy<Value = Unit> {
-    prop_oneof![
-        Just(Unit::Second),
-        Just(Unit::Minute),
-        Just(Unit::Hour),
-        Just(Unit::Day),
-        Just(Unit::Week),
-        Just(Unit::Month),
-        Just(Unit::Year),
-    ]
+    prop::sample::select(&Unit::ALL[..])
 }
 
 /// Mostly small numbers (interesting rounding), sometimes large ones, sometimes the extreme.

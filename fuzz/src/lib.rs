@@ -16,7 +16,6 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
     Entry, RateLimitOverride,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use meshlimit::clock::{Clock, ManualClock};
 use meshlimit::config::{Config, render_errors};
@@ -213,14 +212,50 @@ pub fn requests(steps: Vec<Step>) {
             clock.advance(Duration::from_millis(u64::from(step.advance_ms)));
             let request = step.request();
             let asked = request.descriptors.len();
-            if let Ok(response) = rls.should_rate_limit(tonic::Request::new(request)).await {
-                assert_eq!(response.get_ref().statuses.len(), asked);
+            let message = prost::Message::encode_to_vec(&request).into();
+            if let Ok(answer) = rls.should_rate_limit(message).await {
+                // What the route sends is what prost would have encoded.
+                let mut written = Vec::new();
+                answer.encode(&mut written);
+                let response = answer.into_proto();
+                assert_eq!(written, prost::Message::encode_to_vec(&response));
+                assert_eq!(response.statuses.len(), asked);
             }
         }
     });
     if let Some(metrics) = service.metrics() {
         let _ = metrics.render();
     }
+}
+
+/// Request-bytes target: `data` as a `ShouldRateLimit` message, answered by one service,
+/// and the same request as prost encodes it (when prost decodes `data`) by a twin service.
+/// Messages the gRPC handler reads in place and messages it leaves to prost must be
+/// answered alike; a message prost refuses must be refused `INVALID_ARGUMENT`.
+pub fn request_bytes(data: &[u8]) {
+    let twin = || Rls::new(service().0).with_response_headers(Some(HeaderNames::default()));
+    let (as_sent, as_encoded) = (twin(), twin());
+    runtime().block_on(async {
+        let answer = as_sent.should_rate_limit(data.to_vec().into()).await;
+        match <RateLimitRequest as prost::Message>::decode(data) {
+            Ok(request) => {
+                let canonical = prost::Message::encode_to_vec(&request).into();
+                let expected = as_encoded.should_rate_limit(canonical).await;
+                match (answer, expected) {
+                    (Ok(answer), Ok(expected)) => assert_eq!(answer, expected),
+                    (Err(answer), Err(expected)) => {
+                        assert_eq!(answer.code(), expected.code());
+                        assert_eq!(answer.message(), expected.message());
+                    }
+                    (answer, expected) => panic!("{answer:?} where prost gives {expected:?}"),
+                }
+            }
+            Err(_) => {
+                let refusal = answer.expect_err("a message prost refuses was answered");
+                assert_eq!(refusal.code(), tonic::Code::InvalidArgument);
+            }
+        }
+    });
 }
 
 /// `/json` target: `data` as the body of a `POST /json`.

@@ -1,75 +1,63 @@
-//! Protobuf codec for `ShouldRateLimit` that answers malformed messages with
-//! `INVALID_ARGUMENT`.
+//! The codec of `ShouldRateLimit`: answers written by [`Answer::encode`], requests handed
+//! over as their bytes.
 //!
-//! tonic's prost codec reports a message that does not parse as `INTERNAL` (following
-//! grpc's status-code guide, which reserves `INVALID_ARGUMENT` for the application). For
-//! a rate-limit service the bytes *are* the argument: a client sending junk made a
-//! mistake that retrying cannot fix, and `INTERNAL` would page the operator for it. This
-//! codec is tonic's own, with only the decoder's errors mapped.
+//! The request is parsed by the method itself ([`super::Rls::should_rate_limit`]): most
+//! are read in place, borrowing their strings from these bytes, and the rest decoded by
+//! prost there. A message that does not parse is answered `INVALID_ARGUMENT` by the method,
+//! where tonic's prost codec would answer `INTERNAL` (following grpc's status-code guide,
+//! which reserves `INVALID_ARGUMENT` for the application): for a rate-limit service the
+//! bytes *are* the argument, and a client sending junk made a mistake that retrying cannot
+//! fix.
 
-use std::marker::PhantomData;
+use bytes::{Buf, Bytes};
+use tonic::Status;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
-use prost::Message;
-use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
-use tonic::{Code, Status};
-use tonic_prost::{ProstDecoder, ProstEncoder};
+use super::Answer;
 
-/// tonic's prost codec, except that a request that is not valid protobuf is answered
-/// `INVALID_ARGUMENT` instead of `INTERNAL`.
-#[derive(Debug)]
-pub(crate) struct StrictCodec<T, U>(
-    /// The types only: `T` is encoded (responses), `U` decoded (requests).
-    PhantomData<(T, U)>,
-);
+/// Encodes [`Answer`]s; decodes each message to its bytes.
+#[derive(Debug, Default)]
+pub(crate) struct ShouldRateLimitCodec;
 
-impl<T, U> Default for StrictCodec<T, U> {
-    fn default() -> Self {
-        Self(PhantomData)
-    }
-}
-
-impl<T, U> Codec for StrictCodec<T, U>
-where
-    T: Message + Send + 'static,
-    U: Message + Default + Send + 'static,
-{
-    type Encode = T;
-    type Decode = U;
-    type Encoder = ProstEncoder<T>;
-    type Decoder = StrictDecoder<U>;
+impl Codec for ShouldRateLimitCodec {
+    type Encode = Answer;
+    type Decode = Bytes;
+    type Encoder = AnswerEncoder;
+    type Decoder = MessageBytes;
 
     fn encoder(&mut self) -> Self::Encoder {
-        ProstEncoder::new(BufferSettings::default())
+        AnswerEncoder
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        StrictDecoder(ProstDecoder::new(BufferSettings::default()))
+        MessageBytes
     }
 }
 
-/// The prost decoder with its parse errors turned into `INVALID_ARGUMENT`.
+/// Writes an [`Answer`] as a `RateLimitResponse`.
 #[derive(Debug)]
-pub(crate) struct StrictDecoder<U>(
-    /// tonic's prost decoder, which does the parsing.
-    ProstDecoder<U>,
-);
+pub(crate) struct AnswerEncoder;
 
-impl<U: Message + Default> Decoder for StrictDecoder<U> {
-    type Item = U;
+impl Encoder for AnswerEncoder {
+    type Item = Answer;
     type Error = Status;
 
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
-        self.0.decode(src).map_err(|status| {
-            // The prost decoder has one error: the bytes are not a valid message.
-            if status.code() == Code::Internal {
-                Status::invalid_argument(format!("malformed request: {}", status.message()))
-            } else {
-                status
-            }
-        })
+    fn encode(&mut self, answer: Answer, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.reserve(answer.encoded_len());
+        answer.encode(dst);
+        Ok(())
     }
+}
 
-    fn buffer_settings(&self) -> BufferSettings {
-        self.0.buffer_settings()
+/// A message's bytes, taken from tonic's buffer without a copy.
+#[derive(Debug)]
+pub(crate) struct MessageBytes;
+
+impl Decoder for MessageBytes {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
     }
 }

@@ -1,20 +1,21 @@
-//! The `RateLimitService` route as tonic serves it, decoding requests with
-//! [`StrictCodec`](super::codec::StrictCodec) so that malformed protobuf is answered
-//! `INVALID_ARGUMENT` (the generated server hard-wires tonic's prost codec).
+//! The `RateLimitService` route as tonic serves it, handing each request's bytes to
+//! [`Rls::should_rate_limit`] and writing its [`Answer`](super::Answer) itself
+//! ([`ShouldRateLimitCodec`]). The generated server hard-wires tonic's prost codec, which
+//! decodes into owned strings, answers malformed protobuf `INTERNAL` where meshlimit
+//! answers `INVALID_ARGUMENT`, and encodes only prost's types.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use bytes::Bytes;
 use tonic::body::Body;
 use tonic::codegen::BoxFuture;
 use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 
-use super::Rls;
-use super::codec::StrictCodec;
+use super::codec::ShouldRateLimitCodec;
+use super::{Answer, Rls};
 
 /// The full gRPC name of the service.
 const SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
@@ -59,7 +60,7 @@ where
         }
         let method = ShouldRateLimit(self.rls.clone());
         Box::pin(async move {
-            let mut grpc = Grpc::new(StrictCodec::<RateLimitResponse, RateLimitRequest>::default());
+            let mut grpc = Grpc::new(ShouldRateLimitCodec);
             Ok(grpc.unary(method, request).await)
         })
     }
@@ -71,12 +72,16 @@ struct ShouldRateLimit(
     Arc<Rls>,
 );
 
-impl UnaryService<RateLimitRequest> for ShouldRateLimit {
-    type Response = RateLimitResponse;
-    type Future = BoxFuture<Response<RateLimitResponse>, Status>;
+impl UnaryService<Bytes> for ShouldRateLimit {
+    type Response = Answer;
+    type Future = BoxFuture<Response<Answer>, Status>;
 
-    fn call(&mut self, request: Request<RateLimitRequest>) -> Self::Future {
+    fn call(&mut self, request: Request<Bytes>) -> Self::Future {
         let rls = self.0.clone();
-        Box::pin(async move { rls.should_rate_limit(request).await })
+        Box::pin(async move {
+            rls.should_rate_limit(request.into_inner())
+                .await
+                .map(Response::new)
+        })
     }
 }

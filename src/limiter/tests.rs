@@ -118,16 +118,6 @@ fn a_descriptor_with_several_limits_is_over_when_any_of_them_is() {
     ]));
 }
 
-const ALL_UNITS: [Unit; 7] = [
-    Unit::Second,
-    Unit::Minute,
-    Unit::Hour,
-    Unit::Day,
-    Unit::Week,
-    Unit::Month,
-    Unit::Year,
-];
-
 // ---------------------------------------------------------------------------------------
 // Token bucket: basics
 // ---------------------------------------------------------------------------------------
@@ -147,7 +137,7 @@ fn tb_fresh_bucket_is_full() {
 
 #[test]
 fn tb_fresh_bucket_full_for_every_unit() {
-    for unit in ALL_UNITS {
+    for unit in Unit::ALL {
         let l = tb(7, unit, 5);
         let s = step(None, &l, 5, T0);
         assert_eq!(
@@ -398,7 +388,7 @@ fn tb_check_only_repeated_never_drains() {
 
 #[test]
 fn tb_zero_rate_denies_everything_with_one_unit_reset() {
-    for unit in ALL_UNITS {
+    for unit in Unit::ALL {
         for burst in [0, 1, 5] {
             let l = tb(0, unit, burst);
             for hits in [0, 1, 2, 100] {
@@ -589,8 +579,8 @@ fn tb_reload_from_and_to_fixed_window() {
 
 #[test]
 fn tb_reload_between_every_pair_of_units_keeps_missing_tokens() {
-    for from in ALL_UNITS {
-        for to in ALL_UNITS {
+    for from in Unit::ALL {
+        for to in Unit::ALL {
             let old = tb(7, from, 9);
             let mut st = None;
             hit(&mut st, &old, 5, T0);
@@ -645,7 +635,7 @@ fn tb_clock_stepping_back_neither_panics_nor_refills() {
 
 #[test]
 fn tb_extreme_values_do_not_panic() {
-    let units = ALL_UNITS;
+    let units = Unit::ALL;
     for unit in units {
         for (rpu, burst) in [
             (u32::MAX, u32::MAX),
@@ -774,7 +764,7 @@ fn fw_reset_is_whole_seconds_until_the_window_ends() {
 
 #[test]
 fn fw_reset_is_between_one_second_and_one_unit() {
-    for unit in ALL_UNITS {
+    for unit in Unit::ALL {
         let w = unit.seconds();
         let l = fw(10, unit);
         let mut now = 1_700_000_000 * S + 987_654_321;
@@ -795,7 +785,7 @@ fn fw_reset_is_between_one_second_and_one_unit() {
 
 #[test]
 fn fw_windows_are_aligned_to_the_epoch() {
-    for unit in ALL_UNITS {
+    for unit in Unit::ALL {
         let w = unit.seconds();
         for now in [0, 1, S, T0, T0 + 12_345 * S + 678, 4_000_000_000 * S + 1] {
             let State::FixedWindow { start, .. } = step(None, &fw(1, unit), 1, now).consumed().0
@@ -1167,7 +1157,7 @@ fn a_sliding_window_is_empty_when_its_newest_hit_leaves() {
 /// included.
 #[test]
 fn tb_remaining_is_the_whole_tokens_left_for_every_period_and_debt() {
-    for unit in ALL_UNITS {
+    for unit in Unit::ALL {
         for burst in [1, 2, 7, 1000, u32::MAX] {
             let limit = tb(burst, unit, burst);
             let token = u128::from(limit.period_nanos());

@@ -1,0 +1,107 @@
+//! The answer's bytes against prost's encoding of the same answer.
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use proptest::prelude::*;
+use prost::Message;
+
+use super::*;
+use crate::rules::Unit;
+use crate::service::{CurrentLimit, Status};
+
+fn text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just(String::new()),
+        "[a-z_]{1,12}",
+        "[a-z]{120,300}",
+        any::<String>()
+    ]
+}
+
+fn unit() -> impl Strategy<Value = Unit> {
+    prop::sample::select(&Unit::ALL[..])
+}
+
+fn status() -> impl Strategy<Value = Status> {
+    (
+        any::<bool>(),
+        prop::option::of((prop_oneof![Just(0u32), any::<u32>()], unit(), text())),
+        prop_oneof![Just(0u32), Just(u32::MAX), any::<u32>()],
+        prop::option::of(prop_oneof![Just(0u64), 0u64..NANOS_PER_SEC, any::<u64>()]),
+    )
+        .prop_map(|(over_limit, limit, remaining, reset)| Status {
+            over_limit,
+            current_limit: limit.map(|(requests_per_unit, unit, name)| CurrentLimit {
+                requests_per_unit,
+                unit,
+                multiplier: 1,
+                name,
+            }),
+            remaining,
+            reset,
+            all_limits: Vec::new(),
+        })
+}
+
+fn answer() -> impl Strategy<Value = Answer> {
+    (
+        any::<bool>(),
+        prop::collection::vec(status(), 0..5),
+        prop::collection::vec(
+            (text(), text(), prop::collection::vec(any::<u8>(), 0..3)),
+            0..4,
+        ),
+    )
+        .prop_map(|(over_limit, statuses, headers)| Answer {
+            response: service::Response {
+                over_limit,
+                statuses,
+                headline: None,
+            },
+            headers: headers
+                .into_iter()
+                .map(|(key, value, raw_value)| HeaderValue {
+                    key,
+                    value,
+                    raw_value,
+                })
+                .collect(),
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn an_answer_is_written_as_prost_encodes_it(answer in answer()) {
+        let mut written = Vec::new();
+        answer.encode(&mut written);
+        prop_assert_eq!(written.len(), answer.encoded_len());
+        prop_assert_eq!(written, answer.into_proto().encode_to_vec());
+    }
+}
+
+#[test]
+fn an_empty_limit_is_still_sent() {
+    // A limit whose fields are all protobuf defaults is present, with no bytes inside.
+    let answer = Answer {
+        response: service::Response {
+            over_limit: false,
+            statuses: vec![Status {
+                current_limit: Some(CurrentLimit {
+                    requests_per_unit: 0,
+                    unit: Unit::Second,
+                    multiplier: 1,
+                    name: String::new(),
+                }),
+                ..Status::default()
+            }],
+            headline: None,
+        },
+        headers: Vec::new(),
+    };
+    let mut written = Vec::new();
+    answer.encode(&mut written);
+    let decoded = RateLimitResponse::decode(written.as_slice()).unwrap();
+    assert_eq!(decoded.statuses[0].current_limit.as_ref().unwrap().unit, 1);
+    assert_eq!(written, answer.into_proto().encode_to_vec());
+}
