@@ -103,7 +103,8 @@ impl Rls {
     /// `message`; any other is decoded by prost, which also words the refusal of a
     /// malformed one (`INVALID_ARGUMENT`). The answer is the same either way.
     pub async fn should_rate_limit(&self, message: Bytes) -> Result<Answer, Status> {
-        if let Some(request) = wire::read(&message) {
+        let mut request = wire::WireRequest::default();
+        if wire::read(&message, &mut request).is_some() {
             let refund = request.descriptors.iter().position(|d| d.is_negative_hits);
             return self
                 .answer(
@@ -114,7 +115,7 @@ impl Rls {
                 )
                 .await;
         }
-        let request = RateLimitRequest::decode(message).map_err(|error| {
+        let request = RateLimitRequest::decode(message.as_ref()).map_err(|error| {
             // A client sending junk made a mistake that retrying cannot fix: not INTERNAL,
             // which would page the operator for it (see codec.rs).
             Status::invalid_argument(format!("malformed request: {error}"))

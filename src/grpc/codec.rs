@@ -43,7 +43,6 @@ impl Encoder for AnswerEncoder {
     type Error = Status;
 
     fn encode(&mut self, answer: Answer, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.reserve(answer.encoded_len());
         answer.encode(dst);
         Ok(())
     }

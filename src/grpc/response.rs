@@ -20,6 +20,10 @@ use crate::clock::{NANOS_PER_SEC, Nanos};
 use crate::rules::Unit;
 use crate::service::{self, CurrentLimit};
 
+/// Bytes of an answer written on the stack: a two-descriptor answer is about 40; one with
+/// long names or headers may go on in [`Writer::heap`].
+const STACK: usize = 256;
+
 /// Wire type of varints.
 const VARINT: u8 = 0;
 /// Wire type of strings and sub-messages.
@@ -51,25 +55,22 @@ impl Answer {
         }
     }
 
-    /// Bytes of the encoded `RateLimitResponse`.
-    pub fn encoded_len(&self) -> usize {
-        field_len(u64::from(overall_code(&self.response) as u32))
-            + self
-                .response
-                .statuses
-                .iter()
-                .map(|s| message_len(status_len(s)))
-                .sum::<usize>()
-            + self
-                .headers
-                .iter()
-                .map(|h| message_len(header_len(h)))
-                .sum::<usize>()
-    }
-
     /// Writes the `RateLimitResponse`, each message's fields in the order of their numbers, as
     /// prost writes them.
     pub fn encode(&self, out: &mut impl BufMut) {
+        // Written on the stack, then copied at once: `BufMut` checks its room and may grow at
+        // every byte, which cost more than the encoding itself.
+        let mut writer = Writer {
+            stack: [0; STACK],
+            len: 0,
+            heap: Vec::new(),
+        };
+        self.write(&mut writer);
+        out.put_slice(&writer.stack[..writer.len]);
+        out.put_slice(&writer.heap);
+    }
+
+    fn write(&self, out: &mut Writer) {
         put_field(out, 1, u64::from(overall_code(&self.response) as u32));
         for status in &self.response.statuses {
             put_key(out, 2, LENGTH_DELIMITED);
@@ -150,7 +151,7 @@ fn status_len(status: &service::Status) -> usize {
         + status.reset.map_or(0, |r| message_len(duration_len(r)))
 }
 
-fn put_status(out: &mut impl BufMut, status: &service::Status) {
+fn put_status(out: &mut Writer, status: &service::Status) {
     put_field(out, 1, u64::from(code(status.over_limit) as u32));
     if let Some(limit) = &status.current_limit {
         put_key(out, 2, LENGTH_DELIMITED);
@@ -207,20 +208,53 @@ fn bytes_field_len(len: usize) -> usize {
     if len == 0 { 0 } else { message_len(len) }
 }
 
-fn put_key(out: &mut impl BufMut, number: u8, wire_type: u8) {
-    out.put_u8(number << 3 | wire_type);
+/// An answer being written: its first [`STACK`] bytes, then the rest.
+struct Writer {
+    /// The first bytes.
+    stack: [u8; STACK],
+    /// Bytes written in `stack`.
+    len: usize,
+    /// Bytes beyond the first [`STACK`].
+    heap: Vec<u8>,
 }
 
-fn put_varint(out: &mut impl BufMut, mut value: u64) {
+impl Writer {
+    #[inline]
+    fn push(&mut self, byte: u8) {
+        if self.len < STACK {
+            self.stack[self.len] = byte;
+            self.len += 1;
+        } else {
+            self.heap.push(byte);
+        }
+    }
+
+    #[inline]
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        let fits = bytes.len().min(STACK - self.len);
+        self.stack[self.len..self.len + fits].copy_from_slice(&bytes[..fits]);
+        self.len += fits;
+        self.heap.extend_from_slice(&bytes[fits..]);
+    }
+}
+
+#[inline]
+fn put_key(out: &mut Writer, number: u8, wire_type: u8) {
+    out.push(number << 3 | wire_type);
+}
+
+#[inline]
+fn put_varint(out: &mut Writer, mut value: u64) {
     while value >= 0x80 {
-        out.put_u8(value as u8 | 0x80);
+        out.push(value as u8 | 0x80);
         value >>= 7;
     }
-    out.put_u8(value as u8);
+    out.push(value as u8);
 }
 
 /// A varint field, left out when 0.
-fn put_field(out: &mut impl BufMut, number: u8, value: u64) {
+#[inline]
+fn put_field(out: &mut Writer, number: u8, value: u64) {
     if value != 0 {
         put_key(out, number, VARINT);
         put_varint(out, value);
@@ -228,11 +262,12 @@ fn put_field(out: &mut impl BufMut, number: u8, value: u64) {
 }
 
 /// A string or bytes field, left out when empty.
-fn put_bytes_field(out: &mut impl BufMut, number: u8, bytes: &[u8]) {
+#[inline]
+fn put_bytes_field(out: &mut Writer, number: u8, bytes: &[u8]) {
     if !bytes.is_empty() {
         put_key(out, number, LENGTH_DELIMITED);
         put_varint(out, bytes.len() as u64);
-        out.put_slice(bytes);
+        out.extend_from_slice(bytes);
     }
 }
 

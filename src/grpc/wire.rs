@@ -65,16 +65,16 @@ impl RequestDescriptor for WireDescriptor<'_> {
     }
 }
 
-/// `message` read in place, or `None` when it is not in the plain shape this reader takes
-/// (see the module's comment): then prost must decode it.
-pub(crate) fn read(message: &[u8]) -> Option<WireRequest<'_>> {
-    let mut request = WireRequest::default();
+/// Reads `message` into `request` (empty before), or returns `None` when it is not in the
+/// plain shape this reader takes (see the module's comment): then prost must decode it, and
+/// `request` is left half-filled. Filled in place, not returned: a request is several
+/// hundred bytes to move.
+pub(crate) fn read<'a>(message: &'a [u8], request: &mut WireRequest<'a>) -> Option<()> {
     let mut reader = Reader::new(message);
     while let Some(field) = reader.field()? {
         match field {
             (1, LENGTH_DELIMITED) => request.domain = reader.str()?,
             (2, LENGTH_DELIMITED) => {
-                // Filled where it lies: a descriptor is a few hundred bytes to move.
                 request.descriptors.push(WireDescriptor::default());
                 let last = request.descriptors.last_mut()?;
                 descriptor(reader.message()?, last)?;
@@ -84,7 +84,7 @@ pub(crate) fn read(message: &[u8]) -> Option<WireRequest<'_>> {
             _ => return None,
         }
     }
-    Some(request)
+    Some(())
 }
 
 /// One `RateLimitDescriptor`, into `descriptor`.

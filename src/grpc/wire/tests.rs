@@ -12,6 +12,13 @@ use prost::Message;
 
 use super::*;
 
+/// `bytes` as [`super::read`] reads them.
+fn read(bytes: &[u8]) -> Option<WireRequest<'_>> {
+    let mut request = WireRequest::default();
+    super::read(bytes, &mut request)?;
+    Some(request)
+}
+
 /// What prost decoded, in the reader's terms.
 fn from_prost(request: &RateLimitRequest) -> WireRequest<'_> {
     WireRequest {
