@@ -175,7 +175,7 @@ impl<'a> Reader<'a> {
 
     /// The next field's (number, wire type); `Some(None)` at the end of the message.
     /// Only one-byte keys (field numbers up to 15), which are all this service's fields.
-    #[inline]
+    #[inline(always)]
     fn field(&mut self) -> Option<Option<(u8, u8)>> {
         if self.at == self.end {
             return Some(None);
@@ -189,10 +189,17 @@ impl<'a> Reader<'a> {
     }
 
     /// A varint of at most nine bytes (63 bits: no ambiguity about a tenth byte's bits).
-    #[inline]
+    #[inline(always)]
     fn varint(&mut self) -> Option<u64> {
-        let mut value = 0u64;
         let rest = &self.bytes[self.at..self.end];
+        // Nearly every varint here (keys' lengths, small numbers) is one byte.
+        if let Some(&byte) = rest.first()
+            && byte < 0x80
+        {
+            self.at += 1;
+            return Some(u64::from(byte));
+        }
+        let mut value = 0u64;
         for (i, &byte) in rest.iter().take(9).enumerate() {
             value |= u64::from(byte & 0x7f) << (7 * i);
             if byte < 0x80 {
@@ -204,7 +211,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A length-delimited field's place in the request.
-    #[inline]
+    #[inline(always)]
     fn length_delimited(&mut self) -> Option<std::ops::Range<usize>> {
         let len = usize::try_from(self.varint()?).ok()?;
         if len > self.end - self.at {
@@ -227,7 +234,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A string field.
-    #[inline]
+    #[inline(always)]
     fn str(&mut self) -> Option<&'a str> {
         let range = self.length_delimited()?;
         // A slice of UTF-8 text that starts and ends between characters is UTF-8.
