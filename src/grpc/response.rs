@@ -219,7 +219,7 @@ struct Writer {
 }
 
 impl Writer {
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, byte: u8) {
         if self.len < STACK {
             self.stack[self.len] = byte;
@@ -229,7 +229,7 @@ impl Writer {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn extend_from_slice(&mut self, bytes: &[u8]) {
         let fits = bytes.len().min(STACK - self.len);
         self.stack[self.len..self.len + fits].copy_from_slice(&bytes[..fits]);
@@ -238,12 +238,12 @@ impl Writer {
     }
 }
 
-#[inline]
+#[inline(always)]
 fn put_key(out: &mut Writer, number: u8, wire_type: u8) {
     out.push(number << 3 | wire_type);
 }
 
-#[inline]
+#[inline(always)]
 fn put_varint(out: &mut Writer, mut value: u64) {
     while value >= 0x80 {
         out.push(value as u8 | 0x80);
@@ -253,7 +253,7 @@ fn put_varint(out: &mut Writer, mut value: u64) {
 }
 
 /// A varint field, left out when 0.
-#[inline]
+#[inline(always)]
 fn put_field(out: &mut Writer, number: u8, value: u64) {
     if value != 0 {
         put_key(out, number, VARINT);
@@ -262,7 +262,7 @@ fn put_field(out: &mut Writer, number: u8, value: u64) {
 }
 
 /// A string or bytes field, left out when empty.
-#[inline]
+#[inline(always)]
 fn put_bytes_field(out: &mut Writer, number: u8, bytes: &[u8]) {
     if !bytes.is_empty() {
         put_key(out, number, LENGTH_DELIMITED);
