@@ -316,3 +316,22 @@ fn a_string_sent_twice_keeps_the_last_as_in_protobuf() {
     assert_eq!(read.descriptors[0].entries.as_slice(), [("y", "")]);
     agrees_with_prost(&bytes).unwrap();
 }
+
+#[test]
+fn a_request_of_many_descriptors_is_left_to_prost() {
+    // Each `0x12 0x00` is an empty descriptor.
+    let many = |n: usize| [&[0x0a, 1, b'd'][..], &[0x12, 0x00].repeat(n)].concat();
+    let bytes = many(IN_PLACE_DESCRIPTORS);
+    assert_eq!(
+        read(&bytes).unwrap().descriptors.len(),
+        IN_PLACE_DESCRIPTORS
+    );
+    assert_eq!(read(&many(IN_PLACE_DESCRIPTORS + 1)), None);
+    assert_eq!(
+        RateLimitRequest::decode(many(IN_PLACE_DESCRIPTORS + 1).as_slice())
+            .unwrap()
+            .descriptors
+            .len(),
+        IN_PLACE_DESCRIPTORS + 1
+    );
+}
