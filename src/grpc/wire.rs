@@ -10,10 +10,10 @@
 //! service knows, with its own wire type, one-byte keys, varints shorter than ten bytes,
 //! `limit` and `hits_addend` at most once per descriptor, at most 64 descriptors. Whatever
 //! else a message holds (unknown fields, a sub-message sent twice, which protobuf merges,
-//! groups, truncation, bad UTF-8, more descriptors) makes [`read`] return `None`, and the caller decodes it with prost. So the
-//! outcome of a message is always prost's, and a malformed one is worded by prost; this
-//! reader only takes a shortcut where the answer is plain (the `wire` tests and the
-//! `request_bytes` fuzz target compare the two).
+//! groups, truncation, bad UTF-8, more descriptors) makes [`read`] return `None`, and the
+//! caller decodes it with prost. So the outcome of a message is always prost's, and a
+//! malformed one is worded by prost; this reader only takes a shortcut where the answer is
+//! plain (the `wire` tests and the `request_bytes` fuzz target compare the two).
 
 use smallvec::SmallVec;
 
