@@ -16,6 +16,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 
+use super::wire::{LENGTH_DELIMITED, VARINT};
 use crate::clock::{NANOS_PER_SEC, Nanos};
 use crate::rules::Unit;
 use crate::service::{self, CurrentLimit};
@@ -23,11 +24,6 @@ use crate::service::{self, CurrentLimit};
 /// Bytes of an answer written on the stack: a two-descriptor answer is about 40; one with
 /// long names or headers may go on in [`Writer::heap`].
 const STACK: usize = 256;
-
-/// Wire type of varints.
-const VARINT: u8 = 0;
-/// Wire type of strings and sub-messages.
-const LENGTH_DELIMITED: u8 = 2;
 
 /// The answer to one `ShouldRateLimit`: the service's, and the headers Envoy is asked to
 /// add.
@@ -73,13 +69,11 @@ impl Answer {
     fn write(&self, out: &mut Writer) {
         put_field(out, 1, u64::from(overall_code(&self.response) as u32));
         for status in &self.response.statuses {
-            put_key(out, 2, LENGTH_DELIMITED);
-            put_varint(out, status_len(status) as u64);
+            put_length_delimited(out, 2, status_len(status));
             put_status(out, status);
         }
         for header in &self.headers {
-            put_key(out, 3, LENGTH_DELIMITED);
-            put_varint(out, header_len(header) as u64);
+            put_length_delimited(out, 3, header_len(header));
             put_bytes_field(out, 1, header.key.as_bytes());
             put_bytes_field(out, 2, header.value.as_bytes());
             put_bytes_field(out, 3, &header.raw_value);
@@ -154,16 +148,14 @@ fn status_len(status: &service::Status) -> usize {
 fn put_status(out: &mut Writer, status: &service::Status) {
     put_field(out, 1, u64::from(code(status.over_limit) as u32));
     if let Some(limit) = &status.current_limit {
-        put_key(out, 2, LENGTH_DELIMITED);
-        put_varint(out, limit_len(limit) as u64);
+        put_length_delimited(out, 2, limit_len(limit));
         put_field(out, 1, u64::from(limit.requests_per_unit));
         put_field(out, 2, unit_to_proto(limit.unit) as u64);
         put_bytes_field(out, 3, limit.name.as_bytes());
     }
     put_field(out, 3, u64::from(status.remaining));
     if let Some(reset) = status.reset {
-        put_key(out, 4, LENGTH_DELIMITED);
-        put_varint(out, duration_len(reset) as u64);
+        put_length_delimited(out, 4, duration_len(reset));
         put_field(out, 1, seconds(reset));
         put_field(out, 2, nanos(reset));
     }
@@ -252,6 +244,13 @@ fn put_varint(out: &mut Writer, mut value: u64) {
     out.push(value as u8);
 }
 
+/// The key and length of a string, bytes or sub-message field of `len` bytes.
+#[inline(always)]
+fn put_length_delimited(out: &mut Writer, number: u8, len: usize) {
+    put_key(out, number, LENGTH_DELIMITED);
+    put_varint(out, len as u64);
+}
+
 /// A varint field, left out when 0.
 #[inline(always)]
 fn put_field(out: &mut Writer, number: u8, value: u64) {
@@ -265,8 +264,7 @@ fn put_field(out: &mut Writer, number: u8, value: u64) {
 #[inline(always)]
 fn put_bytes_field(out: &mut Writer, number: u8, bytes: &[u8]) {
     if !bytes.is_empty() {
-        put_key(out, number, LENGTH_DELIMITED);
-        put_varint(out, bytes.len() as u64);
+        put_length_delimited(out, number, bytes.len());
         out.extend_from_slice(bytes);
     }
 }

@@ -19,10 +19,10 @@ use smallvec::SmallVec;
 
 use crate::request::{Override, RequestDescriptor};
 
-/// Wire type of varints.
-const VARINT: u8 = 0;
+/// Wire type of varints (read here, written by `response.rs`).
+pub(super) const VARINT: u8 = 0;
 /// Wire type of strings and sub-messages.
-const LENGTH_DELIMITED: u8 = 2;
+pub(super) const LENGTH_DELIMITED: u8 = 2;
 
 /// Descriptors read in place at most; a request with more is left to prost. A descriptor
 /// read in place takes about 180 bytes, where prost's takes about 70, and an empty one is
