@@ -39,6 +39,9 @@ if ! .venv/bin/envoy --version 2>/dev/null | grep -q "/$ENVOY_VERSION/"; then
 fi
 export MESHLIMIT_TEST_ENVOY="$PWD/.venv/bin/envoy"
 
+# CI builds once in a clean clone: an incremental cache (1.3 GB) would be written, never read.
+export CARGO_INCREMENTAL=0
+
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
 # Benches and examples only have to build and run once; then every test, with a total.
