@@ -12,6 +12,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
+#[allow(dead_code)] // its thread runner is for benches/main.rs
 mod fixture;
 
 use bytes::Bytes;

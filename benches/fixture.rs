@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use meshlimit::clock::{Clock, ManualClock};
@@ -88,4 +89,28 @@ pub fn three_descriptor_requests() -> Vec<Vec<Descriptor>> {
             ]
         })
         .collect()
+}
+
+/// Runs `iters` calls of `work(thread, i)` split over `threads` threads; returns the wall
+/// time, so that criterion reports time per call across all threads.
+#[allow(clippy::disallowed_methods)] // a bench measures real time
+pub fn run_threads(threads: usize, iters: u64, work: impl Fn(usize, usize) + Sync) -> Duration {
+    let per = (iters as usize).div_ceil(threads);
+    let barrier = std::sync::Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (work, barrier) = (&work, &barrier);
+            s.spawn(move || {
+                barrier.wait();
+                for i in 0..per {
+                    work(t, i);
+                }
+            });
+        }
+        barrier.wait();
+        let start = Instant::now();
+        // Scope end joins the workers.
+        start
+    })
+    .elapsed()
 }

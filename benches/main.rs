@@ -18,6 +18,9 @@
 //! - `service/limits/{one,two,sliding}`: the same through the whole service.
 //! - `service/per_descriptor/N`: requests of N = 1, 8, 64 distinct descriptors, as time per
 //!   descriptor (flat when a request's cost is linear in its descriptors).
+//! - `service/threads/{one_key,own_keys}/N`: two-descriptor requests from N = 1, 2 threads,
+//!   as time per request across all threads, on one user's buckets or each thread's own:
+//!   how the service scales across cores, and what sharing one key's buckets costs.
 
 use criterion::{criterion_group, criterion_main};
 
@@ -34,6 +37,7 @@ criterion_group!(
     store::limits,
     service::three_descriptors,
     service::per_descriptor,
-    service::limits
+    service::limits,
+    service::threads
 );
 criterion_main!(benches);

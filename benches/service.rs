@@ -5,7 +5,9 @@ use criterion::{BenchmarkGroup, Criterion, Throughput};
 use meshlimit::request::Descriptor;
 use meshlimit::service::Service;
 
-use crate::fixture::{ready, service, three_descriptor_requests};
+use criterion::BenchmarkId;
+
+use crate::fixture::{ready, run_threads, service, three_descriptor_requests};
 
 /// One three-descriptor request through the plan, the store and the answer, with the
 /// statistics counted (as the server runs) and without.
@@ -61,6 +63,48 @@ pub fn limits(c: &mut Criterion) {
             .map(|i| vec![Descriptor::new(&[(key, &format!("caller-{i}"))])])
             .collect();
         round_robin(&mut group, name, &service, &requests);
+    }
+    group.finish();
+}
+
+/// Two-descriptor requests (a user and method, a client address: the gRPC benchmark's
+/// `two.grpc`) from 1 and 2 threads at once, as time per request across all threads: on
+/// every thread's own user (`own_keys`), and all on one user (`one_key`, as `h2load`
+/// repeating one request makes every worker of the server do). Time per request should
+/// halve from 1 to 2 threads on 2 free cores; what it does not is memory both threads
+/// write: one user's buckets, which the store must share, and counters, which it need not.
+pub fn threads(c: &mut Criterion) {
+    let service = service(true);
+    let mut group = c.benchmark_group("service/threads");
+    group.throughput(Throughput::Elements(1));
+    let request = |user: &str| {
+        vec![
+            Descriptor::new(&[
+                ("user_id", user),
+                ("method", "/trading.TradingService/SubmitOrder"),
+            ]),
+            Descriptor::new(&[("remote_address", "10.0.0.1")]),
+        ]
+    };
+    for threads in [1, 2] {
+        for (name, users) in [
+            ("one_key", vec!["alice"; threads]),
+            (
+                "own_keys",
+                (0..threads).map(|t| ["alice", "bob"][t]).collect(),
+            ),
+        ] {
+            let requests: Vec<_> = users.iter().map(|user| request(user)).collect();
+            group.bench_with_input(BenchmarkId::new(name, threads), &threads, |b, &threads| {
+                b.iter_custom(|iters| {
+                    run_threads(threads, iters, |t, _| {
+                        black_box(
+                            ready(service.should_rate_limit("bench", &requests[t], 1)).unwrap(),
+                        );
+                    })
+                })
+            });
+        }
     }
     group.finish();
 }

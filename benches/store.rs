@@ -1,7 +1,6 @@
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use meshlimit::bucket_key::BucketKey;
@@ -9,6 +8,8 @@ use meshlimit::clock::ManualClock;
 use meshlimit::limiter::{self, State};
 use meshlimit::rules::{Algorithm, Limit, Mode, Unit};
 use meshlimit::store::{Check, MemoryStore};
+
+use crate::fixture::run_threads;
 
 const NOW: u64 = 1_767_225_600_000_000_000;
 const KEYS: usize = 1024;
@@ -304,28 +305,4 @@ pub fn threads(c: &mut Criterion) {
         );
     }
     group.finish();
-}
-
-/// Runs `iters` decisions split over `threads` threads; returns the wall time, so that
-/// criterion reports time per decision across all threads.
-#[allow(clippy::disallowed_methods)] // a bench measures real time
-fn run_threads(threads: usize, iters: u64, work: impl Fn(usize, usize) + Sync) -> Duration {
-    let per = (iters as usize).div_ceil(threads);
-    let barrier = std::sync::Barrier::new(threads + 1);
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            let (work, barrier) = (&work, &barrier);
-            s.spawn(move || {
-                barrier.wait();
-                for i in 0..per {
-                    work(t, i);
-                }
-            });
-        }
-        barrier.wait();
-        let start = Instant::now();
-        // Scope end joins the workers.
-        start
-    })
-    .elapsed()
 }
