@@ -86,6 +86,7 @@ mod render;
 mod rlqs;
 mod rules;
 mod source;
+mod stripes;
 mod text;
 mod value_to_metric;
 mod views;

@@ -4,6 +4,8 @@ use std::fmt::{Display, Write as _};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
+use super::stripes::Striped;
+
 /// Upper bounds of the latency buckets, in nanoseconds: 10 µs to 1 s.
 const BUCKETS: [u64; 16] = [
     10_000,
@@ -24,9 +26,14 @@ const BUCKETS: [u64; 16] = [
     1_000_000_000,
 ];
 
-/// A latency histogram with fixed [`BUCKETS`]: one bucket and the sum move per observation.
+/// A latency histogram with fixed [`BUCKETS`]: one bucket and the sum move per observation,
+/// in the observing thread's stripe (every request observes the same histograms).
 #[derive(Debug, Default)]
-pub(super) struct Histogram {
+pub(super) struct Histogram(Striped<Observations>);
+
+/// One stripe of a [`Histogram`].
+#[derive(Debug, Default)]
+struct Observations {
     /// Observations per bucket (not cumulative); the last is above every bound.
     counts: [AtomicU64; BUCKETS.len() + 1],
     /// Sum of observations, in nanoseconds.
@@ -42,26 +49,32 @@ impl Histogram {
         } else {
             BUCKETS.partition_point(|&bound| bound < nanos)
         };
-        self.counts[bucket].fetch_add(1, Relaxed);
-        self.sum.fetch_add(nanos, Relaxed);
+        let mine = self.0.mine();
+        mine.counts[bucket].fetch_add(1, Relaxed);
+        mine.sum.fetch_add(nanos, Relaxed);
+    }
+
+    /// Observations in bucket `index` (not cumulative), over every stripe.
+    fn bucket(&self, index: usize) -> u64 {
+        self.0.all().map(|s| s.counts[index].load(Relaxed)).sum()
     }
 
     pub(super) fn count(&self) -> u64 {
-        self.counts.iter().map(|c| c.load(Relaxed)).sum()
+        (0..=BUCKETS.len()).map(|i| self.bucket(i)).sum()
     }
 
     pub(super) fn render(&self, out: &mut String, name: &str, label: (&str, &str)) {
         let bucket = format!("{name}_bucket");
         let mut seen = 0;
-        for (count, bound) in self.counts.iter().zip(BUCKETS) {
-            seen += count.load(Relaxed);
+        for (index, bound) in BUCKETS.into_iter().enumerate() {
+            seen += self.bucket(index);
             let le = seconds(bound).to_string();
             sample(out, &bucket, [label, ("le", le.as_str())], seen);
         }
-        seen += self.counts[BUCKETS.len()].load(Relaxed);
+        seen += self.bucket(BUCKETS.len());
         sample(out, &bucket, [label, ("le", "+Inf")], seen);
-        let sum = seconds(self.sum.load(Relaxed));
-        sample(out, &format!("{name}_sum"), [label], sum);
+        let sum: u64 = self.0.all().map(|s| s.sum.load(Relaxed)).sum();
+        sample(out, &format!("{name}_sum"), [label], seconds(sum));
         sample(out, &format!("{name}_count"), [label], seen);
     }
 }
