@@ -3,7 +3,8 @@
 //! - `store/decide_one`: one descriptor whose bucket is already in the store (target ≤ 50 ns).
 //! - `store/threads/N`: the same from N threads on their own keys, as time per decision
 //!   across all threads (it should fall as N grows up to the core count), with a
-//!   `Mutex<HashMap>` baseline that collapses instead.
+//!   `Mutex<HashMap>` baseline that collapses instead; `store/threads/one_key/N`: all N
+//!   threads on one key.
 //! - `store/flood`: a new key into a full store, per key (creation plus the eviction of the
 //!   least recently used bucket).
 //! - `store/check_many/N`: one request of N distinct descriptors, per descriptor (flat as N

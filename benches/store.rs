@@ -260,6 +260,10 @@ impl NaiveStore {
     }
 }
 
+/// Which of `threads`' per-thread keys thread `t` decides at its `i`-th iteration: (owner,
+/// index).
+type KeyChoice = fn(usize, usize) -> (usize, usize);
+
 pub fn threads(c: &mut Criterion) {
     let mut group = c.benchmark_group("store/threads");
     group.throughput(Throughput::Elements(1));
@@ -273,14 +277,22 @@ pub fn threads(c: &mut Criterion) {
         let per_thread: Vec<Vec<String>> = (0..threads).map(|t| keys(&format!("t{t}-"))).collect();
         let all: Vec<String> = per_thread.iter().flatten().cloned().collect();
         let store = store_with(&all);
-        group.bench_with_input(
-            BenchmarkId::new("sharded", threads),
-            &threads,
-            |b, &threads| {
+        // `sharded`: each thread on keys of its own; `one_key`: every thread on one key,
+        // whose shard lock and bucket then move between the cores on nearly every
+        // decision, as a hot user's do on every worker.
+        let cases: [(&str, KeyChoice); 2] = [
+            ("sharded", |t, i| (t, i % KEYS)),
+            ("one_key", |_, _| (0, 0)),
+        ];
+        for (name, key) in cases {
+            group.bench_with_input(BenchmarkId::new(name, threads), &threads, |b, &threads| {
                 b.iter_custom(|iters| {
                     run_threads(threads, iters, |t, i| {
                         let check = Check {
-                            key: per_thread[t][i % KEYS].as_str().into(),
+                            key: {
+                                let (owner, index) = key(t, i);
+                                per_thread[owner][index].as_str().into()
+                            },
                             limit: limit(),
                             hits: 1,
                             mode: Mode::Enforce,
@@ -289,8 +301,8 @@ pub fn threads(c: &mut Criterion) {
                         black_box(store.check(&[check], NOW));
                     })
                 })
-            },
-        );
+            });
+        }
         let naive = NaiveStore(Mutex::new(HashMap::new()));
         group.bench_with_input(
             BenchmarkId::new("naive_mutex_map", threads),
