@@ -21,7 +21,8 @@ thread_local! {
     static MINE: usize = NEXT.fetch_add(1, Relaxed) % STRIPES;
 }
 
-/// One stripe, alone on its pair of cache lines (x86 fetches lines in adjacent pairs).
+/// One stripe, starting a pair of cache lines (x86 fetches lines in adjacent pairs) and
+/// sharing none with another stripe.
 #[derive(Debug, Default)]
 #[repr(align(128))]
 struct Stripe<T>(T);
