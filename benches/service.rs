@@ -1,11 +1,9 @@
 use std::hint::black_box;
 
 use criterion::measurement::WallTime;
-use criterion::{BenchmarkGroup, Criterion, Throughput};
+use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 use meshlimit::request::Descriptor;
 use meshlimit::service::Service;
-
-use criterion::BenchmarkId;
 
 use crate::fixture::{ready, run_threads, service, three_descriptor_requests};
 
@@ -71,8 +69,9 @@ pub fn limits(c: &mut Criterion) {
 /// `two.grpc`) from 1 and 2 threads at once, as time per request across all threads: on
 /// every thread's own user (`own_keys`), and all on one user (`one_key`, as `h2load`
 /// repeating one request makes every worker of the server do). Time per request should
-/// halve from 1 to 2 threads on 2 free cores; what it does not is memory both threads
-/// write: one user's buckets, which the store must share, and counters, which it need not.
+/// halve from 1 to 2 threads on 2 free cores; what keeps it from halving is memory both
+/// threads write: one user's buckets, which the store must share, and counters, which it
+/// need not.
 pub fn threads(c: &mut Criterion) {
     let service = service(true);
     let mut group = c.benchmark_group("service/threads");
