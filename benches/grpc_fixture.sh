@@ -121,6 +121,11 @@ descriptors:
 EOF
 }
 
+# cpu_ticks PID: the clock ticks (user + system) the process has used so far.
+cpu_ticks() {
+    awk '{ print $14 + $15 }' "/proc/$1/stat"
+}
+
 # free_port: a loopback TCP port nothing listens on (yet).
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

@@ -182,10 +182,6 @@ check_burst() { # server body count
 # Result lines: label server body c m req/s cpu-µs/request
 RESULTS="$WORK/results"
 : >"$RESULTS"
-# cpu_ticks PID: the clock ticks (user + system) the process has used so far.
-cpu_ticks() {
-    awk '{ print $14 + $15 }' "/proc/$1/stat"
-}
 # per_request TICKS: TICKS of CPU per request of the last run, in µs. The ticks span the
 # warm-up as well, which h2load does not count: its requests are taken at the measured rate.
 per_request() {

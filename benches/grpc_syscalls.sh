@@ -65,10 +65,6 @@ load() { # port count: two.grpc, h2load -c 4 -m 16, at RPS per client if set
     fi
 }
 
-cpu_ticks() { # pid: user + system clock ticks so far
-    awk '{ print $14 + $15 }' "/proc/$1/stat"
-}
-
 measure() { # name port pid [redis-server pid]
     local name=$1 port=$2 pid=$3 redis_pid=${4:-} before
     wait_listening "$port" "$pid" 30
