@@ -5,22 +5,22 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 
+use super::stripes::Counters;
 use super::text::{family, sample};
 use crate::limiter::Report;
 use crate::rules::Rule;
 
-/// One limit's counters.
+/// One limit's counters (per CPU once busy, see `super::stripes`): hits this limit had
+/// room for, whatever the request's fate, at [`WITHIN`]; hits it refused at [`OVER`];
+/// descriptors whose status reported it (it bound them) at [`BOUND`].
 #[derive(Debug, Default)]
-pub(super) struct LimitStats {
-    /// Hits this limit had room for (whatever the request's fate).
-    within: AtomicU64,
-    /// Hits this limit refused.
-    over: AtomicU64,
-    /// Descriptors whose status reported this limit.
-    binding: AtomicU64,
-}
+pub(super) struct LimitStats(Counters<3>);
+
+const WITHIN: usize = 0;
+const OVER: usize = 1;
+const BOUND: usize = 2;
 
 /// `(domain, rule path, limit label)`.
 type LimitLabels = (String, String, String);
@@ -56,14 +56,14 @@ impl LimitSeries {
             "Hits on each limit of a rule with several (rate_limits): within it, or over it.",
         );
         for ((domain, rule, limit), stats) in &self.0 {
-            for (result, counter) in [("within", &stats.within), ("over", &stats.over)] {
+            for (result, counter) in [("within", WITHIN), ("over", OVER)] {
                 let labels = [
                     ("domain", domain.as_str()),
                     ("rule", rule.as_str()),
                     ("limit", limit.as_str()),
                     ("result", result),
                 ];
-                sample(out, HITS, labels, counter.load(Relaxed));
+                sample(out, HITS, labels, stats.0.get(counter));
             }
         }
         family(
@@ -78,7 +78,7 @@ impl LimitSeries {
                 ("rule", rule.as_str()),
                 ("limit", limit.as_str()),
             ];
-            sample(out, BINDING, labels, stats.binding.load(Relaxed));
+            sample(out, BINDING, labels, stats.0.get(BOUND));
         }
     }
 }
@@ -86,8 +86,7 @@ impl LimitSeries {
 impl LimitStats {
     /// (within, over, binding) so far.
     pub(super) fn read(&self) -> (u64, u64, u64) {
-        let read = |counter: &AtomicU64| counter.load(Relaxed);
-        (read(&self.within), read(&self.over), read(&self.binding))
+        (self.0.get(WITHIN), self.0.get(OVER), self.0.get(BOUND))
     }
 }
 
@@ -95,14 +94,10 @@ impl LimitStats {
 /// order) and the `bound` one.
 pub(super) fn count(stats: &[Arc<LimitStats>], reports: &[Report], bound: usize, hits: u64) {
     for (i, (stats, report)) in stats.iter().zip(reports).enumerate() {
-        let counter = if report.over {
-            &stats.over
-        } else {
-            &stats.within
-        };
-        counter.fetch_add(hits, Relaxed);
+        let mine = stats.0.mine();
+        mine[if report.over { OVER } else { WITHIN }].fetch_add(hits, Relaxed);
         if i == bound {
-            stats.binding.fetch_add(1, Relaxed);
+            mine[BOUND].fetch_add(1, Relaxed);
         }
     }
 }

@@ -7,20 +7,26 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// One rule's counts, on a cache line of its own (both cores count the busiest rules).
+use super::stripes::Counters;
+
+/// Where [`RuleCounts`] counts allowed descriptors.
+const ALLOWED: usize = 0;
+/// Where [`RuleCounts`] counts descriptors over the limit.
+const OVER: usize = 1;
+
+/// One rule's counts.
 #[derive(Debug)]
-#[repr(align(64))]
 pub struct RuleCounts {
     /// The rule's domain.
     pub domain: Arc<str>,
     /// The rule's path, as `/rlconfig` names it.
     pub path: Arc<str>,
-    /// Descriptors the rule allowed (unlimited rules' included).
-    allowed: AtomicU64,
-    /// Descriptors over the rule's limit (shadow-mode rules' included, answered OK).
-    over: AtomicU64,
-    /// `allowed` and `over` when [`RuleCounts::since_last`] last read them: kept here, in
-    /// the cache line's spare room, rather than in a map of every rule beside them.
+    /// Descriptors the rule allowed (unlimited rules' included) at [`ALLOWED`], and over
+    /// its limit (shadow-mode rules' included, answered OK) at [`OVER`]; per CPU once busy,
+    /// as every worker counts the busiest rules (see `super::stripes`).
+    counts: Counters<2>,
+    /// The counts when [`RuleCounts::since_last`] last read them: kept with the rule
+    /// rather than in a map of every rule beside it.
     sampled: [AtomicU64; 2],
 }
 
@@ -29,8 +35,7 @@ impl RuleCounts {
         Self {
             domain: domain.into(),
             path: path.into(),
-            allowed: AtomicU64::new(0),
-            over: AtomicU64::new(0),
+            counts: Counters::default(),
             sampled: [AtomicU64::new(0), AtomicU64::new(0)],
         }
     }
@@ -43,13 +48,12 @@ impl RuleCounts {
 
     /// One descriptor decided on this rule.
     pub(crate) fn count(&self, over: bool) {
-        let counter = if over { &self.over } else { &self.allowed };
-        counter.fetch_add(1, Relaxed);
+        self.counts.mine()[if over { OVER } else { ALLOWED }].fetch_add(1, Relaxed);
     }
 
     /// (allowed, over) so far.
     pub fn read(&self) -> (u64, u64) {
-        (self.allowed.load(Relaxed), self.over.load(Relaxed))
+        (self.counts.get(ALLOWED), self.counts.get(OVER))
     }
 
     /// (allowed, over) since the previous call; meant for one reader (the page's
@@ -98,11 +102,6 @@ impl LiveRules {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn counts_fit_one_cache_line() {
-        assert_eq!(std::mem::size_of::<RuleCounts>(), 64);
-    }
 
     #[test]
     fn a_rule_keeps_its_counts_until_no_config_has_it() {

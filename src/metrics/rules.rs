@@ -2,7 +2,6 @@
 //! within, near and over the limit.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
 use arc_swap::Guard;
@@ -13,35 +12,38 @@ use super::Metrics;
 use super::detailed::{Detailed, OVERFLOW_VALUE, Series};
 use super::limits::{self, LimitStats};
 use super::live::RuleCounts;
+use super::stripes::{Counters, add};
 use super::value_to_metric::{Valued, names_labels};
 use crate::config::Config;
 use crate::limiter::Report;
 use crate::rules::{Algorithm, Limit, Rule};
 
-/// Counters of one series of per-rule statistics, on a cache line of their own so that
-/// cores counting different rules do not slow each other down.
+/// Counters of one series of per-rule statistics, indexed by [`Hits`], striped so that
+/// the workers counting a busy rule do not take its cache lines from each other.
 #[derive(Debug, Default)]
-#[repr(align(64))]
-pub(super) struct RuleStats {
+pub(super) struct RuleStats(Counters<6>);
+
+/// What each counter of a [`RuleStats`] counts.
+#[derive(Debug, Clone, Copy)]
+enum Hits {
     /// Hits counted neither within nor over the limit (Go's split leaves out an over-limit
     /// request's hits below the limit). `ratelimit_service_rate_limit_total_hits` is read as
-    /// this plus `within_limit` and `over_limit`, so that a hit costs one atomic addition,
-    /// not two.
-    neither: AtomicU64,
+    /// this plus `Within` and `Over`, so that a hit costs one atomic addition, not two.
+    Neither,
     /// `ratelimit_service_rate_limit_within_limit`: hits allowed.
-    within_limit: AtomicU64,
+    Within,
     /// `ratelimit_service_rate_limit_near_limit`: hits past the near-limit share of the
     /// limit (see `split`).
-    near_limit: AtomicU64,
+    Near,
     /// `ratelimit_service_rate_limit_over_limit`: hits past the limit, shadow rules'
     /// included.
-    over_limit: AtomicU64,
+    Over,
     /// `ratelimit_service_rate_limit_shadow_mode`: over-limit hits of shadow-mode rules,
     /// answered OK.
-    shadow_mode: AtomicU64,
+    Shadow,
     /// `ratelimit_service_rate_limit_over_limit_with_local_cache`: over-limit hits answered
-    /// from the local cache without Redis (also in `over_limit`).
-    over_limit_with_local_cache: AtomicU64,
+    /// from the local cache without Redis (also in `Over`).
+    Cached,
 }
 
 /// The labels of a per-rule series; `key1` is `None` only for limits sent in requests.
@@ -206,15 +208,10 @@ fn near_threshold(cap: u64, ratio: f32) -> u64 {
 }
 
 impl RuleStats {
-    fn add(counter: &AtomicU64, n: u64) {
-        if n > 0 {
-            counter.fetch_add(n, Relaxed);
-        }
-    }
-
     fn count(&self, limit: &Limit, hits: u64, report: &Report, shadow: bool, ratio: f32) {
+        let mine = self.0.mine();
         let split = if report.cached {
-            Self::add(&self.over_limit_with_local_cache, hits);
+            add(&mine[Hits::Cached as usize], hits);
             Split {
                 over: hits,
                 ..Split::default()
@@ -222,16 +219,25 @@ impl RuleStats {
         } else {
             split(limit, hits, report, ratio)
         };
-        Self::add(&self.within_limit, split.within);
-        Self::add(&self.near_limit, split.near);
-        Self::add(&self.over_limit, split.over);
-        Self::add(
-            &self.neither,
+        add(&mine[Hits::Within as usize], split.within);
+        add(&mine[Hits::Near as usize], split.near);
+        add(&mine[Hits::Over as usize], split.over);
+        add(
+            &mine[Hits::Neither as usize],
             hits.saturating_sub(split.within + split.over),
         );
         if shadow {
-            Self::add(&self.shadow_mode, split.over);
+            add(&mine[Hits::Shadow as usize], split.over);
         }
+    }
+
+    /// Hits allowed on an unlimited rule.
+    fn within(&self, hits: u64) {
+        add(&self.0.mine()[Hits::Within as usize], hits);
+    }
+
+    fn read(&self, counter: Hits) -> u64 {
+        self.0.get(counter as usize)
     }
 }
 
@@ -400,38 +406,34 @@ pub(super) const RULE_FAMILIES: [RuleFamily; 6] = [
     (
         "ratelimit_service_rate_limit_total_hits",
         "Hits (hits_addend) on each rule.",
-        |s| read(&s.within_limit) + read(&s.over_limit) + read(&s.neither),
+        |s| s.read(Hits::Within) + s.read(Hits::Over) + s.read(Hits::Neither),
     ),
     (
         "ratelimit_service_rate_limit_within_limit",
         "Hits on each rule that were within its limit.",
-        |s| read(&s.within_limit),
+        |s| s.read(Hits::Within),
     ),
     (
         "ratelimit_service_rate_limit_near_limit",
         "Hits on each rule beyond the near-limit ratio of its limit.",
-        |s| read(&s.near_limit),
+        |s| s.read(Hits::Near),
     ),
     (
         "ratelimit_service_rate_limit_over_limit",
         "Hits on each rule that were over its limit (shadow rules included).",
-        |s| read(&s.over_limit),
+        |s| s.read(Hits::Over),
     ),
     (
         "ratelimit_service_rate_limit_shadow_mode",
         "Over-limit hits on each shadow-mode rule, answered OK.",
-        |s| read(&s.shadow_mode),
+        |s| s.read(Hits::Shadow),
     ),
     (
         "ratelimit_service_rate_limit_over_limit_with_local_cache",
         "Over-limit hits on each rule answered from the local over-limit cache, without Redis.",
-        |s| read(&s.over_limit_with_local_cache),
+        |s| s.read(Hits::Cached),
     ),
 ];
-
-fn read(counter: &AtomicU64) -> u64 {
-    counter.load(Relaxed)
-}
 
 /// The per-rule series of one request, resolved on the table of its config.
 pub(crate) struct Rules<'m> {
@@ -487,7 +489,7 @@ impl Rules<'_> {
         I: Iterator<Item = (&'e str, &'e str)>,
     {
         let live = self.with_stats(domain, Some(rule), &entries, |stats| {
-            RuleStats::add(&stats.within_limit, hits);
+            stats.within(hits);
         });
         if let Some(live) = live {
             live.count(false);
@@ -631,6 +633,32 @@ mod tests {
                 "before {before} hits {hits}"
             );
         }
+    }
+
+    #[test]
+    fn a_busy_series_counted_from_several_threads_loses_no_hit() {
+        // Enough to pass the point where the counters take per-CPU stripes.
+        let stats = RuleStats::default();
+        let (threads, each) = (4, 20_000);
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    for i in 0..each {
+                        let over = i % 4 == 0;
+                        stats.count(&tb(10), 1, &bucket(5, over), i % 8 == 0, 0.8);
+                    }
+                });
+            }
+        });
+        let read = |family: usize| RULE_FAMILIES[family].2(&stats);
+        let total = threads * each;
+        // total_hits, within_limit, near_limit, over_limit, shadow_mode, local cache.
+        let families: Vec<u64> = (0..6).map(read).collect();
+        assert_eq!(
+            families,
+            [total, total * 3 / 4, 0, total / 4, total / 8, 0],
+            "{families:?}"
+        );
     }
 
     #[test]

@@ -1,10 +1,10 @@
 //! The Prometheus text format 0.0.4: families, samples, fixed-bucket histograms.
 
 use std::fmt::{Display, Write as _};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use super::stripes::Striped;
+use super::stripes::Counters;
 
 /// Upper bounds of the latency buckets, in nanoseconds: 10 µs to 1 s.
 const BUCKETS: [u64; 16] = [
@@ -29,16 +29,14 @@ const BUCKETS: [u64; 16] = [
 /// A latency histogram with fixed [`BUCKETS`]: one bucket and the sum move per observation,
 /// in the observing thread's stripe (every request observes the same histograms).
 #[derive(Debug, Default)]
-pub(super) struct Histogram(Striped<Observations>);
+pub(super) struct Histogram(
+    /// Observations per bucket (not cumulative; the last is above every bound), then the
+    /// sum of observations in nanoseconds at [`SUM`].
+    Counters<{ BUCKETS.len() + 2 }>,
+);
 
-/// One stripe of a [`Histogram`].
-#[derive(Debug, Default)]
-struct Observations {
-    /// Observations per bucket (not cumulative); the last is above every bound.
-    counts: [AtomicU64; BUCKETS.len() + 1],
-    /// Sum of observations, in nanoseconds.
-    sum: AtomicU64,
-}
+/// Where a [`Histogram`] keeps the sum of its observations.
+const SUM: usize = BUCKETS.len() + 1;
 
 impl Histogram {
     pub(super) fn observe(&self, elapsed: Duration) {
@@ -50,13 +48,13 @@ impl Histogram {
             BUCKETS.partition_point(|&bound| bound < nanos)
         };
         let mine = self.0.mine();
-        mine.counts[bucket].fetch_add(1, Relaxed);
-        mine.sum.fetch_add(nanos, Relaxed);
+        mine[bucket].fetch_add(1, Relaxed);
+        mine[SUM].fetch_add(nanos, Relaxed);
     }
 
     /// Observations in bucket `index` (not cumulative), over every stripe.
     fn bucket(&self, index: usize) -> u64 {
-        self.0.all().map(|s| s.counts[index].load(Relaxed)).sum()
+        self.0.get(index)
     }
 
     pub(super) fn count(&self) -> u64 {
@@ -73,7 +71,7 @@ impl Histogram {
         }
         seen += self.bucket(BUCKETS.len());
         sample(out, &bucket, [label, ("le", "+Inf")], seen);
-        let sum: u64 = self.0.all().map(|s| s.sum.load(Relaxed)).sum();
+        let sum = self.0.get(SUM);
         sample(out, &format!("{name}_sum"), [label], seconds(sum));
         sample(out, &format!("{name}_count"), [label], seen);
     }
