@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use crossbeam_utils::CachePadded;
 use tonic::body::Body;
 use tonic::codegen::BoxFuture;
 use tonic::server::{Grpc, NamedService, UnaryService};
@@ -26,13 +27,17 @@ const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/Sh
 #[derive(Debug, Clone)]
 pub struct RateLimitServer {
     /// Shared with each call's `ShouldRateLimit`: a call clones a pointer, not the `Rls`.
-    rls: Arc<Rls>,
+    /// Padded so that the reference count, which every worker changes on every request,
+    /// sits on cache lines apart from the handles every request reads.
+    rls: Arc<CachePadded<Rls>>,
 }
 
 impl RateLimitServer {
     /// Serves `rls`.
     pub fn new(rls: Rls) -> Self {
-        Self { rls: Arc::new(rls) }
+        Self {
+            rls: Arc::new(CachePadded::new(rls)),
+        }
     }
 }
 
@@ -58,7 +63,7 @@ where
             let missing = Status::unimplemented(format!("no method {}", request.uri().path()));
             return Box::pin(async move { Ok(missing.into_http()) });
         }
-        let method = ShouldRateLimit(self.rls.clone());
+        let method = ShouldRateLimit(Some(self.rls.clone()));
         Box::pin(async move {
             let mut grpc = Grpc::new(ShouldRateLimitCodec);
             Ok(grpc.unary(method, request).await)
@@ -66,10 +71,11 @@ where
     }
 }
 
-/// The unary method, as tonic's `Grpc` calls it.
+/// The unary method, as tonic's `Grpc` calls it: once per request.
 struct ShouldRateLimit(
-    /// The server's `Rls`, cloned into the call's future.
-    Arc<Rls>,
+    /// The server's `Rls`, moved into the call's future: one count taken a request (tonic's
+    /// generated servers take two).
+    Option<Arc<CachePadded<Rls>>>,
 );
 
 impl UnaryService<Bytes> for ShouldRateLimit {
@@ -77,8 +83,10 @@ impl UnaryService<Bytes> for ShouldRateLimit {
     type Future = BoxFuture<Response<Answer>, Status>;
 
     fn call(&mut self, request: Request<Bytes>) -> Self::Future {
-        let rls = self.0.clone();
+        let rls = self.0.take();
         Box::pin(async move {
+            // `Grpc::unary` calls the method it was given once and drops it.
+            let rls = rls.ok_or_else(|| Status::internal("ShouldRateLimit called twice"))?;
             rls.should_rate_limit(request.into_inner())
                 .await
                 .map(Response::new)
