@@ -68,8 +68,8 @@ fn current_cpu() -> usize {
 /// to `first` until the set is busy, then each CPU's to its own stripe; readers sum both.
 #[derive(Debug)]
 pub(crate) struct Counters<const N: usize> {
-    /// The counters of a set that is not busy; after, only read, so that their cache line
-    /// (which holds `stripes`' pointer too) stays in every core's cache.
+    /// The counters of a set that is not busy; after, only read, so that the lines they
+    /// share with `uses` and `stripes`' pointer stay in every core's cache.
     first: [AtomicU64; N],
     /// How many times `first` was handed out to count on, until [`BUSY`].
     uses: AtomicU64,
