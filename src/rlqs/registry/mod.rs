@@ -69,6 +69,12 @@ pub struct Registry {
     ttl: Duration,
     /// When every assignment was last sent again.
     renewed: Mutex<tokio::time::Instant>,
+    /// Held by each exchange with Redis and the decision after it (a report's, a nudge's,
+    /// the once-a-second look's), so that they run one at a time. Otherwise a nudge
+    /// handled while a report's grant is in flight decides on the demands of before the
+    /// grant, and the grant's reply then applies a cut that the nudge had found no longer
+    /// needed: the cut stays, and nothing nudges again.
+    rounds: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -120,6 +126,7 @@ impl Registry {
             nudge_log: Throttle::new(Duration::from_secs(60)),
             ttl,
             renewed: Mutex::new(tokio::time::Instant::now()),
+            rounds: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -143,6 +150,7 @@ impl Registry {
     /// the shares are shared), shares computed again, assignments queued.
     pub async fn report(&self, stream: StreamId, domain: &str, usages: Vec<Usage>) {
         let changed = self.record(stream, domain, usages);
+        let _round = self.rounds.lock().await;
         if let Some(shared) = &self.shared {
             self.exchange(shared, &changed).await;
         }
@@ -316,10 +324,12 @@ impl Registry {
                     .collect()
             };
             if !crowded.is_empty() {
+                let _round = self.rounds.lock().await;
                 self.decide(None, &crowded).await;
             }
             return;
         };
+        let _round = self.rounds.lock().await;
         let keys: Vec<BucketKey> = self.state.lock().buckets.keys().cloned().collect();
         if keys.is_empty() {
             return;

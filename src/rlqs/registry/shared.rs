@@ -106,6 +106,7 @@ impl Registry {
         if nudge.from == shared.replica {
             return;
         }
+        let _round = self.rounds.lock().await;
         let keys: Vec<BucketKey> = {
             let state = self.state.lock();
             state
