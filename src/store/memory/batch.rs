@@ -87,7 +87,7 @@ impl Inner {
             *bucket = Some(state);
             reports.push(report);
         }
-        let denied = denied(checks, &reports);
+        let denied = denied(checks, |i| reports[i].over);
 
         // Pass 2, only for a denied request: replay from the stored states (still in the
         // buckets) without consumption, which matters only when a bucket repeats.
@@ -125,16 +125,16 @@ impl Inner {
     }
 }
 
-/// Whether a request of `checks`, with the verdicts of `reports`, is denied (see
+/// Whether a request of `checks`, check `i` over its limit when `over(i)`, is denied (see
 /// [`limiter::request_denied`]).
-fn denied(checks: &[Check<'_>], reports: &[Report]) -> bool {
+pub(super) fn denied(checks: &[Check<'_>], over: impl Fn(usize) -> bool) -> bool {
     // Nearly every request: nothing over, which no mode turns into a denial.
-    reports.iter().any(|r| r.over)
+    (0..checks.len()).any(&over)
         && limiter::request_denied(
             checks
                 .iter()
-                .zip(reports)
-                .map(|(c, r)| (c.descriptor, c.mode, r.over)),
+                .enumerate()
+                .map(|(i, c)| (c.descriptor, c.mode, over(i))),
         )
 }
 

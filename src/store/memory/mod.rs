@@ -164,9 +164,9 @@ impl MemoryStore {
         match checks {
             [check] => smallvec::smallvec![self.inner.check_one(check, now)],
             _ if Inner::one_listed_descriptor(checks) => self.inner.check_listed(checks, now),
-            [a, b] => self
+            [_, _] => self
                 .inner
-                .check_pair([a, b], now)
+                .check_pair(checks, now)
                 .unwrap_or_else(|| self.inner.check_many(checks, now)),
             _ => self.inner.check_many(checks, now),
         }

@@ -11,6 +11,7 @@
 use parking_lot::MutexGuard;
 use smallvec::SmallVec;
 
+use super::batch::denied;
 use super::shard::{Buckets, Place};
 use super::{Inner, shard_index};
 use crate::clock::Nanos;
@@ -18,13 +19,17 @@ use crate::limiter;
 use crate::store::{Check, Reports};
 
 impl Inner {
-    /// `pair`'s reports, or `None` when the pair is not of that shape (a repeated key, a
-    /// limit of a `rate_limits` list), which [`Inner::check_many`] decides instead.
-    pub(super) fn check_pair(&self, pair: [&Check<'_>; 2], now: Nanos) -> Option<Reports> {
-        if pair.iter().any(|check| check.key.is_listed()) {
+    /// The reports of `pair`, two checks, or `None` when they are not of that shape (a
+    /// repeated key, a limit of a `rate_limits` list), which [`Inner::check_many`] decides
+    /// instead.
+    pub(super) fn check_pair(&self, pair: &[Check<'_>], now: Nanos) -> Option<Reports> {
+        let [a, b] = pair else {
+            return None;
+        };
+        if a.key.is_listed() || b.key.is_listed() {
             return None;
         }
-        let ids = pair.map(|check| self.id(&check.key));
+        let ids = [a, b].map(|check| self.id(&check.key));
         if ids[0] == ids[1] {
             return None;
         }
@@ -52,13 +57,7 @@ impl Inner {
             let state = buckets.kept_mut(touched.place).state.as_ref();
             steps.push(limiter::step(state, &check.limit, check.hits, now));
         }
-        // Nearly every request: nothing over, which no mode turns into a denial.
-        let denied = steps.iter().any(limiter::Step::over)
-            && limiter::request_denied(
-                pair.iter()
-                    .zip(&steps)
-                    .map(|(check, step)| (check.descriptor, check.mode, step.over())),
-            );
+        let denied = denied(pair, |i| steps[i].over());
         let mut reports = Reports::new();
         for (i, (check, step)) in pair.iter().zip(&steps).enumerate() {
             let (state, report) = step.settle(denied);
