@@ -17,7 +17,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use foldhash::fast::RandomState;
 
 use super::Metrics;
-use super::rules::{Labels, RuleStats};
+use super::labels::Labels;
+use super::rules::RuleStats;
 use super::text::{family, sample};
 
 /// The value that stands for every request value past the cap, in each level's label

@@ -17,7 +17,7 @@ use foldhash::fast::RandomState;
 
 use super::Metrics;
 use super::detailed::OVERFLOW_VALUE;
-use super::rules::sanitize;
+use super::labels::sanitize;
 use super::text::{family, sample};
 
 /// The longest domain with a series of its own: far above real domain names, short enough

@@ -79,6 +79,7 @@ mod connections;
 mod detailed;
 mod domains;
 mod hits;
+mod labels;
 mod limits;
 pub mod live;
 pub mod refusals;
@@ -110,7 +111,8 @@ use crate::store::Store;
 pub use detailed::OVERFLOW_VALUE;
 use detailed::Series;
 use domains::UnknownDomains;
-use rules::{Labels, RuleStats, RuleTable, Rules, TableRef, build_table};
+use labels::Labels;
+use rules::{RuleStats, RuleTable, Rules, TableRef, build_table};
 use text::Histogram;
 pub use views::{LimitCounts, RuleView};
 

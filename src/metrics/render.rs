@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::connections;
-use super::rules::{Labels, RULE_FAMILIES, RuleStats};
+use super::labels::Labels;
+use super::rules::{RULE_FAMILIES, RuleStats};
 use super::text::{family, sample};
 use super::{METHOD, Metrics};
 use crate::store::Store;

@@ -22,7 +22,8 @@ use smallvec::SmallVec;
 
 use super::Metrics;
 use super::detailed::{Detailed, OVERFLOW_VALUE};
-use super::rules::{Labels, RuleStats};
+use super::labels::Labels;
+use super::rules::RuleStats;
 
 /// Levels that are labels: `key1` and `key2`.
 const LABELLED: usize = 2;
