@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 
 use super::stripes::Counters;
 use super::text::{family, sample};
@@ -95,9 +94,9 @@ impl LimitStats {
 pub(super) fn count(stats: &[Arc<LimitStats>], reports: &[Report], bound: usize, hits: u64) {
     for (i, (stats, report)) in stats.iter().zip(reports).enumerate() {
         let mine = stats.0.mine();
-        mine[if report.over { OVER } else { WITHIN }].fetch_add(hits, Relaxed);
+        mine.add(if report.over { OVER } else { WITHIN }, hits);
         if i == bound {
-            mine[BOUND].fetch_add(1, Relaxed);
+            mine.add(BOUND, 1);
         }
     }
 }

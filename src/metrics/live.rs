@@ -48,7 +48,7 @@ impl RuleCounts {
 
     /// One descriptor decided on this rule.
     pub(crate) fn count(&self, over: bool) {
-        self.counts.mine()[if over { OVER } else { ALLOWED }].fetch_add(1, Relaxed);
+        self.counts.mine().add(if over { OVER } else { ALLOWED }, 1);
     }
 
     /// (allowed, over) so far.

@@ -13,7 +13,7 @@ use super::detailed::{Detailed, OVERFLOW_VALUE, Series};
 use super::labels::Labels;
 use super::limits::{self, LimitStats};
 use super::live::RuleCounts;
-use super::stripes::{Counters, add};
+use super::stripes::Counters;
 use super::value_to_metric::{Valued, names_labels};
 use crate::config::Config;
 use crate::limiter::Report;
@@ -201,7 +201,7 @@ impl RuleStats {
     fn count(&self, limit: &Limit, hits: u64, report: &Report, shadow: bool, ratio: f32) {
         let mine = self.0.mine();
         let split = if report.cached {
-            add(&mine[Hits::Cached as usize], hits);
+            mine.add(Hits::Cached as usize, hits);
             Split {
                 over: hits,
                 ..Split::default()
@@ -209,21 +209,21 @@ impl RuleStats {
         } else {
             split(limit, hits, report, ratio)
         };
-        add(&mine[Hits::Within as usize], split.within);
-        add(&mine[Hits::Near as usize], split.near);
-        add(&mine[Hits::Over as usize], split.over);
-        add(
-            &mine[Hits::Neither as usize],
+        mine.add(Hits::Within as usize, split.within);
+        mine.add(Hits::Near as usize, split.near);
+        mine.add(Hits::Over as usize, split.over);
+        mine.add(
+            Hits::Neither as usize,
             hits.saturating_sub(split.within + split.over),
         );
         if shadow {
-            add(&mine[Hits::Shadow as usize], split.over);
+            mine.add(Hits::Shadow as usize, split.over);
         }
     }
 
     /// Hits allowed on an unlimited rule.
     fn within(&self, hits: u64) {
-        add(&self.0.mine()[Hits::Within as usize], hits);
+        self.0.mine().add(Hits::Within as usize, hits);
     }
 
     fn read(&self, counter: Hits) -> u64 {
@@ -513,7 +513,7 @@ mod tests {
 
     #[test]
     fn a_busy_series_counted_from_several_threads_loses_no_hit() {
-        // Enough to pass the point where the counters take per-CPU stripes.
+        // Enough to pass the point where the counters take their stripes.
         let stats = RuleStats::default();
         let (threads, each) = (4, 20_000);
         std::thread::scope(|s| {

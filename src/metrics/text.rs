@@ -1,7 +1,6 @@
 //! The Prometheus text format 0.0.4: families, samples, fixed-bucket histograms.
 
 use std::fmt::{Display, Write as _};
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use super::stripes::Counters;
@@ -48,8 +47,8 @@ impl Histogram {
             BUCKETS.partition_point(|&bound| bound < nanos)
         };
         let mine = self.0.mine();
-        mine[bucket].fetch_add(1, Relaxed);
-        mine[SUM].fetch_add(nanos, Relaxed);
+        mine.add(bucket, 1);
+        mine.add(SUM, nanos);
     }
 
     /// Observations in bucket `index` (not cumulative), over every stripe.
