@@ -40,6 +40,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 cargo build --release --bin meshlimit --example noop_rls
+BIN=${CARGO_TARGET_DIR:-target}/release
 write_bodies "$WORK"
 write_config "$WORK"
 
@@ -47,9 +48,9 @@ write_config "$WORK"
 instructions() {
     local name=$1 n=$2 port out="$WORK/callgrind.$1.$2" log="$WORK/h2load.$1.$2"
     port=$(free_port)
-    local server=(target/release/examples/noop_rls "127.0.0.1:$port")
+    local server=("$BIN/examples/noop_rls" "127.0.0.1:$port")
     if [[ $name == meshlimit ]]; then
-        server=(target/release/meshlimit serve --config "$WORK/config" --log warn
+        server=("$BIN/meshlimit" serve --config "$WORK/config" --log warn
             --grpc-addr "127.0.0.1:$port" --http-addr "127.0.0.1:$(free_port)" --drain-delay-ms 0)
     fi
     valgrind --tool=callgrind --callgrind-out-file="$out" "${server[@]}" 2>"$WORK/valgrind.$name.log" &

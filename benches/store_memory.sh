@@ -40,8 +40,8 @@ done
 if [[ -z ${MESHLIMIT:-} || -z ${LOADGEN:-} ]]; then
     cargo build --release --bin meshlimit --example loadgen
 fi
-MESHLIMIT=${MESHLIMIT:-target/release/meshlimit}
-LOADGEN=${LOADGEN:-target/release/examples/loadgen}
+MESHLIMIT=${MESHLIMIT:-${CARGO_TARGET_DIR:-target}/release/meshlimit}
+LOADGEN=${LOADGEN:-${CARGO_TARGET_DIR:-target}/release/examples/loadgen}
 
 WORK=$(mktemp -d)
 SERVER_PID=

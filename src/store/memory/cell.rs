@@ -22,7 +22,11 @@ impl Kept<'_> {
     /// Keeps `state`, decided under `limit`.
     pub(super) fn keep(self, state: Option<State>, limit: &Limit) {
         *self.state = state;
-        *self.requests_per_unit = limit.requests_per_unit;
+        // Written only when it changed: a one-limit bucket's rate is on its slot's second
+        // cache line, which other cores then keep reading without a transfer.
+        if *self.requests_per_unit != limit.requests_per_unit {
+            *self.requests_per_unit = limit.requests_per_unit;
+        }
     }
 }
 

@@ -100,3 +100,11 @@ fn a_descriptors_limits_share_one_bucket_apart_from_a_one_limit_bucket() {
         BUCKET_BYTES + cell::listed_limit_bytes("5:p=1s") + cell::listed_limit_bytes("5:p=1d")
     );
 }
+
+#[test]
+fn a_slots_state_has_a_cache_line_of_its_own() {
+    assert_eq!(align_of::<Slot>(), 64);
+    assert_eq!(size_of::<Slot>(), 128);
+    assert_eq!(std::mem::offset_of!(Slot, cell), 0);
+    assert!(size_of::<Cell>() <= 64);
+}
