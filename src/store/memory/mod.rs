@@ -4,8 +4,8 @@
 //! Buckets live in [`SHARDS`] shards, each a `parking_lot` mutex around a table of buckets
 //! kept in recency order (see [`shard`]). A one-descriptor decision takes one lock, the
 //! shard of its key; a request with several descriptors takes the locks of all its shards
-//! (see [`batch`]; two descriptors on two one-limit buckets, the commonest such request,
-//! skip its bookkeeping, see [`pair`]). N concurrent requests against a limit L let exactly L through, and a
+//! (see [`batch`]; a few descriptors on as many one-limit buckets, the commonest such
+//! requests, skip its bookkeeping, see [`few`]). N concurrent requests against a limit L let exactly L through, and a
 //! denied request takes no token from any bucket. The limits of a `rate_limits` list are
 //! kept together in one bucket, under the descriptor's key (see [`cell`]): they are looked
 //! up, aged and evicted together, and count as one bucket.
@@ -36,8 +36,8 @@ mod batch;
 mod bounds;
 mod bucket_id;
 mod cell;
+mod few;
 mod listed;
-mod pair;
 mod shard;
 
 use std::sync::Arc;
@@ -164,11 +164,10 @@ impl MemoryStore {
         match checks {
             [check] => smallvec::smallvec![self.inner.check_one(check, now)],
             _ if Inner::one_listed_descriptor(checks) => self.inner.check_listed(checks, now),
-            [_, _] => self
+            _ => self
                 .inner
-                .check_pair(checks, now)
+                .check_few(checks, now)
                 .unwrap_or_else(|| self.inner.check_many(checks, now)),
-            _ => self.inner.check_many(checks, now),
         }
     }
 
