@@ -202,3 +202,49 @@ fn an_admission_under_another_limit_forgets_the_snapshot() {
     cache.learn(&check(window(5), 1), &window_passed(1), T0 + 10 * MS);
     assert!(cache.refuse(&[check(limit, 1)], T0 + 20 * MS).is_none());
 }
+
+/// The count of snapshots that lets a cache holding none skip its lookups: up with each
+/// snapshot kept, down with each one replaced, forgotten or expired, and a snapshot
+/// learned after it fell to 0 refuses again.
+#[test]
+fn the_count_of_snapshots_follows_every_insertion_and_removal() {
+    let kept = cache();
+    let held = |c: &OverLimitCache| {
+        c.run_pending_tasks();
+        c.held.load(std::sync::atomic::Ordering::Acquire)
+    };
+    assert!(kept.holds_none());
+    let limit = bucket(10, 10);
+    let other = Check {
+        key: "4:test1:o".into(),
+        ..check(limit, 1)
+    };
+    kept.learn(&check(limit, 1), &tokens_owed(&limit, true, 10), T0);
+    kept.learn(&other, &tokens_owed(&limit, true, 10), T0);
+    assert_eq!(held(&kept), 2);
+    // Learned again: one snapshot replaces the other.
+    kept.learn(&other, &tokens_owed(&limit, true, 10), T0 + MS);
+    assert_eq!(held(&kept), 2);
+    // An admission after the snapshot forgets it.
+    kept.learn(&other, &tokens_owed(&limit, false, 10), T0 + 100 * MS);
+    assert_eq!(held(&kept), 1);
+    assert!(kept.refuse(&[check(limit, 1)], T0 + 99 * MS).is_some());
+    // A window whose snapshot lasts 20 ms of the cache's own (real) clock expires.
+    let (windowed, short) = (cache(), window(3));
+    windowed.learn(&check(short, 1), &over(3, 20), T0);
+    assert_eq!(held(&windowed), 1);
+    // Bounded: at most 10 s of 5 ms waits (moka expires on a timer wheel of about 1 s).
+    let waits = (0..2_000)
+        .take_while(|_| {
+            let waiting = held(&windowed) > 0;
+            if waiting {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            waiting
+        })
+        .count();
+    assert!(waits < 2_000, "the snapshot never expired");
+    assert!(windowed.refuse(&[check(short, 1)], T0).is_none());
+    windowed.learn(&check(short, 1), &over(3, 300), T0);
+    assert!(windowed.refuse(&[check(short, 1)], T0).is_some());
+}
