@@ -170,6 +170,10 @@ impl Leases {
     /// lease covers, so no request could spend the tokens ([`Leases::spend`]); they would
     /// sit unused, lost to every replica, until the lease expires, and then be leased anew.
     pub(super) fn wants(&self, checks: &[Check<'_>]) -> smallvec::SmallVec<[Want; 4]> {
+        if self.size == 0 {
+            // Leasing off, the default: no grouping by descriptor to do.
+            return checks.iter().map(|_| Want::nothing()).collect();
+        }
         checks
             .chunk_by(|a, b| a.descriptor == b.descriptor)
             .flat_map(|descriptor| {
