@@ -20,6 +20,7 @@
 //! the [`BUSY`]th time it is counted on: a config of 200,000 rules pays for the stripes of
 //! the rules that are busy, not for all of them.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{LazyLock, OnceLock};
 
@@ -78,12 +79,39 @@ impl Owners {
 /// before the next owner's first.
 static OWNERS: Mutex<Owners> = Mutex::new(Owners::new());
 
+/// How many counts a thread without a stripe makes before asking for one again: a stripe
+/// may have been given back since by a thread that exited.
+const ASK_AGAIN: u32 = 4096;
+
 /// A thread's claim on a stripe number, given back when the thread exits.
-struct Owned(Option<usize>);
+struct Owned {
+    /// The stripe number, once one was free.
+    stripe: Cell<Option<usize>>,
+    /// Counts left before a thread without a stripe asks again.
+    wait: Cell<u32>,
+}
+
+impl Owned {
+    /// The stripe number; without one, `claim`'s answer now and then.
+    fn stripe(&self, claim: impl FnOnce() -> Option<usize>) -> Option<usize> {
+        if let Some(stripe) = self.stripe.get() {
+            return Some(stripe);
+        }
+        let wait = self.wait.get();
+        if wait > 0 {
+            self.wait.set(wait - 1);
+            return None;
+        }
+        self.wait.set(ASK_AGAIN);
+        let stripe = claim();
+        self.stripe.set(stripe);
+        stripe
+    }
+}
 
 impl Drop for Owned {
     fn drop(&mut self) {
-        if let Some(stripe) = self.0 {
+        if let Some(stripe) = self.stripe.get() {
             OWNERS.lock().give_back(stripe);
         }
     }
@@ -91,14 +119,22 @@ impl Drop for Owned {
 
 thread_local! {
     /// The stripe number this thread owns, claimed the first time it counts on a busy set.
-    static OWNED: Owned = Owned(OWNERS.lock().claim(*STRIPES));
+    static OWNED: Owned = const {
+        Owned {
+            stripe: Cell::new(None),
+            wait: Cell::new(0),
+        }
+    };
 }
 
 /// The stripe number the calling thread owns; `None` if none was left for it (or while it
 /// exits).
 #[inline]
 fn owned_stripe() -> Option<usize> {
-    OWNED.try_with(|owned| owned.0).ok().flatten()
+    OWNED
+        .try_with(|owned| owned.stripe(|| OWNERS.lock().claim(*STRIPES)))
+        .ok()
+        .flatten()
 }
 
 /// `N` counters: what one series, rule, limit or histogram counts per request. Counts go
@@ -195,7 +231,9 @@ impl<const N: usize> Counters<N> {
 mod tests {
     use crossbeam_utils::CachePadded;
 
-    use super::{BUSY, Counters, MAX_STRIPES, Owners, STRIPES};
+    use std::cell::Cell;
+
+    use super::{ASK_AGAIN, BUSY, Counters, MAX_STRIPES, Owned, Owners, STRIPES};
 
     #[test]
     fn every_thread_counts_and_the_sum_sees_them_all() {
@@ -248,6 +286,44 @@ mod tests {
         owners.give_back(0);
         assert_eq!(owners.claim(2), Some(0));
         assert_eq!(owners.claim(2), None);
+    }
+
+    #[test]
+    fn a_thread_without_a_stripe_asks_again_now_and_then() {
+        let owned = Owned {
+            stripe: Cell::new(None),
+            wait: Cell::new(0),
+        };
+        let mut asked = 0;
+        let mut free = None;
+        for _ in 0..=ASK_AGAIN {
+            assert_eq!(
+                owned.stripe(|| {
+                    asked += 1;
+                    free
+                }),
+                None
+            );
+        }
+        assert_eq!(asked, 1, "asked on the first count only");
+        // A stripe was given back meanwhile: the next time it asks, it gets it.
+        free = Some(1);
+        let got: Vec<Option<usize>> = (0..=ASK_AGAIN)
+            .map(|_| {
+                owned.stripe(|| {
+                    asked += 1;
+                    free
+                })
+            })
+            .collect();
+        assert_eq!(asked, 2);
+        assert_eq!(got.last(), Some(&Some(1)));
+        assert_eq!(
+            owned.stripe(|| unreachable!("kept, not asked again")),
+            Some(1)
+        );
+        // Not given back to the process' owners: the stripe was never theirs here.
+        std::mem::forget(owned);
     }
 
     #[test]
