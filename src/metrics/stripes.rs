@@ -13,7 +13,8 @@
 //! given back when a thread exits; the server counts on its runtime's workers, one per
 //! CPU. There are as many as the process has CPUs, at most [`MAX_STRIPES`]: a thread that
 //! finds none left (a machine with more cores, or other threads that took them) adds to the
-//! plain counters with locked additions, as every thread does before a set is busy.
+//! plain counters with locked additions, as every thread does before a set is busy, and
+//! asks again every [`ASK_AGAIN`] counts.
 //!
 //! Stripes cost memory (128 bytes each), and most rules of a large config see little
 //! traffic. So a counter set starts as one plain set of counters, and takes its stripes
