@@ -22,6 +22,7 @@
 //! the rules that are busy, not for all of them.
 
 use std::cell::Cell;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{LazyLock, OnceLock};
 
@@ -167,6 +168,9 @@ pub(super) struct Mine<'a, const N: usize> {
     counters: &'a [AtomicU64; N],
     /// Whether the calling thread is the only one that writes `counters`.
     owned: bool,
+    /// Not `Send`: an owned stripe is written by its thread alone, so a `Mine` must not be
+    /// held across an `.await` that could resume on another thread.
+    _here: PhantomData<*const ()>,
 }
 
 impl<const N: usize> Mine<'_, N> {
@@ -197,6 +201,7 @@ impl<const N: usize> Counters<N> {
                 return Mine {
                     counters: &stripes[stripe],
                     owned: true,
+                    _here: PhantomData,
                 };
             }
         } else if self.uses.fetch_add(1, Relaxed) == BUSY {
@@ -210,6 +215,7 @@ impl<const N: usize> Counters<N> {
         Mine {
             counters: &self.first,
             owned: false,
+            _here: PhantomData,
         }
     }
 
