@@ -11,7 +11,7 @@ use super::text::{family, sample};
 use crate::limiter::Report;
 use crate::rules::Rule;
 
-/// One limit's counters (per CPU once busy, see `super::stripes`): hits this limit had
+/// One limit's counters (per thread once busy, see `super::stripes`): hits this limit had
 /// room for, whatever the request's fate, at [`WITHIN`]; hits it refused at [`OVER`];
 /// descriptors whose status reported it (it bound them) at [`BOUND`].
 #[derive(Debug, Default)]

@@ -22,8 +22,8 @@ pub struct RuleCounts {
     /// The rule's path, as `/rlconfig` names it.
     pub path: Arc<str>,
     /// Descriptors the rule allowed (unlimited rules' included) at [`ALLOWED`], and over
-    /// its limit (shadow-mode rules' included, answered OK) at [`OVER`]; per CPU once busy,
-    /// as every worker counts the busiest rules (see `super::stripes`).
+    /// its limit (shadow-mode rules' included, answered OK) at [`OVER`]; per thread once
+    /// busy, as every worker counts the busiest rules (see `super::stripes`).
     counts: Counters<2>,
     /// The counts when [`RuleCounts::since_last`] last read them: kept with the rule
     /// rather than in a map of every rule beside it.

@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::limiter::Report;
 use crate::rules::{Algorithm, Limit, Rule};
 
-/// Counters of one series of per-rule statistics, indexed by [`Hits`]; per CPU once busy
+/// Counters of one series of per-rule statistics, indexed by [`Hits`]; per thread once busy
 /// (see `super::stripes`), so that the cores counting a busy rule do not take its cache
 /// lines from each other.
 #[derive(Debug, Default)]

@@ -43,7 +43,9 @@ impl Inner {
         for (shard, &id) in shards.iter_mut().zip(&ids[..n]) {
             *shard = shard_index(id);
         }
-        // The shards to lock, ascending, each once.
+        // The shards to lock, ascending, each once. Not `batch::ShardSet`: walking its 256
+        // bits and ranking in them cost about 110 instructions more a three-descriptor
+        // request (callgrind on `service/three_descriptors`, 9,347 against 9,227).
         let mut locked: SmallVec<[usize; FEW]> = shards[..n].iter().copied().collect();
         locked.sort_unstable();
         locked.dedup();

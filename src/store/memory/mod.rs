@@ -5,8 +5,8 @@
 //! kept in recency order (see [`shard`]). A one-descriptor decision takes one lock, the
 //! shard of its key; a request with several descriptors takes the locks of all its shards
 //! (see [`batch`]; a few descriptors on as many one-limit buckets, the commonest such
-//! requests, skip its bookkeeping, see [`few`]). N concurrent requests against a limit L let exactly L through, and a
-//! denied request takes no token from any bucket. The limits of a `rate_limits` list are
+//! requests, skip its bookkeeping, see [`few`]). N concurrent requests against a limit L
+//! let exactly L through, and a denied request takes no token from any bucket. The limits of a `rate_limits` list are
 //! kept together in one bucket, under the descriptor's key (see [`cell`]): they are looked
 //! up, aged and evicted together, and count as one bucket.
 //!
