@@ -191,10 +191,11 @@ impl Leases {
             .collect()
     }
 
-    /// Extra tokens to ask for with `check` (enough to hold the lease size again) and the
-    /// right to add them, unless leasing is off or another request is topping it up.
+    /// Extra tokens to ask for with `check`, a token bucket's with leasing on (see
+    /// [`Leases::wants`]): enough to hold the lease size again, and the right to add them,
+    /// unless another request is topping it up.
     fn want(&self, check: &Check<'_>) -> Want {
-        if self.size == 0 || check.limit.algorithm != Algorithm::TokenBucket || check.hits == 0 {
+        if check.hits == 0 {
             return Want::nothing();
         }
         // Created atomically: two first requests must not each top up a lease of their own.
