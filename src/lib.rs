@@ -25,6 +25,8 @@
 //! - [`app`]: wires it all together for the `meshlimit` binary and the tests.
 //! - [`cli`]: the `meshlimit` command line (`serve`, `validate`, `explain`, `db init`);
 //!   [`defaults`]: every default of the command line and of [`app::Settings`].
+//! - [`file_watch`]: debounced directory watches that tell changes from reads (the config
+//!   path, TLS files).
 //! - [`clock`]: the one source of time; `throttle`: at most one log line per interval.
 
 #![forbid(unsafe_code)]
@@ -44,6 +46,7 @@ pub mod config;
 pub mod defaults;
 pub mod error;
 pub mod explain;
+pub mod file_watch;
 pub mod gocompat;
 pub mod grpc;
 pub mod http;

@@ -22,12 +22,11 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use notify::RecursiveMode;
-use notify_debouncer_mini::{DebounceEventResult, Debouncer, new_debouncer};
 use tokio::sync::mpsc;
 use tracing::warn;
 
 use crate::config::{self, SharedConfig};
+use crate::file_watch::Changes;
 pub use crate::source::Outcome;
 use crate::source::{self, History, Loaded};
 
@@ -78,23 +77,15 @@ pub fn spawn(
     let (tx, mut rx) = mpsc::channel::<()>(1);
     let interest = Arc::new(Mutex::new(Interest::default()));
     let events_interest = interest.clone();
-    let mut debouncer = new_debouncer(debounce, move |events: DebounceEventResult| {
-        let concerned = match events {
-            Ok(events) => {
-                let interest = events_interest.lock();
-                events.iter().any(|e| interest.concerns(&e.path))
-            }
-            Err(e) => {
-                warn!("config watch error: {e}");
-                true
-            }
-        };
-        if concerned {
-            // A full channel already holds a pending reload, which will see this change too.
+    let mut changes = Changes::start(
+        debounce,
+        move |path| events_interest.lock().concerns(path),
+        // A full channel already holds a pending reload, which will see this change too.
+        move |_| {
             let _ = tx.try_send(());
-        }
-    })?;
-    watch(&mut debouncer, &path, &interest)?;
+        },
+    )?;
+    watch(&mut changes, &path, &interest)?;
     let task_status = status.clone();
     let task = tokio::spawn(async move {
         while rx.recv().await.is_some() {
@@ -104,7 +95,7 @@ pub fn spawn(
                 move || source::apply(config::load(&p).map(Loaded::unversioned), &c, &history);
             // A panic in the parser is the parser's bug; the next event tries again.
             let _ = tokio::task::spawn_blocking(load).await;
-            if let Err(e) = watch(&mut debouncer, &path, &interest) {
+            if let Err(e) = watch(&mut changes, &path, &interest) {
                 warn!("cannot watch {}: {e}", path.display());
             }
         }
@@ -114,21 +105,16 @@ pub fn spawn(
 
 /// Watches what `path` stands for now, dropping the watches no longer wanted, and makes
 /// `interest` the current one.
-fn watch(
-    debouncer: &mut Debouncer<notify::RecommendedWatcher>,
-    path: &Path,
-    interest: &Mutex<Interest>,
-) -> notify::Result<()> {
+fn watch(changes: &mut Changes, path: &Path, interest: &Mutex<Interest>) -> notify::Result<()> {
     let wanted = Interest::of(path);
     let before = std::mem::replace(&mut *interest.lock(), wanted.clone());
-    let watcher = debouncer.watcher();
     for old in before.dirs.iter().filter(|p| !wanted.dirs.contains(p)) {
-        let _ = watcher.unwatch(old);
+        changes.unwatch(old);
     }
     let mut failed = Vec::new();
     let mut first_error = None;
     for new in wanted.dirs.iter().filter(|p| !before.dirs.contains(p)) {
-        if let Err(e) = watcher.watch(new, RecursiveMode::NonRecursive) {
+        if let Err(e) = changes.watch(new) {
             failed.push(new.clone());
             first_error.get_or_insert(e);
         }

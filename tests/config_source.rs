@@ -24,12 +24,13 @@ fn sample<'a>(metrics: &'a str, name: &str) -> Option<&'a str> {
         .and_then(|l| l.rsplit(' ').next())
 }
 
-/// Replaces `file` with `text` in one step (written beside it under a dotfile name, which
-/// the config directory skips, then renamed over it), so that the watcher never sees a
-/// half-written file: one edit is one load attempt, which the counts below rely on.
+/// Replaces `file` with `text` in one step: written in a directory of its own on the same
+/// file system, which nothing watches, then renamed over it. The watch sees one event, so
+/// one edit is one load attempt, which the counts below rely on, however long the test is
+/// paused between the write and the rename.
 fn replace(file: &std::path::Path, text: &str) {
-    let name = file.file_name().unwrap().to_string_lossy();
-    let tmp = file.with_file_name(format!(".{name}.tmp"));
+    let staging = tempfile::tempdir_in(file.parent().unwrap().parent().unwrap()).unwrap();
+    let tmp = staging.path().join("next.yaml");
     std::fs::write(&tmp, text).unwrap();
     std::fs::rename(&tmp, file).unwrap();
 }

@@ -13,14 +13,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use notify::RecursiveMode;
-use notify_debouncer_mini::{DebounceEventResult, Debouncer, new_debouncer};
 use parking_lot::Mutex;
 use rustls::ServerConfig;
 use tokio_rustls::TlsAcceptor;
 use tracing::{info, warn};
 
 use super::tls::{Protocols, TlsError, TlsFiles, build};
+use crate::file_watch::Changes;
 
 /// Quiet time after a file event before the files are read again.
 const DEBOUNCE: Duration = Duration::from_millis(200);
@@ -31,7 +30,7 @@ pub struct TlsSource {
     /// new one.
     current: Arc<ArcSwap<ServerConfig>>,
     /// Keeps the watch alive.
-    _watcher: Debouncer<notify::RecommendedWatcher>,
+    _watcher: Changes,
 }
 
 impl std::fmt::Debug for TlsSource {
@@ -54,16 +53,14 @@ impl TlsSource {
             protocols,
             current: current.clone(),
         };
-        let mut watcher = new_debouncer(DEBOUNCE, move |events: DebounceEventResult| {
-            if events.is_ok() {
-                reloader.reload();
-            }
-        })
-        .map_err(|e| TlsError(format!("cannot watch the TLS files: {e}")))?;
-        for dir in directories(&files) {
+        let dirs = directories(&files);
+        // Every entry of these directories concerns the files: a secret's `..data` link
+        // swap and an editor's rename both show up as other names than the files'.
+        let mut watcher = Changes::start(DEBOUNCE, |_| true, move |_| reloader.reload())
+            .map_err(|e| TlsError(format!("cannot watch the TLS files: {e}")))?;
+        for dir in dirs {
             watcher
-                .watcher()
-                .watch(&dir, RecursiveMode::NonRecursive)
+                .watch(&dir)
                 .map_err(|e| TlsError(format!("cannot watch {}: {e}", dir.display())))?;
         }
         Ok(Arc::new(Self {
