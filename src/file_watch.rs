@@ -1,6 +1,7 @@
 //! Watching directories for changes to files, debounced over all of them.
 //!
-//! Two things the watcher crates do not do for us:
+//! Three things notify's watcher does not do for us (nor did notify-debouncer-mini, which
+//! this replaces):
 //! - **Reads are not changes.** inotify reports every open and close, and a reload reads
 //!   the very files it watches: counted as changes, each reload would schedule the next one,
 //!   forever (the config and the TLS files were read again every debounce period after their
@@ -8,7 +9,10 @@
 //! - **One quiet period for the whole set.** An edit that writes a file beside the target and
 //!   renames it over it touches two paths; debouncing each path on its own can split them
 //!   into two reloads. Here the callback runs once no relevant event has come for `quiet`.
+//! - **Lost events are a change.** When inotify's queue overflows, notify says that events
+//!   were lost (a rescan); any file may have changed, so that counts as a change.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
@@ -33,8 +37,8 @@ impl Changes {
     /// paths whose changes matter; `on_change` then runs on a thread of the watch's own, once
     /// `quiet` has passed without a further change (or [`LONGEST_WAIT`] quiet periods after
     /// the first, for a file that never stops changing), with the paths changed since its
-    /// last call, sorted, each once. A watcher error, which may have hidden a change, counts
-    /// as a change of no path.
+    /// last call, sorted, each once. A watcher error, or lost events, may have hidden a
+    /// change: they count as a change of no path.
     ///
     /// # Errors
     /// The platform's watcher could not be created, or the thread not started.
@@ -49,19 +53,7 @@ impl Changes {
             .spawn(move || debounce(&rx, quiet, on_change))
             .map_err(notify::Error::io)?;
         let watcher = notify::recommended_watcher(move |event: notify::Result<Event>| {
-            let report = match event {
-                Ok(event) if !is_change(event.kind) => None,
-                Ok(event) => {
-                    let paths: Vec<PathBuf> =
-                        event.paths.into_iter().filter(|p| concerns(p)).collect();
-                    (!paths.is_empty()).then_some(paths)
-                }
-                Err(e) => {
-                    tracing::warn!("file watch error: {e}");
-                    Some(Vec::new())
-                }
-            };
-            if let Some(paths) = report {
+            if let Some(paths) = report(event, &concerns) {
                 let _ = tx.send(paths);
             }
         })?;
@@ -79,6 +71,24 @@ impl Changes {
     /// Removes `dir` from the watch; a directory not watched is not an error.
     pub fn unwatch(&mut self, dir: &Path) {
         let _ = self.watcher.unwatch(dir);
+    }
+}
+
+/// What a watcher's `event` tells the debouncing thread: the concerned paths it may have
+/// changed, none for an error or lost events (something may have changed), or nothing.
+fn report(event: notify::Result<Event>, concerns: &impl Fn(&Path) -> bool) -> Option<Vec<PathBuf>> {
+    match event {
+        // Events were lost (inotify's queue overflowed): any file may have changed.
+        Ok(event) if event.need_rescan() => Some(Vec::new()),
+        Ok(event) if !is_change(event.kind) => None,
+        Ok(event) => {
+            let paths: Vec<PathBuf> = event.paths.into_iter().filter(|p| concerns(p)).collect();
+            (!paths.is_empty()).then_some(paths)
+        }
+        Err(e) => {
+            tracing::warn!("file watch error: {e}");
+            Some(Vec::new())
+        }
     }
 }
 
@@ -100,10 +110,13 @@ fn debounce(
     quiet: Duration,
     mut on_change: impl FnMut(Vec<PathBuf>),
 ) {
-    while let Ok(mut changed) = changes.recv() {
-        let first = Stopwatch::start();
+    while let Ok(first) = changes.recv() {
+        // A set: a file written again and again adds nothing, so memory stays bounded by the
+        // files in the watched directories however many events come.
+        let mut changed: BTreeSet<PathBuf> = first.into_iter().collect();
+        let started = Stopwatch::start();
         loop {
-            let left = (quiet * LONGEST_WAIT).saturating_sub(first.until(Stopwatch::start()));
+            let left = (quiet * LONGEST_WAIT).saturating_sub(started.until(Stopwatch::start()));
             if left.is_zero() {
                 break;
             }
@@ -113,9 +126,7 @@ fn debounce(
                 Err(RecvTimeoutError::Disconnected) => return,
             }
         }
-        changed.sort();
-        changed.dedup();
-        on_change(changed);
+        on_change(changed.into_iter().collect());
     }
 }
 
@@ -146,6 +157,28 @@ mod tests {
     }
 
     #[test]
+    fn an_event_reports_its_concerned_changed_paths_and_lost_events_report_a_change() {
+        let concerns = |p: &Path| p != Path::new("/c/x");
+        let event = |kind, paths: &[&str]| {
+            Ok(paths
+                .iter()
+                .fold(Event::new(kind), |e, p| e.add_path(PathBuf::from(p))))
+        };
+        let modify = EventKind::Modify(ModifyKind::Any);
+        assert_eq!(
+            report(event(modify, &["/c/a", "/c/x", "/c/b"]), &concerns),
+            Some(vec![PathBuf::from("/c/a"), PathBuf::from("/c/b")])
+        );
+        assert_eq!(report(event(modify, &["/c/x"]), &concerns), None);
+        let open = EventKind::Access(AccessKind::Open(AccessMode::Any));
+        assert_eq!(report(event(open, &["/c/a"]), &concerns), None);
+        let overflow = Event::new(EventKind::Other).set_flag(notify::event::Flag::Rescan);
+        assert_eq!(report(Ok(overflow), &concerns), Some(Vec::new()));
+        let error = notify::Error::generic("the watch broke");
+        assert_eq!(report(Err(error), &concerns), Some(Vec::new()));
+    }
+
+    #[test]
     fn changes_already_waiting_are_reported_together_once() {
         let (tx, rx) = mpsc::channel();
         tx.send(vec![PathBuf::from("b")]).unwrap();
@@ -163,6 +196,41 @@ mod tests {
         drop(tx);
         thread.join().unwrap();
         assert_eq!(calls.try_iter().count(), 0, "one call for the three");
+    }
+
+    /// A file that never stops changing is reported anyway, after at most
+    /// [`LONGEST_WAIT`] quiet periods: here while the changes are still coming, which only
+    /// end after 500 quiet periods.
+    #[test]
+    fn changes_that_never_stop_are_reported_after_the_longest_wait() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let quiet = Duration::from_millis(10);
+        let (tx, rx) = mpsc::channel();
+        let (calls_tx, calls) = mpsc::channel();
+        let over = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen_over = over.clone();
+        std::thread::spawn(move || {
+            debounce(&rx, quiet, |_| {
+                let _ = calls_tx.send(seen_over.load(Ordering::SeqCst));
+            });
+        });
+        let told_to_stop = stop.clone();
+        let sender = std::thread::spawn(move || {
+            for _ in 0..2_500 {
+                if told_to_stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                tx.send(vec![PathBuf::from("busy.log")]).unwrap();
+                std::thread::sleep(quiet / 5);
+            }
+            over.store(true, Ordering::SeqCst);
+        });
+        let changes_were_over = calls.recv_timeout(Duration::from_secs(60)).expect("a call");
+        stop.store(true, Ordering::SeqCst);
+        sender.join().unwrap();
+        assert!(!changes_were_over, "reported only once the changes stopped");
     }
 
     /// Through the platform's watcher: inotify reports a directory's events in order, so
