@@ -20,12 +20,14 @@ mod codec;
 mod ratelimit_headers;
 mod response;
 mod route;
+mod routes;
 mod sf;
 mod wire;
 
 pub use ratelimit_headers::{LIMIT_FIELD, POLICY_FIELD};
 pub use response::Answer;
 pub use route::RateLimitServer;
+pub use routes::{GrpcRoutes, Route};
 
 /// The gRPC face of a [`Service`].
 #[derive(Debug, Clone)]

@@ -254,7 +254,7 @@ async fn health_endpoints_and_a_live_edit() {
         .connect()
         .await
         .unwrap();
-    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
     for service in [
         "",
         "ratelimit",
@@ -272,6 +272,27 @@ async fn health_endpoints_and_a_live_edit() {
             tonic_health::pb::health_check_response::ServingStatus::Serving as i32,
             "{service:?}"
         );
+    }
+
+    // A service the port does not serve, and a method RateLimitService does not have, are
+    // UNIMPLEMENTED; the health service's own methods answer on the same port (above).
+    let mut raw = tonic::client::Grpc::new(channel.clone());
+    for path in [
+        "/no.such.Service/Call",
+        "/envoy.service.ratelimit.v3.RateLimitService/NoSuchMethod",
+        "/grpc.health.v1.Health/NoSuchMethod",
+    ] {
+        raw.ready().await.unwrap();
+        let codec = tonic_prost::ProstCodec::<RateLimitRequest, RateLimitResponse>::default();
+        let refused = raw
+            .unary(
+                tonic::Request::new(request("trading", vec![])),
+                http::uri::PathAndQuery::from_static(path),
+                codec,
+            )
+            .await
+            .expect_err(path);
+        assert_eq!(refused.code(), tonic::Code::Unimplemented, "{path}");
     }
 
     // Raise the backtesting burst in the file: visible through gRPC without a restart (and

@@ -14,7 +14,7 @@ use super::source::start_source;
 use super::{Error, Settings, build_service};
 use crate::admin_token::AdminToken;
 use crate::config::Config;
-use crate::grpc::Rls;
+use crate::grpc::{GrpcRoutes, Rls};
 use crate::http::{self, Health};
 use crate::net::{self, ConnectionOptions, Connections, Protocols, TlsFiles, TlsSource};
 use crate::page::Page;
@@ -204,15 +204,14 @@ pub async fn serve(
         settings.rlqs_assignment_ttl,
         quota_stage,
     );
-    let routes = tonic::service::Routes::new(health_service)
-        .add_service(
-            Rls::new(service)
-                .with_response_headers(settings.response_headers.clone())
-                .with_draft_fields(settings.draft_headers)
-                .into_server(),
-        )
-        .add_service(quota_service.into_server())
-        .prepare();
+    let routes = GrpcRoutes::new(
+        Rls::new(service)
+            .with_response_headers(settings.response_headers.clone())
+            .with_draft_fields(settings.draft_headers)
+            .into_server(),
+        health_service,
+        quota_service.into_server(),
+    );
     let grpc_options = ConnectionOptions {
         max_age: settings.grpc_max_connection_age,
         max_age_grace: settings.grpc_max_connection_age_grace,

@@ -23,7 +23,7 @@ const SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
 /// The one method's path.
 const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
-/// `envoy.service.ratelimit.v3.RateLimitService` for tonic's router.
+/// `envoy.service.ratelimit.v3.RateLimitService` as a tonic server, for [`super::GrpcRoutes`].
 #[derive(Debug, Clone)]
 pub struct RateLimitServer {
     /// Shared with each call's `ShouldRateLimit`: a call clones a pointer, not the `Rls`.
