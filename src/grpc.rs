@@ -22,6 +22,7 @@ mod response;
 mod route;
 mod routes;
 mod sf;
+mod unary;
 mod wire;
 
 pub use ratelimit_headers::{LIMIT_FIELD, POLICY_FIELD};

@@ -12,11 +12,10 @@ use bytes::Bytes;
 use crossbeam_utils::CachePadded;
 use tonic::body::Body;
 use tonic::codegen::BoxFuture;
-use tonic::server::{Grpc, NamedService, UnaryService};
+use tonic::server::{NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 
-use super::codec::ShouldRateLimitCodec;
-use super::{Answer, Rls};
+use super::{Answer, Rls, unary};
 
 /// The full gRPC name of the service.
 const SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
@@ -47,8 +46,8 @@ impl NamedService for RateLimitServer {
 
 impl<B> tower_service::Service<http::Request<B>> for RateLimitServer
 where
-    B: http_body::Body + Send + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+    B: http_body::Body<Data = Bytes> + Unpin + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + Unpin + 'static,
 {
     type Response = http::Response<Body>;
     type Error = Infallible;
@@ -63,19 +62,16 @@ where
             let missing = Status::unimplemented(format!("no method {}", request.uri().path()));
             return Box::pin(async move { Ok(missing.into_http()) });
         }
-        let method = ShouldRateLimit(Some(self.rls.clone()));
-        Box::pin(async move {
-            let mut grpc = Grpc::new(ShouldRateLimitCodec);
-            Ok(grpc.unary(method, request).await)
-        })
+        let rls = self.rls.clone();
+        Box::pin(async move { Ok(unary::answer(rls, request).await) })
     }
 }
 
 /// The unary method, as tonic's `Grpc` calls it: once per request.
-struct ShouldRateLimit(
+pub(super) struct ShouldRateLimit(
     /// The server's `Rls`, moved into the call's future: one count taken a request (tonic's
     /// generated servers take two).
-    Option<Arc<CachePadded<Rls>>>,
+    pub(super) Option<Arc<CachePadded<Rls>>>,
 );
 
 impl UnaryService<Bytes> for ShouldRateLimit {
