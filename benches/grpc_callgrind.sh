@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # gRPC cost per request in instructions: meshlimit against the no-op server
-# (examples/noop_rls.rs), each run under `valgrind --tool=callgrind` while h2load sends it
+# (examples/noop_rls.rs) twice, as a standard tonic service (`noop`) and on meshlimit's own
+# gRPC edge (`direct`: the difference to it is the service layer alone), each run under `valgrind --tool=callgrind` while h2load sends it
 # a fixed number of two.grpc requests (see benches/grpc_h2load.sh for the body and config).
 # Instruction counts do not move with the machine's load the way requests/s do, so this
 # shows what the two servers' code costs even on a noisy shared VM; it leaves out the
@@ -49,7 +50,9 @@ instructions() {
     local name=$1 n=$2 port out="$WORK/callgrind.$1.$2" log="$WORK/h2load.$1.$2"
     port=$(free_port)
     local server=("$BIN/examples/noop_rls" "127.0.0.1:$port")
-    if [[ $name == meshlimit ]]; then
+    if [[ $name == direct ]]; then
+        server+=(direct)
+    elif [[ $name == meshlimit ]]; then
         server=("$BIN/meshlimit" serve --config "$WORK/config" --log warn
             --grpc-addr "127.0.0.1:$port" --http-addr "127.0.0.1:$(free_port)" --drain-delay-ms 0)
     fi
@@ -75,13 +78,14 @@ instructions() {
 
 echo "valgrind: $(valgrind --version); $FEW and $MANY two.grpc requests per server"
 declare -A PER
-for name in noop meshlimit; do
+for name in noop direct meshlimit; do
     few=$(instructions "$name" "$FEW")
     many=$(instructions "$name" "$MANY")
     PER[$name]=$(((many - few) / (MANY - FEW)))
     printf '  %-9s %12d instructions for %d requests, %12d for %d: %d per request\n' \
         "$name" "$few" "$FEW" "$many" "$MANY" "${PER[$name]}"
 done
-awk -v n="${PER[noop]}" -v m="${PER[meshlimit]}" 'BEGIN {
+awk -v n="${PER[noop]}" -v d="${PER[direct]}" -v m="${PER[meshlimit]}" 'BEGIN {
     printf "meshlimit: %d instructions per request more than the no-op server; no-op / meshlimit %.1f%%\n", m - n, 100 * n / m
+    printf "meshlimit: %d instructions per request more than the direct no-op server; direct / meshlimit %.1f%%\n", m - d, 100 * d / m
 }'

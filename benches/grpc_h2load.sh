@@ -6,10 +6,13 @@
 #   DURATION=5 ROUNDS=3 benches/grpc_h2load.sh   # seconds per run (1..10), alternations
 #   ROUNDS=5 SETTINGS='two 4 16' benches/grpc_h2load.sh   # one setting only
 #   REDIS=1 DURATION=5 ROUNDS=5 SETTINGS='two 4 16' benches/grpc_h2load.sh   # and on Redis
+#   NOOP_EDGE=direct ROUNDS=5 SETTINGS='two 4 16' benches/grpc_h2load.sh      # see noop below
 #
 # Servers (loopback, free ports):
 #   noop       examples/noop_rls, accepting exactly as meshlimit does
-#              (meshlimit::net::serve as for its gRPC port): the same transport, no work.
+#              (meshlimit::net::serve as for its gRPC port): the same transport, no work;
+#              a standard tonic service, or with NOOP_EDGE=direct on meshlimit's own gRPC
+#              edge (src/grpc/unary.rs), so that the ratio is the service layer's alone.
 #   meshlimit  release/meshlimit (under CARGO_TARGET_DIR, or target) serve --config (config/
 #              plus the bench domain below): the embedded store
 #   redis      with REDIS=1: the same meshlimit with --store redis on a redis-server this
@@ -66,6 +69,15 @@ in_range DURATION 1 10 seconds
 in_range ROUNDS 1 5
 REDIS=${REDIS:-0}
 in_range REDIS 0 1
+NOOP_ARGS=()
+case ${NOOP_EDGE:-tonic} in
+tonic) ;;
+direct) NOOP_ARGS=(direct) ;;
+*)
+    echo "NOOP_EDGE must be tonic or direct" >&2
+    exit 2
+    ;;
+esac
 REDIS_SERVER=${REDIS_SERVER:-redis-server}
 REDIS_CLI=${REDIS_CLI:-redis-cli}
 need_tools "$H2LOAD" nghttp curl python3 cargo
@@ -94,7 +106,7 @@ start() { # name command...
     PID[$name]=$!
 }
 PORT[noop]=$(free_port)
-start noop "$NOOP" "127.0.0.1:${PORT[noop]}"
+start noop "$NOOP" "127.0.0.1:${PORT[noop]}" "${NOOP_ARGS[@]}"
 serve() { # name extra-arguments...: meshlimit on the bench config
     local name=$1
     shift

@@ -10,12 +10,29 @@
 //! the quota stream answers `UNIMPLEMENTED`), so the difference between the two servers
 //! under the same load is the cost of meshlimit's own work.
 //!
+//! With `direct` after the address, `ShouldRateLimit` is answered as meshlimit answers
+//! its common shape ([`meshlimit::grpc::unary`]): the message read from the call's one DATA
+//! frame and decoded by prost, the answer encoded by prost into one DATA frame, no
+//! `Grpc::unary`. That baseline has meshlimit's own gRPC edge, so the difference to it is
+//! the service layer's cost alone. It takes only that shape (anything else is answered
+//! `INTERNAL`), which is all the bench sends.
+//!
 //! ```text
-//! cargo run --release --example noop_rls -- 127.0.0.1:18081
+//! cargo run --release --example noop_rls -- 127.0.0.1:18081 [direct]
 //! ```
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
+
+use http_body::Body as _;
+use hyper::body::Incoming;
+use prost::Message;
+use tonic::body::Body;
+use tonic::codegen::BoxFuture;
+use tonic::server::NamedService;
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::{
     RateLimitQuotaService, RateLimitQuotaServiceServer,
@@ -29,7 +46,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use meshlimit::defaults;
-use meshlimit::grpc::GrpcRoutes;
+use meshlimit::grpc::{GrpcRoutes, unary};
 use meshlimit::net::{self, ConnectionOptions, Connections};
 use tonic::{Request, Response, Status, Streaming};
 
@@ -47,15 +64,67 @@ impl RateLimitService for Noop {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let ok = DescriptorStatus {
-            code: Code::Ok as i32,
-            ..DescriptorStatus::default()
-        };
-        Ok(Response::new(RateLimitResponse {
-            overall_code: Code::Ok as i32,
-            statuses: vec![ok; request.get_ref().descriptors.len()],
-            ..RateLimitResponse::default()
-        }))
+        Ok(Response::new(all_ok(request.get_ref())))
+    }
+}
+
+/// The no-op answer to `request`: OK, with one OK status per descriptor.
+fn all_ok(request: &RateLimitRequest) -> RateLimitResponse {
+    let ok = DescriptorStatus {
+        code: Code::Ok as i32,
+        ..DescriptorStatus::default()
+    };
+    RateLimitResponse {
+        overall_code: Code::Ok as i32,
+        statuses: vec![ok; request.descriptors.len()],
+        ..RateLimitResponse::default()
+    }
+}
+
+/// The same answers, on meshlimit's gRPC edge (`direct`).
+#[derive(Debug, Clone, Copy)]
+struct DirectNoop;
+
+impl NamedService for DirectNoop {
+    const NAME: &'static str = "envoy.service.ratelimit.v3.RateLimitService";
+}
+
+impl tower_service::Service<http::Request<Incoming>> for DirectNoop {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<http::Response<Body>, Infallible>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<Incoming>) -> Self::Future {
+        if request.uri().path() != "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" {
+            return Box::pin(async { Ok(Status::unimplemented("").into_http()) });
+        }
+        Box::pin(async move {
+            let mut body = request.into_body();
+            let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
+            let message = match frame {
+                Some(Ok(frame)) if body.is_end_stream() => frame
+                    .into_data()
+                    .ok()
+                    .and_then(|data| unary::one_message(&data)),
+                _ => None,
+            };
+            let Some(message) = message else {
+                let status =
+                    Status::internal("the direct no-op server takes one message in one frame");
+                return Ok(status.into_http());
+            };
+            let answer = match RateLimitRequest::decode(message) {
+                Ok(request) => all_ok(&request),
+                Err(e) => return Ok(Status::invalid_argument(e.to_string()).into_http()),
+            };
+            Ok(unary::one_message_response(|bytes| {
+                answer.encode(bytes).expect("a BytesMut grows");
+            }))
+        })
     }
 }
 
@@ -88,18 +157,37 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .parse()?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     eprintln!("noop_rls listening on {}", listener.local_addr()?);
+    let direct = std::env::args().nth(2).as_deref() == Some("direct");
     let (_reporter, health) = tonic_health::server::health_reporter();
-    let routes = GrpcRoutes::new(
-        RateLimitServiceServer::new(Noop),
-        health,
-        RateLimitQuotaServiceServer::new(NoQuota),
-    );
+    let quota = RateLimitQuotaServiceServer::new(NoQuota);
+    if direct {
+        let routes = GrpcRoutes::new(DirectNoop, health, quota);
+        serve(listener, routes).await;
+    } else {
+        let routes = GrpcRoutes::new(RateLimitServiceServer::new(Noop), health, quota);
+        serve(listener, routes).await;
+    }
+    Ok(())
+}
+
+/// Serves `routes` on `listener` as meshlimit serves its gRPC port, until killed (the bench
+/// script stops it).
+async fn serve<S>(listener: tokio::net::TcpListener, routes: S)
+where
+    S: tower_service::Service<
+            http::Request<Incoming>,
+            Response = http::Response<Body>,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + 'static,
+{
     let options = ConnectionOptions {
         http2_only: true,
         ..ConnectionOptions::new(defaults::IDLE_TIMEOUT)
     };
     let connections = Connections::new(net::descriptors::default_max_connections());
-    // Serves until the process is killed: the bench script stops it.
     net::serve(
         listener,
         routes,
@@ -109,5 +197,4 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Duration::from_secs(1),
     )
     .await;
-    Ok(())
 }

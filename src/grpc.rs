@@ -22,7 +22,7 @@ mod response;
 mod route;
 mod routes;
 mod sf;
-mod unary;
+pub mod unary;
 mod wire;
 
 pub use ratelimit_headers::{LIMIT_FIELD, POLICY_FIELD};

@@ -58,23 +58,27 @@ where
         return through_tonic(rls, Request::from_parts(parts, body)).await;
     };
     match rls.should_rate_limit(message).await {
-        Ok(answer) => {
-            let mut bytes = BytesMut::with_capacity(128);
-            bytes.put_bytes(0, PREFIX);
-            answer.encode(&mut bytes);
-            let length = u32::try_from(bytes.len() - PREFIX).unwrap_or(u32::MAX);
-            bytes[1..PREFIX].copy_from_slice(&length.to_be_bytes());
-            let mut response = Response::new(Body::new(OneMessage {
-                data: Some(bytes.freeze()),
-                done: false,
-            }));
-            response
-                .headers_mut()
-                .insert(http::header::CONTENT_TYPE, GRPC_CONTENT_TYPE);
-            response
-        }
+        Ok(answer) => one_message_response(|bytes| answer.encode(bytes)),
         Err(status) => status.into_http(),
     }
+}
+
+/// A successful unary answer as tonic sends it: `content-type: application/grpc`, one DATA
+/// frame holding the message `write` writes (with its gRPC prefix), then `grpc-status: 0`.
+pub fn one_message_response(write: impl FnOnce(&mut BytesMut)) -> Response<Body> {
+    let mut bytes = BytesMut::with_capacity(128);
+    bytes.put_bytes(0, PREFIX);
+    write(&mut bytes);
+    let length = u32::try_from(bytes.len() - PREFIX).unwrap_or(u32::MAX);
+    bytes[1..PREFIX].copy_from_slice(&length.to_be_bytes());
+    let mut response = Response::new(Body::new(OneMessage {
+        data: Some(bytes.freeze()),
+        done: false,
+    }));
+    response
+        .headers_mut()
+        .insert(http::header::CONTENT_TYPE, GRPC_CONTENT_TYPE);
+    response
 }
 
 /// `content-type` of a gRPC response, as tonic writes it.
@@ -82,7 +86,7 @@ const GRPC_CONTENT_TYPE: HeaderValue = HeaderValue::from_static("application/grp
 
 /// The message in `data` when `data` is exactly one uncompressed gRPC message no larger
 /// than tonic takes: its bytes, shared with the frame.
-fn one_message(data: &Bytes) -> Option<Bytes> {
+pub fn one_message(data: &Bytes) -> Option<Bytes> {
     let (&compressed, rest) = data.split_first()?;
     let length: [u8; 4] = rest.get(..4)?.try_into().ok()?;
     let length = u32::from_be_bytes(length) as usize;
