@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gRPC cost per request in instructions: meshlimit against the no-op server
 # (examples/noop_rls.rs) twice, as a standard tonic service (`noop`) and on meshlimit's own
-# gRPC edge (`direct`: the difference to it is the service layer alone), each run under `valgrind --tool=callgrind` while h2load sends it
-# a fixed number of two.grpc requests (see benches/grpc_h2load.sh for the body and config).
+# gRPC edge (`direct`: the difference to it is the service layer alone), each run under
+# `valgrind --tool=callgrind` while h2load sends it a fixed number of two.grpc requests
+# (see benches/grpc_h2load.sh for the body and config).
 # Instruction counts do not move with the machine's load the way requests/s do, so this
 # shows what the two servers' code costs even on a noisy shared VM; it leaves out the
 # kernel (the same sockets and syscalls for both) and waiting.
