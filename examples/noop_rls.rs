@@ -23,11 +23,9 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http_body::Body as _;
 use hyper::body::Incoming;
 use prost::Message;
 use tonic::body::Body;
@@ -47,7 +45,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use meshlimit::defaults;
 use meshlimit::grpc::{GrpcRoutes, unary};
-use meshlimit::net::{self, ConnectionOptions, Connections};
+use meshlimit::net::{self, ConnectionOptions, Connections, HttpService};
 use tonic::{Request, Response, Status, Streaming};
 
 /// meshlimit's allocator (see src/main.rs), so that the two servers differ only in work.
@@ -104,15 +102,7 @@ impl tower_service::Service<http::Request<Incoming>> for DirectNoop {
         }
         Box::pin(async move {
             let mut body = request.into_body();
-            let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
-            let message = match frame {
-                Some(Ok(frame)) if body.is_end_stream() => frame
-                    .into_data()
-                    .ok()
-                    .and_then(|data| unary::one_message(&data)),
-                _ => None,
-            };
-            let Some(message) = message else {
+            let Some(message) = unary::first_frame(&mut body).await.1 else {
                 let status =
                     Status::internal("the direct no-op server takes one message in one frame");
                 return Ok(status.into_http());
@@ -172,17 +162,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// Serves `routes` on `listener` as meshlimit serves its gRPC port, until killed (the bench
 /// script stops it).
-async fn serve<S>(listener: tokio::net::TcpListener, routes: S)
-where
-    S: tower_service::Service<
-            http::Request<Incoming>,
-            Response = http::Response<Body>,
-            Error = Infallible,
-            Future: Send + 'static,
-        > + Clone
-        + Send
-        + 'static,
-{
+async fn serve(listener: tokio::net::TcpListener, routes: impl HttpService<Body>) {
     let options = ConnectionOptions {
         http2_only: true,
         ..ConnectionOptions::new(defaults::IDLE_TIMEOUT)

@@ -22,7 +22,7 @@ use std::task::{Context, Poll};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use crossbeam_utils::CachePadded;
-use http::{HeaderMap, HeaderValue, Request, Response};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
 use http_body::{Body as HttpBody, Frame};
 use tonic::body::Body;
 use tonic::server::Grpc;
@@ -44,15 +44,11 @@ where
     B: HttpBody<Data = Bytes> + Unpin + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + Unpin,
 {
-    if request.headers().contains_key("grpc-encoding") {
+    if request.headers().contains_key(GRPC_ENCODING) {
         return through_tonic(rls, request).await;
     }
     let (parts, mut body) = request.into_parts();
-    let first = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
-    let message = match &first {
-        Some(Ok(frame)) if body.is_end_stream() => frame.data_ref().and_then(one_message),
-        _ => None,
-    };
+    let (first, message) = first_frame(&mut body).await;
     let Some(message) = message else {
         let body = Prepended { first, rest: body };
         return through_tonic(rls, Request::from_parts(parts, body)).await;
@@ -81,12 +77,35 @@ pub fn one_message_response(write: impl FnOnce(&mut BytesMut)) -> Response<Body>
     response
 }
 
+/// The header naming a request's compression; any value, even `identity`, leaves the call
+/// to tonic. A constant, so that no request parses the name.
+const GRPC_ENCODING: HeaderName = HeaderName::from_static("grpc-encoding");
+
+/// The trailer with a call's status code.
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+
 /// `content-type` of a gRPC response, as tonic writes it.
 const GRPC_CONTENT_TYPE: HeaderValue = HeaderValue::from_static("application/grpc");
 
+/// The first frame of a call's `body` (or its error, or `None` at its end), and the
+/// message in it when the frame is the body's last and holds exactly one uncompressed gRPC
+/// message no larger than tonic takes: the common shape, the message's bytes shared with
+/// the frame.
+pub async fn first_frame<B>(body: &mut B) -> (Option<Result<Frame<Bytes>, B::Error>>, Option<Bytes>)
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+{
+    let first = std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await;
+    let message = match &first {
+        Some(Ok(frame)) if body.is_end_stream() => frame.data_ref().and_then(one_message),
+        _ => None,
+    };
+    (first, message)
+}
+
 /// The message in `data` when `data` is exactly one uncompressed gRPC message no larger
 /// than tonic takes: its bytes, shared with the frame.
-pub fn one_message(data: &Bytes) -> Option<Bytes> {
+fn one_message(data: &Bytes) -> Option<Bytes> {
     let (&compressed, rest) = data.split_first()?;
     let length: [u8; 4] = rest.get(..4)?.try_into().ok()?;
     let length = u32::from_be_bytes(length) as usize;
@@ -161,7 +180,7 @@ impl HttpBody for OneMessage {
         }
         self.done = true;
         let mut trailers = HeaderMap::with_capacity(1);
-        trailers.insert("grpc-status", HeaderValue::from_static("0"));
+        trailers.insert(GRPC_STATUS, HeaderValue::from_static("0"));
         Poll::Ready(Some(Ok(Frame::trailers(trailers))))
     }
 
