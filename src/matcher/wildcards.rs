@@ -7,7 +7,9 @@
 //! character, is indexed here by its prefix instead: the request's `key_value` is probed
 //! once per distinct prefix length that some pattern has, each probe one hash lookup, so a
 //! lookup costs at most that many probes (and none longer than `key_value`) however many
-//! patterns share those lengths. Other shapes (`a*b`, `a*b*`, `*a`, `a**`) are still tried
+//! patterns share those lengths. A probe that reaches past the key is looked up as the pair
+//! (key, start of the value), as the level's exact entries are, so `key_value` is never
+//! written out for it. Other shapes (`a*b`, `a*b*`, `*a`, `a**`) are still tried
 //! one by one in file order. The answer is the scan's: among all the patterns that match,
 //! of either kind, the one earliest in the file.
 
@@ -17,16 +19,24 @@ use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 
 use super::Entry;
-use super::pattern::{self, Pattern};
+use super::pattern::Pattern;
 use crate::short_eq;
 
 /// The wildcard entries of one level.
 #[derive(Debug, Default)]
 pub(super) struct Wildcards {
     /// The prefix patterns (`prefix*`), each as its index in the level's entries, hashed by
-    /// the bytes of its prefix (the composite key without the `*`). Composite keys are
-    /// unique in a level, so a prefix has one entry.
+    /// the bytes of its prefix (the composite key without the `*`): found by probes no
+    /// longer than the request's key. Composite keys are unique in a level, so a prefix has
+    /// one entry.
     prefixes: HashTable<u32>,
+    /// The same patterns read as (key, start of value) once per `_` in their prefix, hashed
+    /// as that pair: found by probes that reach past the request's key, which are the
+    /// request's key, `_`, and the start of its value. Looking them up as a pair spares
+    /// writing `key_value` out and hashing it back, a read that stalls on the writes it
+    /// spans. A pair reads back as one prefix only (key, `_`, value), so a probe finds at
+    /// most one entry.
+    splits: HashTable<PrefixSplit>,
     /// Each distinct prefix length with the first entry (in file order) whose prefix has
     /// it, in the order of those first entries. A match already found before a length's
     /// first entry cannot be beaten by that length, nor by any after it in this list, so a
@@ -43,6 +53,23 @@ struct PrefixLength {
     len: u32,
     /// The index of the first entry whose prefix has this length.
     first: u32,
+}
+
+/// A prefix pattern's prefix read as a pair: `entries[index]`'s prefix split at byte `at`
+/// (an `_`).
+#[derive(Debug, Clone, Copy)]
+struct PrefixSplit {
+    index: u32,
+    at: u32,
+}
+
+impl PrefixSplit {
+    /// The (key, start of value) this split reads its prefix as.
+    fn pair(self, entries: &[(Box<str>, Entry)]) -> (&[u8], &[u8]) {
+        let prefix = prefix_of(entries, self.index);
+        let at = self.at as usize;
+        (&prefix[..at], &prefix[at + 1..])
+    }
 }
 
 /// The prefix of `entries[index]`, a prefix pattern: its composite key without the `*`.
@@ -73,11 +100,21 @@ impl Wildcards {
             .insert_unique(hasher.hash_one(prefix.as_bytes()), index, |&i| {
                 hasher.hash_one(prefix_of(entries, i))
             });
+        for (at, _) in prefix.match_indices('_') {
+            let split = PrefixSplit {
+                index,
+                at: at as u32,
+            };
+            self.splits
+                .insert_unique(hasher.hash_one(split.pair(entries)), split, |s| {
+                    hasher.hash_one(s.pair(entries))
+                });
+        }
     }
 
     /// The index of the first entry in file order whose pattern matches `key_value`, if
-    /// any. `key_value` is written into `scratch` only if a probe longer than the key or
-    /// a pattern of another shape needs it.
+    /// any. `key_value` is written into `scratch` only if a pattern of another shape needs
+    /// it.
     pub(super) fn first_match(
         &self,
         key: &str,
@@ -99,19 +136,24 @@ impl Wildcards {
             }
             // Bytes, not a `str`: a prefix length may cut a request's character in two,
             // and then the probe is simply not any pattern's prefix.
-            let probe = if len <= key.len() {
-                &key.as_bytes()[..len]
+            let found = if len <= key.len() {
+                let probe = &key.as_bytes()[..len];
+                self.prefixes
+                    .find(hasher.hash_one(probe), |&i| {
+                        short_eq::same(prefix_of(entries, i), probe)
+                    })
+                    .copied()
             } else {
-                if !written {
-                    pattern::write_pair(scratch, key, value);
-                    written = true;
-                }
-                &scratch.as_bytes()[..len]
+                // `len <= joined`: the value has these bytes.
+                let probe = (key.as_bytes(), &value.as_bytes()[..len - key.len() - 1]);
+                self.splits
+                    .find(hasher.hash_one(probe), |s| {
+                        let (k, v) = s.pair(entries);
+                        short_eq::same(k, probe.0) && short_eq::same(v, probe.1)
+                    })
+                    .map(|s| s.index)
             };
-            let found = self.prefixes.find(hasher.hash_one(probe), |&i| {
-                short_eq::same(prefix_of(entries, i), probe)
-            });
-            if let Some(&index) = found {
+            if let Some(index) = found {
                 let index = index as usize;
                 best = Some(best.map_or(index, |best| best.min(index)));
             }
