@@ -229,6 +229,11 @@ pub struct Rule {
     /// instead of the config's entry: those with `value_to_metric` whose entry has no value
     /// or a wildcard without `share_threshold` (see `crate::metrics`). 0 for most rules.
     pub value_to_metric: u64,
+    /// The rule's number in its config, from 0, unique across its domains: where per-rule
+    /// tables (the statistics') keep its entry, found by indexing instead of hashing.
+    /// Given when the config is assembled; 0 until then, so a table checks that the
+    /// entry it finds is this rule's.
+    pub ordinal: u32,
 }
 
 impl Rule {

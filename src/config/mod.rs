@@ -106,6 +106,11 @@ impl Config {
                 Err(mut found) => errors.append(&mut found),
             }
         }
+        // A config's rules are far fewer than 2^32 (the parse budget caps them).
+        let mut next = 0;
+        for tree in domains.values_mut() {
+            next = tree.number_rules(next);
+        }
         if errors.is_empty() {
             Ok(Config {
                 domains,

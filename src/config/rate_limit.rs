@@ -57,6 +57,7 @@ pub(super) fn rule(reader: &mut Reader<'_>, node: &YamlNode, path: &str) -> Opti
         mode: Mode::Enforce,
         detailed_metric: false,
         value_to_metric: 0,
+        ordinal: 0,
     })
 }
 
@@ -124,6 +125,7 @@ pub(super) fn listed_rule(reader: &mut Reader<'_>, list: &YamlNode, path: &str) 
         mode: Mode::Enforce,
         detailed_metric: false,
         value_to_metric: 0,
+        ordinal: 0,
     })
 }
 

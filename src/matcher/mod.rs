@@ -206,6 +206,19 @@ impl Level {
         }
     }
 
+    /// Numbers the rules at and below this level from `next` on (see [`Rule::ordinal`]);
+    /// returns the number after the last.
+    fn number_rules(&mut self, mut next: u32) -> u32 {
+        for (_, node) in &mut self.entries {
+            if let Some(rule) = &mut node.rule {
+                rule.ordinal = next;
+                next += 1;
+            }
+            next = node.children.number_rules(next);
+        }
+        next
+    }
+
     /// Every node with its composite path below `prefix`, depth first, for config dumps.
     pub(crate) fn walk<'a>(&'a self, prefix: &str, out: &mut Vec<(String, &'a Entry)>) {
         let mut entries: Vec<&(Box<str>, Entry)> = self.entries.iter().collect();
@@ -226,6 +239,12 @@ pub struct DomainTree {
 }
 
 impl DomainTree {
+    /// Numbers the tree's rules from `first` on, as [`Rule::ordinal`] says; returns the
+    /// number after the last, where the config's next domain starts.
+    pub(crate) fn number_rules(&mut self, first: u32) -> u32 {
+        self.root.number_rules(first)
+    }
+
     /// Finds the rule for a request descriptor, writing the bucket identity of every level
     /// (key and the value that counts: the request's, or a shared pattern's) to `key`.
     /// Returns `None` when no rule applies (the status is then plain OK). `scratch` is the

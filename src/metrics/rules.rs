@@ -66,33 +66,51 @@ impl std::ops::Deref for TableRef {
     }
 }
 
-/// A config's rules, each with its series, found by the rule's address.
+/// A config's rules, each with its series, found by the rule's ordinal.
 pub(super) struct RuleTable {
     /// The config of these rules, held so that no other rule can take one of their
     /// addresses while the table exists.
     pub(super) config: Arc<Config>,
-    /// Rule address → how its hits are counted, and its counts for the operator page.
-    rules: HashMap<usize, (Counted, Arc<RuleCounts>), RandomState>,
+    /// Each rule's entry at its [`Rule::ordinal`]: an index, not a hash lookup, as every
+    /// limited descriptor of every request finds its rule here.
+    rules: Vec<Option<RuleEntry>>,
     /// Domain → the series of limits sent in requests, created on first use.
     overrides: HashMap<Box<str>, OnceLock<Arc<RuleStats>>, RandomState>,
-    /// Rule address → the counters of each of its limits, for rules with several.
-    limits: HashMap<usize, Box<[Arc<LimitStats>]>, RandomState>,
+}
+
+/// One rule's place in a [`RuleTable`].
+struct RuleEntry {
+    /// The rule's address: a rule of another config (or none) may carry the same ordinal,
+    /// and must not be counted as this one.
+    rule: usize,
+    /// How its hits are counted.
+    counted: Counted,
+    /// Its counts for the operator page.
+    live: Arc<RuleCounts>,
+    /// The counters of each of its limits, for a rule with several.
+    limits: Option<Box<[Arc<LimitStats>]>>,
 }
 
 impl RuleTable {
+    /// The entry of `rule`, if it is one of this table's.
+    fn entry(&self, rule: &Rule) -> Option<&RuleEntry> {
+        let entry = self.rules.get(rule.ordinal as usize)?.as_ref()?;
+        (entry.rule == rule_id(rule)).then_some(entry)
+    }
+
     /// The page's counts of `rule`, if it is one of this table's.
     pub(super) fn live_of(&self, rule: &Rule) -> Option<&Arc<RuleCounts>> {
-        self.rules.get(&rule_id(rule)).map(|(_, live)| live)
+        self.entry(rule).map(|entry| &entry.live)
     }
 
     /// The counters of each limit of `rule`, for a rule with several.
     pub(super) fn limits_of(&self, rule: &Rule) -> Option<&[Arc<LimitStats>]> {
-        self.limits.get(&rule_id(rule)).map(|each| &**each)
+        self.entry(rule)?.limits.as_deref()
     }
 
     /// Every rule's page counts.
     pub(super) fn live(&self) -> impl Iterator<Item = &Arc<RuleCounts>> {
-        self.rules.values().map(|(_, live)| live)
+        self.rules.iter().flatten().map(|entry| &entry.live)
     }
 }
 
@@ -194,7 +212,10 @@ fn go_split(cap: u64, before: u64, after: u64, hits: u64, over: bool, ratio: f32
 
 /// `floor(cap × ratio)`, multiplied in `f32` as the Go server does.
 fn near_threshold(cap: u64, ratio: f32) -> u64 {
-    (cap as f32 * ratio).floor() as u64
+    // The cast truncates toward zero and saturates below 0, which for this product is the
+    // floor; `f32::floor` is a call into libm on the baseline x86-64 target, once per
+    // counted descriptor.
+    (cap as f32 * ratio) as u64
 }
 
 impl RuleStats {
@@ -237,9 +258,8 @@ fn rule_id(rule: &Rule) -> usize {
 
 /// The table of `config`'s rules, creating their series.
 pub(super) fn build_table(series: &Mutex<Series>, config: Arc<Config>) -> RuleTable {
-    let mut rules = HashMap::default();
+    let mut rules: Vec<Option<RuleEntry>> = Vec::new();
     let mut overrides = HashMap::default();
-    let mut limits = HashMap::default();
     {
         let mut series = series.lock();
         for domain in config.domains() {
@@ -257,11 +277,16 @@ pub(super) fn build_table(series: &Mutex<Series>, config: Arc<Config>) -> RuleTa
                     } else {
                         Counted::Rule(series.get_or_create(labels))
                     };
-                    let live = series.live.of_rule(domain, &rule.full_key);
-                    rules.insert(rule_id(rule), (counted, live));
-                    if let Some(each) = series.limits.of_rule(domain, rule) {
-                        limits.insert(rule_id(rule), each);
+                    let at = rule.ordinal as usize;
+                    if rules.len() <= at {
+                        rules.resize_with(at + 1, || None);
                     }
+                    rules[at] = Some(RuleEntry {
+                        rule: rule_id(rule),
+                        counted,
+                        live: series.live.of_rule(domain, &rule.full_key),
+                        limits: series.limits.of_rule(domain, rule),
+                    });
                 }
             });
             overrides.insert(domain.into(), OnceLock::new());
@@ -271,7 +296,6 @@ pub(super) fn build_table(series: &Mutex<Series>, config: Arc<Config>) -> RuleTa
         config,
         rules,
         overrides,
-        limits,
     }
 }
 
@@ -349,7 +373,7 @@ impl Rules<'_> {
     /// Hits on each limit of a rule with several, given their `reports` and the `bound`
     /// one; nothing for other rules.
     pub(crate) fn each_limit(&self, rule: &Rule, reports: &[Report], bound: usize, hits: u64) {
-        if let Some(stats) = self.table.limits.get(&rule_id(rule)) {
+        if let Some(stats) = self.table.limits_of(rule) {
             limits::count(stats, reports, bound, hits);
         }
     }
@@ -393,7 +417,7 @@ impl Rules<'_> {
             return None;
         };
         // Not a rule of this config when absent: the service passes its config's rules only.
-        let (counted, live) = self.table.rules.get(&rule_id(rule))?;
+        let RuleEntry { counted, live, .. } = self.table.entry(rule)?;
         match counted {
             Counted::Rule(stats) => count(stats),
             Counted::Detailed(detailed) => {
@@ -558,6 +582,35 @@ mod tests {
         assert_eq!(split(&tb(10), 4, &bucket(3, true), 0.8), s(0, 0, 4));
     }
 
+    /// A config of two domains with three rules each, rules at several levels.
+    fn config() -> Arc<Config> {
+        let domain = |name: &str| {
+            let text = format!(
+                "domain: {name}\ndescriptors:\n  - key: a\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n    descriptors:\n      - key: b\n        rate_limit: {{unit: minute, requests_per_unit: 2}}\n  - key: c\n    rate_limit: {{unlimited: true}}\n"
+            );
+            (std::path::PathBuf::from(format!("{name}.yaml")), text)
+        };
+        Arc::new(Config::from_sources(&[domain("one"), domain("two")]).unwrap())
+    }
+
+    #[test]
+    fn a_table_finds_its_config_rules_by_ordinal_and_not_those_of_another_config() {
+        let (ours, theirs) = (config(), config());
+        let table = build_table(&Mutex::default(), ours.clone());
+        let mut ordinals: Vec<u32> = ours.rules().iter().map(|r| r.ordinal).collect();
+        ordinals.sort_unstable();
+        assert_eq!(ordinals, [0, 1, 2, 3, 4, 5], "unique across the domains");
+        for rule in ours.rules() {
+            let live = table.live_of(rule).expect("a rule of the table's config");
+            assert_eq!(&*live.path, rule.full_key);
+        }
+        // The same ordinals, other rules: not this table's, so not counted on it.
+        for rule in theirs.rules() {
+            assert!(table.live_of(rule).is_none(), "{}", rule.full_key);
+        }
+        assert_eq!(table.live().count(), 6);
+    }
+
     #[test]
     fn the_threshold_is_computed_in_f32_as_in_go() {
         assert_eq!(near_threshold(10, 0.8), 8);
@@ -565,5 +618,23 @@ mod tests {
         assert_eq!(near_threshold(0, 0.8), 0);
         assert_eq!(near_threshold(20, 0.5), 10);
         assert_eq!(near_threshold(u64::from(u32::MAX), 1.0), 4_294_967_296);
+        // The cast alone floors whatever the ratio: the same as `floor` before it.
+        for ratio in [
+            0.0,
+            0.3,
+            0.8,
+            0.99,
+            1.0,
+            1.5,
+            -0.5,
+            -3.0,
+            f32::NAN,
+            f32::INFINITY,
+        ] {
+            for cap in [0, 1, 3, 10, 20, 1_000_003, u64::from(u32::MAX)] {
+                let floored = (cap as f32 * ratio).floor() as u64;
+                assert_eq!(near_threshold(cap, ratio), floored, "{cap} × {ratio}");
+            }
+        }
     }
 }

@@ -133,6 +133,7 @@ mod tests {
             mode,
             detailed_metric: false,
             value_to_metric: 0,
+            ordinal: 0,
         }
     }
 
