@@ -106,7 +106,7 @@ impl Config {
                 Err(mut found) => errors.append(&mut found),
             }
         }
-        // A config's rules are far fewer than 2^32 (the parse budget caps them).
+        // Numbers unique across the domains: the statistics index rules by them.
         let mut next = 0;
         for tree in domains.values_mut() {
             next = tree.number_rules(next);

@@ -212,7 +212,9 @@ impl Level {
         for (_, node) in &mut self.entries {
             if let Some(rule) = &mut node.rule {
                 rule.ordinal = next;
-                next += 1;
+                // No config holds 2^32 rules (memory runs out first); saturating keeps a
+                // miscount from panicking, and a table checks whose entry it finds.
+                next = next.saturating_add(1);
             }
             next = node.children.number_rules(next);
         }
