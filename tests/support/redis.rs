@@ -864,6 +864,9 @@ impl RedisSentinel {
                 if addr != new.addr() {
                     return Err(format!("sentinel {} still names {addr}", sentinel.addr()));
                 }
+                // The address above is already the promoted one while the failover is in
+                // progress; a sentinel has switched once its own record of the master has.
+                sentinel_switched(sentinel, name, new)?;
             }
             let role = new.try_cli(&["ROLE"])?;
             match role.lines().next() {
@@ -1183,6 +1186,30 @@ fn sentinel_knows_replica(
             "sentinel {} does not list {} as a healthy replica: {text}",
             sentinel.addr(),
             replica.addr()
+        ))
+    }
+}
+
+/// Ok once `sentinel`'s record of master `name` (`SENTINEL MASTER`) is `master` at its
+/// port and flags nothing else: no failover in progress, not down.
+fn sentinel_switched(
+    sentinel: &RedisServer,
+    name: &str,
+    master: &RedisServer,
+) -> Result<(), String> {
+    let text = sentinel.try_cli(&["SENTINEL", "MASTER", name])?;
+    let record = entries(&text).into_iter().next().unwrap_or_default();
+    let field = |key: &str| record.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+    let port = master.port.to_string();
+    if field("port") == Some(port.as_str()) && field("flags") == Some("master") {
+        Ok(())
+    } else {
+        Err(format!(
+            "sentinel {} has not switched to {}: port {:?}, flags {:?}",
+            sentinel.addr(),
+            master.addr(),
+            field("port"),
+            field("flags")
         ))
     }
 }
