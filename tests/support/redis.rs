@@ -842,8 +842,9 @@ impl RedisSentinel {
     }
 
     /// Kills the current master and waits until every running sentinel names the other
-    /// server as master and that server's ROLE says `master`. The killed server stays down
-    /// (see [`RedisSentinel::restart_old_master`]).
+    /// server as master, in its own record too (the failover over), and that server's ROLE
+    /// says `master`. The killed server stays down (see
+    /// [`RedisSentinel::restart_old_master`]).
     pub fn fail_over(&mut self) {
         let started = now();
         let (old, new) = if self.swapped {
