@@ -1176,9 +1176,9 @@ fn sentinel_knows_replica(
     let text = sentinel.try_cli(&["SENTINEL", "REPLICAS", name])?;
     let port = replica.port.to_string();
     let healthy = entries(&text).iter().any(|entry| {
-        let field = |key: &str| entry.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
-        field("port") == Some(port.as_str())
-            && field("flags").is_some_and(|f| !f.contains("down") && !f.contains("disconnected"))
+        field(entry, "port") == Some(port.as_str())
+            && field(entry, "flags")
+                .is_some_and(|f| !f.contains("down") && !f.contains("disconnected"))
     });
     if healthy {
         Ok(())
@@ -1200,17 +1200,14 @@ fn sentinel_switched(
 ) -> Result<(), String> {
     let text = sentinel.try_cli(&["SENTINEL", "MASTER", name])?;
     let record = entries(&text).into_iter().next().unwrap_or_default();
-    let field = |key: &str| record.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
-    let port = master.port.to_string();
-    if field("port") == Some(port.as_str()) && field("flags") == Some("master") {
+    let (port, flags) = (field(&record, "port"), field(&record, "flags"));
+    if port == Some(master.port.to_string().as_str()) && flags == Some("master") {
         Ok(())
     } else {
         Err(format!(
-            "sentinel {} has not switched to {}: port {:?}, flags {:?}",
+            "sentinel {} has not switched to {}: port {port:?}, flags {flags:?}",
             sentinel.addr(),
             master.addr(),
-            field("port"),
-            field("flags")
         ))
     }
 }
@@ -1240,6 +1237,11 @@ fn entries(text: &str) -> Vec<Vec<(&str, &str)>> {
         }
     }
     entries
+}
+
+/// The value of field `key` in one of [`entries`]' entries.
+fn field<'a>(entry: &[(&str, &'a str)], key: &str) -> Option<&'a str> {
+    entry.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
 }
 
 /// The port of the master that `CLUSTER NODES` text says serves `slot`.
