@@ -26,6 +26,8 @@
 #           then strict in open loop (loadgen --rate, latency from each request's due time,
 #           at most OPEN_CAP in flight) at half the delayed strict req/s, loopback and
 #           delayed alike. Targets: delayed strict >= 0.8x loopback; open-loop p99 <= 2 ms.
+#           Under each row: decisions a script call carried, and the CPU a decision took
+#           in meshlimit, Redis' main thread, the delay lines and the whole machine.
 #   memory  the embedded store, strict: closed-loop req/s, then open loop at half of it,
 #           alternately against examples/noop_rls (answers OK, no work) at the same rate.
 #           Target: p99 <= 1.1x the no-op server's.
@@ -43,7 +45,7 @@
 # UNAVAILABLE answers as errors; a longer one lets the stall show as latency instead),
 # WARMUP (1), CONNECTIONS (4), THREADS (1), OPEN_CAP (256),
 # STRICT_KEYS, OVER_KEYS, LEASED_KEYS, LEASE (as redis_load.sh), MESHLIMIT (server binary),
-# REDIS_SERVER / REDIS_CLI, H2LOAD.
+# DELAY_LINE (the delay line's binary, to compare two), REDIS_SERVER / REDIS_CLI, H2LOAD.
 #
 # Needs: root, cargo, curl, python3, timeout, ip (iproute2), chrt (util-linux),
 # /dev/net/tun, redis-server, redis-cli (redis-tools), h2load (nghttp2-client).
@@ -108,6 +110,7 @@ cleanup_more() {
 }
 start_work
 build_binaries loadgen delay_line noop_rls
+DELAY_LINE=${DELAY_LINE:-$BIN/examples/delay_line}
 write_bench_config
 
 # --- the network ------------------------------------------------------------------------
@@ -120,7 +123,7 @@ ip -n "$SERVER_NS" link set lo up
 declare -A LINE_PID
 link() {
     local a=mlat${1}c$$ b=mlat${1}s$$ i
-    start "line$1" chrt -f 10 "$BIN/examples/delay_line" --a "$a" --b "$b" --delay-us "$2" --seconds 3600
+    start "line$1" chrt -f 10 "$DELAY_LINE" --a "$a" --b "$b" --delay-us "$2" --seconds 3600
     LINE_PID[$1]=$STARTED
     for ((i = 0; ; i++)); do
         grep -q '^ready$' "$WORK/line$1.log" && break
@@ -161,6 +164,39 @@ if [[ " $PARTS " == *" redis "* ]]; then
 fi
 
 # --- runs -------------------------------------------------------------------------------
+# Around each timed load of the redis store: decisions and script calls, so that each
+# row can say how many decisions one call carried (the batching the latency buys), and the
+# CPU each part used a decision (warm-up included): meshlimit, Redis' main thread, the
+# delay lines, and the whole machine (/proc/stat: loadgen and the kernel are the rest).
+ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+machine_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
+cpu_now() {
+    echo "$(ticks "$SERVER_PID") $(redis_cpu_us) $(($(ticks "${LINE_PID[0]}") + $(ticks "${LINE_PID[1]}"))) $(machine_ticks)"
+}
+timed_load_starts() {
+    [[ $1 == redis ]] || return 0
+    [[ $(redis_cli config resetstat) == OK ]] || fail_with_log "CONFIG RESETSTAT failed" redis
+    DECISIONS_BEFORE=$(redis_decisions) || fail_with_log "no Redis counters on /metrics" meshlimit
+    CPU_BEFORE=$(cpu_now)
+}
+timed_load_ended() {
+    CPU_SHARES=-
+    [[ $1 == redis ]] || return 0
+    local after calls usec decisions
+    after=$(redis_decisions) || fail_with_log "no Redis counters on /metrics" meshlimit
+    read -r calls usec <<<"$(redis_script_time)"
+    decisions=$((after - DECISIONS_BEFORE))
+    ((calls > 0 && decisions > 0)) || return 0
+    CPU_SHARES=$(awk -v d="$decisions" -v c="$calls" -v hz="$(getconf CLK_TCK)" -v before="$CPU_BEFORE" \
+        -v after="$(cpu_now)" '
+        BEGIN {
+            split(before, b, " "); split(after, a, " ")
+            tick = 1e6 / hz / d
+            printf "%.1f %.1f %.1f %.1f %.1f", d / c, (a[1] - b[1]) * tick, (a[2] - b[2]) / d,
+                (a[3] - b[3]) * tick, (a[4] - b[4]) * tick
+        }')
+}
+
 RESULTS="$WORK/results"
 : >"$RESULTS"
 load1() { cut -d' ' -f1 /proc/loadavg; }
@@ -178,6 +214,13 @@ record() {
     echo "$1 $2 $3 $4 $rps $p50 $p99 $p999 $late $5" >>"$RESULTS"
     # shellcheck disable=SC2059 # ROW is the format
     printf "$ROW" "$1" "$2" "$3" "$4" "$rps" "$p50" "$p99" "$p999" "$late" "$5"
+    if [[ ${CPU_SHARES:--} != - ]]; then
+        local per_call mesh redis lines machine
+        read -r per_call mesh redis lines machine <<<"$CPU_SHARES"
+        printf '        %s decisions a call; CPU a decision: meshlimit %s µs, Redis %s, delay lines %s, machine %s\n' \
+            "$per_call" "$mesh" "$redis" "$lines" "$machine"
+    fi
+    CPU_SHARES=-
 }
 # mean KIND SCENARIO WHERE COLUMN: the mean of COLUMN (5 = req/s) over the rounds
 mean() {
