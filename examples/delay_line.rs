@@ -11,14 +11,14 @@
 //! ```
 //!
 //! It makes both devices (they vanish when it exits) and prints `ready`; the caller then
-//! moves each into a network namespace and gives it a point-to-point address. Per direction
-//! one thread reads packets and queues each with the time it was read, and another sleeps
-//! until the oldest is due and writes it to the other device. A sleep ends late
-//! (by about 40 µs in a VM, timer slack lowered to 1 µs): the writer aims that much early,
-//! by a running average of its oversleeps, so that packets are held the delay on average
-//! rather than the delay plus the wake-up. Run it under `chrt -f` so that its wake-ups do
-//! not wait behind the load for a CPU, as netem's timers, which fire in softirq context,
-//! do not.
+//! moves each into a network namespace and gives it a point-to-point address. One thread
+//! carries both directions: it waits in `poll` until a device has packets or the oldest
+//! held packet is due, reads all there are (each stamped with the time it was read), and
+//! writes all that are due. A wake-up ends late (by tens of µs in a VM, timer slack lowered
+//! to 1 µs): the line aims that much early, by a running average of its late wake-ups, so
+//! that packets are held the delay on average rather than the delay plus the wake-up. Run
+//! it under `chrt -f` so that its wake-ups do not wait behind the load for a CPU, as
+//! netem's timers, which fire in softirq context, do not.
 //!
 //! Every second it prints, per direction, what it has carried so far: `STATS a>b
 //! packets=N held_p50_us=.. held_p99_us=.. held_p999_us=.. held_max_us=.. errors=N`, where
@@ -27,16 +27,18 @@
 //!
 //! The one `unsafe` block is the `TUNSETIFF` ioctl that attaches a file to a device.
 
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::num::NonZeroU64;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, Sender};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
 
 /// Hold times are counted in 1 µs buckets up to this many µs; longer ones share the last.
 const BUCKETS: usize = 2000;
@@ -138,6 +140,7 @@ fn open_tun(name: &str) -> io::Result<File> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
+        .custom_flags(libc::O_NONBLOCK)
         .open("/dev/net/tun")?;
     let mut req = IfReq {
         name: [0; libc::IFNAMSIZ],
@@ -159,56 +162,107 @@ fn fine_timer() {
     let _ = rustix::thread::set_current_timer_slack(NonZeroU64::new(1000));
 }
 
-/// Reads packets from `from` and queues each with the time it was read.
-fn receive(from: &File, queue: &Sender<(Instant, Vec<u8>)>) {
-    fine_timer();
-    let mut buf = vec![0u8; 65_536];
-    loop {
-        match (&mut &*from).read(&mut buf) {
-            Ok(n) => {
-                if queue.send((clock(), buf[..n].to_vec())).is_err() {
-                    return;
+/// A packet waiting to be written: when it was read, and its bytes.
+struct Packet {
+    read: Instant,
+    bytes: Vec<u8>,
+}
+
+/// One direction: the packets read from `from` and not yet written to `to`, oldest first.
+struct Direction {
+    from: Arc<File>,
+    to: Arc<File>,
+    queue: VecDeque<Packet>,
+    held: Arc<Held>,
+}
+
+impl Direction {
+    /// Reads every packet `from` has now, each stamped `now`. `Err` ends the line.
+    fn read_all(
+        &mut self,
+        now: Instant,
+        scratch: &mut [u8],
+        spare: &mut Vec<Vec<u8>>,
+    ) -> io::Result<()> {
+        loop {
+            match (&*self.from).read(scratch) {
+                Ok(n) => {
+                    let mut bytes = spare.pop().unwrap_or_default();
+                    bytes.clear();
+                    bytes.extend_from_slice(&scratch[..n]);
+                    self.queue.push_back(Packet { read: now, bytes });
                 }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                eprintln!("delay_line: read: {e}");
+        }
+    }
+
+    /// Writes, in order, every packet due by `now` (held `delay` less `early`).
+    fn write_due(&mut self, delay: Duration, early: Duration, spare: &mut Vec<Vec<u8>>) {
+        while let Some(packet) = self.queue.front() {
+            if packet.read + (delay - early) > clock() {
                 return;
             }
+            let packet = self.queue.pop_front().expect("front was Some");
+            // A device not up yet, or a full queue: the packet is lost, as on a wire.
+            if (&*self.to).write(&packet.bytes).is_err() {
+                self.held.errors.fetch_add(1, Ordering::Relaxed);
+            }
+            self.held
+                .record(clock().saturating_duration_since(packet.read));
+            spare.push(packet.bytes);
         }
+    }
+
+    /// When the oldest packet is due, aiming `early`.
+    fn next_due(&self, delay: Duration, early: Duration) -> Option<Instant> {
+        self.queue.front().map(|p| p.read + (delay - early))
     }
 }
 
-/// Writes each queued packet to `to` once it is due, aiming early by the usual oversleep.
-fn send(to: &File, queue: &Receiver<(Instant, Vec<u8>)>, delay: Duration, held: &Held) {
+/// Carries both directions in one thread: it waits in `poll` until a device has a packet or
+/// the oldest held one is due, reads everything there is, and writes everything due. One
+/// thread, not a reader and a writer per direction, so that a packet costs one wake-up to
+/// read and at most one to write, with no hand-over between threads: the line's own CPU is
+/// part of what the benchmark measures, and netem, which it stands in for, costs little.
+/// Returns only on an error reading a device or waiting.
+fn carry(mut directions: [Direction; 2], delay: Duration) -> io::Error {
     fine_timer();
-    // A running average (1/8 weight) of how long sleeps overran, at most half the delay.
-    let mut oversleep = Duration::ZERO;
-    for (read, packet) in queue {
-        let wake = read + (delay - oversleep);
+    let mut scratch = vec![0u8; 65_536];
+    let mut spare: Vec<Vec<u8>> = Vec::new();
+    // A running average (1/8 weight) of how late the wake-ups for due packets were, at most
+    // half the delay: the line aims that much early.
+    let mut early = Duration::ZERO;
+    loop {
+        let due = directions
+            .iter()
+            .filter_map(|d| d.next_due(delay, early))
+            .min();
+        let timeout = due.map(|due| {
+            Timespec::try_from(due.saturating_duration_since(clock())).expect("a delay fits")
+        });
+        let mut fds = [
+            PollFd::new(&directions[0].from, PollFlags::IN),
+            PollFd::new(&directions[1].from, PollFlags::IN),
+        ];
+        match poll(&mut fds, timeout.as_ref()) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return io::Error::other(format!("poll: {e}")),
+        }
         let now = clock();
-        if wake > now {
-            std::thread::sleep(wake - now);
-            let overran = clock().saturating_duration_since(wake).min(delay / 2);
-            oversleep = (oversleep * 7 + overran) / 8;
+        if let Some(due) = due.filter(|due| *due <= now) {
+            let late = now.saturating_duration_since(due).min(delay / 2);
+            early = (early * 7 + late) / 8;
         }
-        // A device not up yet, or a full queue: the packet is lost, as on a wire.
-        if (&mut &*to).write(&packet).is_err() {
-            held.errors.fetch_add(1, Ordering::Relaxed);
+        for direction in &mut directions {
+            if let Err(e) = direction.read_all(now, &mut scratch, &mut spare) {
+                return io::Error::other(format!("read: {e}"));
+            }
+            direction.write_due(delay, early, &mut spare);
         }
-        held.record(clock().saturating_duration_since(read));
     }
-}
-
-/// One direction: a reader and a writer thread (with no delay too, so that a line of 0 µs
-/// costs what a delayed one does), and what the writer measures.
-fn direction(from: Arc<File>, to: Arc<File>, delay: Duration) -> Arc<Held> {
-    let held = Arc::new(Held::new());
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || receive(&from, &tx));
-    let stats = Arc::clone(&held);
-    std::thread::spawn(move || send(&to, &rx, delay, &stats));
-    held
 }
 
 fn main() -> std::process::ExitCode {
@@ -222,8 +276,27 @@ fn main() -> std::process::ExitCode {
         return std::process::ExitCode::FAILURE;
     };
     let delay = Duration::from_micros(args.delay_us);
-    let a_to_b = direction(Arc::clone(&a), Arc::clone(&b), delay);
-    let b_to_a = direction(b, a, delay);
+    let (a_to_b, b_to_a) = (Arc::new(Held::new()), Arc::new(Held::new()));
+    let directions = [
+        Direction {
+            from: Arc::clone(&a),
+            to: Arc::clone(&b),
+            queue: VecDeque::new(),
+            held: Arc::clone(&a_to_b),
+        },
+        Direction {
+            from: b,
+            to: a,
+            queue: VecDeque::new(),
+            held: Arc::clone(&b_to_a),
+        },
+    ];
+    // A line that cannot carry exits, so that the links vanish and the benchmark fails
+    // rather than measuring a network that drops everything.
+    std::thread::spawn(move || {
+        eprintln!("delay_line: {}", carry(directions, delay));
+        std::process::exit(1);
+    });
     println!("ready");
     let mut out = io::stdout().lock();
     for _ in 0..args.seconds {
@@ -232,6 +305,6 @@ fn main() -> std::process::ExitCode {
         let _ = writeln!(out, "STATS b>a {}", b_to_a.summary());
         let _ = out.flush();
     }
-    // The devices go with the process; the threads are left blocked in read.
+    // The devices go with the process; the carrying thread is left waiting in poll.
     std::process::ExitCode::SUCCESS
 }
