@@ -26,8 +26,9 @@
 #           then strict in open loop (loadgen --rate, latency from each request's due time,
 #           at most OPEN_CAP in flight) at half the delayed strict req/s, loopback and
 #           delayed alike. Targets: delayed strict >= 0.8x loopback; open-loop p99 <= 2 ms.
-#           Under each row: decisions a script call carried, and the CPU a decision took
-#           in meshlimit, Redis' main thread, the delay lines and the whole machine.
+#           Under each row: the share of requests sent to Redis, decisions a script call
+#           carried, and the CPU a request took in meshlimit, Redis' main thread, the
+#           delay lines and the whole machine.
 #   memory  the embedded store, strict: closed-loop req/s, then open loop at half of it,
 #           alternately against examples/noop_rls (answers OK, no work) at the same rate.
 #           Target: p99 <= 1.1x the no-op server's.
@@ -164,12 +165,19 @@ if [[ " $PARTS " == *" redis "* ]]; then
 fi
 
 # --- runs -------------------------------------------------------------------------------
-# Around each timed load of the redis store: decisions and script calls, so that each
-# row can say how many decisions one call carried (the batching the latency buys), and the
-# CPU each part used a decision (warm-up included): meshlimit, Redis' main thread, the
-# delay lines, and the whole machine (/proc/stat: loadgen and the kernel are the rest).
+# Around each timed load of the redis store: how many decisions one script call carried
+# (the batching the latency buys), and the CPU a request took (warm-up included) in
+# meshlimit, Redis' main thread, the delay lines and the whole machine (/proc/stat: loadgen
+# and the kernel are the rest). Requests are those the store answered: sent to Redis, or
+# from a local cache (`over` and `leased` send few).
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 machine_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
+# store_requests: the requests the redis store has answered since meshlimit started.
+store_requests() {
+    "${NS[@]}" curl -sS --max-time 5 "http://127.0.0.1:$HTTP_PORT/metrics" |
+        awk '$1 ~ /^meshlimit_redis_cache_(hits|misses)_total/ { n += $2; found = 1 }
+             END { if (!found) exit 1; print n }'
+}
 cpu_now() {
     echo "$(ticks "$SERVER_PID") $(redis_cpu_us) $(($(ticks "${LINE_PID[0]}") + $(ticks "${LINE_PID[1]}"))) $(machine_ticks)"
 }
@@ -177,23 +185,25 @@ timed_load_starts() {
     [[ $1 == redis ]] || return 0
     [[ $(redis_cli config resetstat) == OK ]] || fail_with_log "CONFIG RESETSTAT failed" redis
     DECISIONS_BEFORE=$(redis_decisions) || fail_with_log "no Redis counters on /metrics" meshlimit
+    REQUESTS_BEFORE=$(store_requests) || fail_with_log "no Redis counters on /metrics" meshlimit
     CPU_BEFORE=$(cpu_now)
 }
 timed_load_ended() {
     CPU_SHARES=-
     [[ $1 == redis ]] || return 0
-    local after calls usec decisions
-    after=$(redis_decisions) || fail_with_log "no Redis counters on /metrics" meshlimit
+    local decisions requests calls usec
+    decisions=$(redis_decisions) || fail_with_log "no Redis counters on /metrics" meshlimit
+    requests=$(store_requests) || fail_with_log "no Redis counters on /metrics" meshlimit
+    decisions=$((decisions - DECISIONS_BEFORE)) requests=$((requests - REQUESTS_BEFORE))
     read -r calls usec <<<"$(redis_script_time)"
-    decisions=$((after - DECISIONS_BEFORE))
-    ((calls > 0 && decisions > 0)) || return 0
-    CPU_SHARES=$(awk -v d="$decisions" -v c="$calls" -v hz="$(getconf CLK_TCK)" -v before="$CPU_BEFORE" \
-        -v after="$(cpu_now)" '
+    ((requests > 0)) || return 0
+    CPU_SHARES=$(awk -v d="$decisions" -v r="$requests" -v c="$calls" -v hz="$(getconf CLK_TCK)" \
+        -v before="$CPU_BEFORE" -v after="$(cpu_now)" '
         BEGIN {
             split(before, b, " "); split(after, a, " ")
-            tick = 1e6 / hz / d
-            printf "%.1f %.1f %.1f %.1f %.1f", d / c, (a[1] - b[1]) * tick, (a[2] - b[2]) / d,
-                (a[3] - b[3]) * tick, (a[4] - b[4]) * tick
+            tick = 1e6 / hz / r
+            printf "%.1f %.0f%% %.1f %.1f %.1f %.1f", c ? d / c : 0, 100 * d / r, (a[1] - b[1]) * tick,
+                (a[2] - b[2]) / r, (a[3] - b[3]) * tick, (a[4] - b[4]) * tick
         }')
 }
 
@@ -215,10 +225,10 @@ record() {
     # shellcheck disable=SC2059 # ROW is the format
     printf "$ROW" "$1" "$2" "$3" "$4" "$rps" "$p50" "$p99" "$p999" "$late" "$5"
     if [[ ${CPU_SHARES:--} != - ]]; then
-        local per_call mesh redis lines machine
-        read -r per_call mesh redis lines machine <<<"$CPU_SHARES"
-        printf '        %s decisions a call; CPU a decision: meshlimit %s µs, Redis %s, delay lines %s, machine %s\n' \
-            "$per_call" "$mesh" "$redis" "$lines" "$machine"
+        local per_call sent mesh redis lines machine
+        read -r per_call sent mesh redis lines machine <<<"$CPU_SHARES"
+        printf '        %s of the requests to Redis, %s decisions a call; CPU a request: meshlimit %s µs, Redis %s, delay lines %s, machine %s\n' \
+            "$sent" "$per_call" "$mesh" "$redis" "$lines" "$machine"
     fi
     CPU_SHARES=-
 }
