@@ -22,15 +22,15 @@ fn main() -> ExitCode {
         Err(e) => return fail(e),
     };
     match Cli::parse_with(std::env::args_os(), &go.args).command {
-        Command::Validate(args) => match runtime() {
+        Command::Validate(args) => match runtime(None) {
             Ok(rt) => rt.block_on(cli::validate(&args)),
             Err(e) => fail(e),
         },
-        Command::Explain(args) => match runtime() {
+        Command::Explain(args) => match runtime(None) {
             Ok(rt) => rt.block_on((*args).run()),
             Err(e) => fail(e),
         },
-        Command::Db(DbCommand::Init(args)) => match runtime() {
+        Command::Db(DbCommand::Init(args)) => match runtime(None) {
             Ok(rt) => rt.block_on(cli::db_init(&args)),
             Err(e) => fail(e),
         },
@@ -44,7 +44,7 @@ fn main() -> ExitCode {
                     go.unsupported.join("; ")
                 );
             }
-            match runtime() {
+            match runtime(serve.worker_threads()) {
                 Ok(rt) => match rt.block_on(serve.run(shutdown_signal())) {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => fail(e),
@@ -55,8 +55,16 @@ fn main() -> ExitCode {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
-    tokio::runtime::Runtime::new().map_err(|e| format!("cannot start the runtime: {e}"))
+/// A multi-threaded runtime with `workers` worker threads, or one per CPU.
+fn runtime(workers: Option<usize>) -> Result<tokio::runtime::Runtime, String> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(workers) = workers {
+        builder.worker_threads(workers);
+    }
+    builder
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))
 }
 
 /// Logs to stdout as `--log` and `--log-format` say.

@@ -1000,3 +1000,40 @@ async fn the_page_counts_each_rule_apart_and_lists_whom_it_refused() {
     assert_eq!(after.get("page.svc.method_a.user"), Some(&(1, 2)));
     assert_eq!(after.get("page.free"), None);
 }
+
+/// `--worker-threads` (or `MESHLIMIT_WORKER_THREADS`) sizes the runtime, whose own count of
+/// workers `/metrics` reports; without it, one per CPU; 0 is refused, naming the flag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_threads_come_from_the_flag_or_environment_and_are_reported() {
+    use support::process::{Meshlimit, run_serve, serve_on_loopback};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("saas.yaml"), TENANTS).unwrap();
+    async fn workers(ml: &Meshlimit) -> Option<f64> {
+        let (status, text) = support::http_get(ml.http, "/metrics").await;
+        assert_eq!(status, 200);
+        value(&parse(&text), "meshlimit_worker_threads", &[])
+    }
+
+    let ml = Meshlimit::start(dir.path(), &["--worker-threads", "3"]).await;
+    assert_eq!(workers(&ml).await, Some(3.0));
+    drop(ml);
+
+    let config = dir.path().display().to_string();
+    let argv = serve_on_loopback(&config, &["--log", "info"]);
+    let ml = Meshlimit::start_with(&argv, &[("MESHLIMIT_WORKER_THREADS", "1")]).await;
+    assert_eq!(workers(&ml).await, Some(1.0));
+    // The answers still come, from the one worker.
+    let request = support::rls_request("saas", &[&[("plan", "a")]]);
+    ml.ask(request).await;
+    drop(ml);
+
+    let ml = Meshlimit::start(dir.path(), &[]).await;
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(workers(&ml).await, Some(cpus as f64));
+    drop(ml);
+
+    let out = run_serve(&config, &["--worker-threads", "0"]).await;
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--worker-threads"), "{stderr}");
+}

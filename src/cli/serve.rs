@@ -134,6 +134,12 @@ pub struct Serve {
     /// Log line format.
     #[arg(long, env = "MESHLIMIT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub(crate) log_format: LogFormat,
+    /// Threads that serve requests (the runtime's workers). Default: one per CPU the
+    /// process may use. Where its cores are shared with other busy processes (a load
+    /// generator, a Redis on the same host), fewer can serve more: fewer wake-ups move
+    /// work between threads (see the README's Latency section).
+    #[arg(long, env = "MESHLIMIT_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub(crate) worker_threads: Option<u16>,
     /// Most bytes the embedded store holds (a fixed size per bucket, whatever its key's
     /// length, plus the limits of `rate_limits` lists); beyond it, the least recently used
     /// buckets are evicted.
@@ -223,6 +229,11 @@ impl Serve {
     /// Whether `--log-format json` asks for JSON log lines rather than text.
     pub fn json_logs(&self) -> bool {
         matches!(self.log_format, LogFormat::Json)
+    }
+
+    /// `--worker-threads`: the runtime's worker threads, `None` for one per CPU.
+    pub fn worker_threads(&self) -> Option<usize> {
+        self.worker_threads.map(usize::from)
     }
 
     /// Serves with these flags until `shutdown` completes, then drains (see

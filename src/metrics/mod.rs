@@ -23,7 +23,8 @@
 //!   domain the config does not have (Go's `ratelimit.service.rate_limit.<domain>.domain_not_found`,
 //!   which its mapping leaves unmapped; see [`domains`]).
 //!
-//! meshlimit's own: `meshlimit_config_rules`, `meshlimit_store_latency_seconds{store}`,
+//! meshlimit's own: `meshlimit_config_rules`, `meshlimit_worker_threads`,
+//! `meshlimit_store_latency_seconds{store}`,
 //! `meshlimit_store_errors_total{store}`, with the embedded store
 //! `meshlimit_store_evictions_total` and `meshlimit_store_evictions_weakened_total` and, with Redis, `meshlimit_redis_cache_hits_total{cache}`
 //! (`over_limit`, `lease`), `meshlimit_redis_cache_misses_total`, `meshlimit_redis_errors_total`

@@ -84,6 +84,17 @@ impl Metrics {
             "Rules (limited or unlimited) in the running config.",
         );
         sample(out, name, [], self.config.load().rules().len());
+        // Only inside a runtime: a scrape always is, a test's render may not be.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let name = "meshlimit_worker_threads";
+            family(
+                out,
+                name,
+                "gauge",
+                "Threads serving requests (--worker-threads, or one per CPU).",
+            );
+            sample(out, name, [], runtime.metrics().num_workers());
+        }
     }
 
     fn render_store(&self, out: &mut String) {
