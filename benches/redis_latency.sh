@@ -47,6 +47,8 @@
 # WARMUP (1), CONNECTIONS (4), THREADS (1), OPEN_CAP (256),
 # STRICT_KEYS, OVER_KEYS, LEASED_KEYS, LEASE (as redis_load.sh), MESHLIMIT (server binary),
 # DELAY_LINE (the delay line's binary, to compare two), REDIS_SERVER / REDIS_CLI, H2LOAD.
+# meshlimit's own MESHLIMIT_* settings (e.g. MESHLIMIT_WORKER_THREADS=1) reach every
+# meshlimit the script starts, and no other server.
 #
 # Needs: root, cargo, curl, python3, timeout, ip (iproute2), chrt (util-linux),
 # /dev/net/tun, redis-server, redis-cli (redis-tools), h2load (nghttp2-client).
