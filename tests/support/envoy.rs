@@ -82,14 +82,15 @@ impl Envoy {
         panic!("Envoy: a port was taken by another process {ATTEMPTS} times in a row");
     }
 
-    /// Polls `GET /ready` until `LIVE`: true then; false when Envoy exited because a port
-    /// was in use; panics (with the log) on any other exit or after [`ENVOY_TIMEOUT`].
+    /// Polls `GET /ready` until `LIVE`: true then; false when a port was in use (Envoy
+    /// exited, or went live without that listener); panics
+    /// (with the log) on any other exit or after [`ENVOY_TIMEOUT`].
     async fn wait_ready(&mut self) -> bool {
         let deadline = tokio::time::Instant::now() + ENVOY_TIMEOUT;
         loop {
             if let Some(status) = self.child.try_wait().expect("polling Envoy") {
                 let log = self.log();
-                if log.contains("Address already in use") {
+                if port_was_taken(&log) {
                     return false;
                 }
                 panic!("Envoy exited with {status} while starting; its log:\n{log}");
@@ -99,7 +100,11 @@ impl Envoy {
                 .as_ref()
                 .is_ok_and(|r| r.status == 200 && r.body.trim() == "LIVE")
             {
-                return true;
+                // Envoy 1.40 logs a listener it could not bind ("final pre-worker listener
+                // init for listener 'open' failed: cannot listen() errno=98") and goes live
+                // without it; requests to that port then reach whoever holds it.
+                // `start` then drops this Envoy, which stops it.
+                return !port_was_taken(&self.log());
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
@@ -260,6 +265,11 @@ fn dechunk(mut rest: &str) -> Option<String> {
         body.push_str(after.get(..size)?);
         rest = after.get(size..)?.strip_prefix("\r\n")?;
     }
+}
+
+/// Whether Envoy's log says it could not bind a port another process holds (EADDRINUSE).
+fn port_was_taken(log: &str) -> bool {
+    log.contains("Address already in use") || log.contains("errno=98")
 }
 
 /// A free loopback port not handed out before by this test binary, so that two Envoys
