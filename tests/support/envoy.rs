@@ -83,8 +83,8 @@ impl Envoy {
     }
 
     /// Polls `GET /ready` until `LIVE`: true then; false when a port was in use (Envoy
-    /// exited, or went live without that listener); panics
-    /// (with the log) on any other exit or after [`ENVOY_TIMEOUT`].
+    /// exited, or went live without that listener); panics (with the log) on any other
+    /// exit or after [`ENVOY_TIMEOUT`].
     async fn wait_ready(&mut self) -> bool {
         let deadline = tokio::time::Instant::now() + ENVOY_TIMEOUT;
         loop {
@@ -100,7 +100,7 @@ impl Envoy {
                 .as_ref()
                 .is_ok_and(|r| r.status == 200 && r.body.trim() == "LIVE")
             {
-                // Envoy 1.40 logs a listener it could not bind ("final pre-worker listener
+                // Envoy 1.40 logs a listener it could not listen on ("final pre-worker listener
                 // init for listener 'open' failed: cannot listen() errno=98") and goes live
                 // without it; requests to that port then reach whoever holds it.
                 // `start` then drops this Envoy, which stops it.
