@@ -169,10 +169,14 @@ redis_cpu_us() {
 
 # redis_decisions: the requests meshlimit (on HTTP_PORT) has sent to Redis since it
 # started (meshlimit_redis_cache_misses_total): one decision each, whatever the batching.
-redis_decisions() {
+redis_decisions() { metrics_sum '^meshlimit_redis_cache_misses_total$'; }
+
+# metrics_sum REGEX: the sum of the samples of meshlimit (on HTTP_PORT) whose name and
+# labels match REGEX; fails when none does.
+metrics_sum() {
     "${NS[@]}" curl -sS --max-time 5 "http://127.0.0.1:$HTTP_PORT/metrics" |
-        awk '$1 == "meshlimit_redis_cache_misses_total" { print $2; found = 1 }
-             END { if (!found) exit 1 }'
+        awk -v re="$1" '$1 ~ re { n += $2; found = 1 }
+             END { if (!found) exit 1; printf "%d\n", n }'
 }
 
 # --- meshlimit and loadgen --------------------------------------------------------------

@@ -171,17 +171,12 @@ fi
 # (the batching the latency buys), and the CPU a request took (warm-up included) in
 # meshlimit, Redis' main thread, the delay lines and the whole machine (/proc/stat: loadgen
 # and the kernel are the rest). Requests are those the store answered: sent to Redis, or
-# from a local cache (`over` and `leased` send few).
-ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+# from a local cache (`over` and `leased` send few). cpu_ticks is grpc_fixture.sh's.
 machine_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 # store_requests: the requests the redis store has answered since meshlimit started.
-store_requests() {
-    "${NS[@]}" curl -sS --max-time 5 "http://127.0.0.1:$HTTP_PORT/metrics" |
-        awk '$1 ~ /^meshlimit_redis_cache_(hits|misses)_total/ { n += $2; found = 1 }
-             END { if (!found) exit 1; print n }'
-}
+store_requests() { metrics_sum '^meshlimit_redis_cache_(hits|misses)_total'; }
 cpu_now() {
-    echo "$(ticks "$SERVER_PID") $(redis_cpu_us) $(($(ticks "${LINE_PID[0]}") + $(ticks "${LINE_PID[1]}"))) $(machine_ticks)"
+    echo "$(cpu_ticks "$SERVER_PID") $(redis_cpu_us) $(($(cpu_ticks "${LINE_PID[0]}") + $(cpu_ticks "${LINE_PID[1]}"))) $(machine_ticks)"
 }
 timed_load_starts() {
     [[ $1 == redis ]] || return 0
