@@ -12,8 +12,8 @@ one-descriptor requests (the `strict` scenario's limit: 1,000,000 a second, burs
 divided by the decisions. The scripts:
   script  src/store/redis/exact.lua + decide_buckets.lua, as src/store/redis/script.rs
           joins them: what meshlimit runs
-  floor   each key's GET and SET ... PX with a constant 32-byte value and nothing else:
-          the bucket's read and write alone
+  floor   one MGET of the call's keys, then each key's SET ... PX with a constant 32-byte
+          value, and nothing else: the buckets' reads and writes alone
 With the default --keys, a key comes back after its bucket is full again (its TTL is 1 ms),
 so nearly every decision is on a key Redis does not hold, as in redis_cpu.sh's runs;
 --keys 15 makes every bucket hot.
@@ -27,8 +27,8 @@ import argparse, os, shutil, socket, struct, subprocess, sys, tempfile, time
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 SCRIPT_DIR = os.path.join(ROOT, "src", "store", "redis")
 FLOOR = """
+redis.call('MGET', unpack(KEYS))
 for i = 1, #KEYS do
-  redis.call('GET', KEYS[i])
   redis.call('SET', KEYS[i], '0123456789abcdef0123456789abcdef', 'PX', '1')
 end
 return ''
@@ -116,10 +116,14 @@ def calls(sha, args, first_key):
     for _ in range(args.calls):
         now += 50
         numbers = [now, 1, TOKEN, RATE, CAP, QUANTUM]
-        keys = []
+        keys, number = [], {}
         for _ in range(args.per_call):
-            numbers += [1, 1, 1]  # one check: 1 hit, limit 1, enforced
-            keys.append(b"ml1:{5:bench}7:user_id%d" % (key % args.keys))
+            name = b"ml1:{5:bench}7:user_id%d" % (key % args.keys)
+            if name not in number:
+                keys.append(name)
+                number[name] = len(keys)
+            # One check: 1 hit, limit 1, enforced, on its bucket (each named once a call).
+            numbers += [1, 1, 1, number[name]]
             key += 1
         yield command(b"EVALSHA", sha, len(keys), *keys,
                       struct.pack("<%dd" % len(numbers), *numbers))

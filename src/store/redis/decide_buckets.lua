@@ -8,19 +8,22 @@
 --
 -- Requests are decided one after the other, in order, each all-or-nothing on its own: a
 -- later request sees what the earlier ones consumed, and one request's denial never undoes
--- another's consumption. Each bucket is read once (GET) and written once at the end (SET
--- with a TTL, or DEL when full), however many requests of the call name it; the states in
--- between live in `known`, exactly as the requests one call each would have read them back
--- (a bucket that would have been deleted reads as absent). One GET per bucket rather than
--- one MGET per call: with the pass over the call's keys an MGET needs, Redis took longer
--- per call on hot buckets (benches/grpc_h2load.sh REDIS=1: 73 against 64 µs).
+-- another's consumption. Every bucket of the call is read at the start, all in one MGET,
+-- and written once at the end (SET with a TTL; the full ones in one DEL), however many
+-- requests of the call name it; the states in between live in `known`, exactly as the
+-- requests one call each would have read them back (a bucket that would have been deleted
+-- reads as absent). The caller names each bucket once in KEYS and each check points at
+-- its bucket by number, so the script neither hashes a key nor passes over the keys to
+-- find the distinct ones (which, done here, had made an MGET slower than a GET per bucket
+-- on hot buckets).
 --
--- KEYS      every check's bucket, request after request
+-- KEYS      every bucket of the call, each once (part.rs, evalsha)
 -- ARGV[1]   little-endian doubles (struct '<d', read in one go): now in microseconds (-1:
 --           Redis' clock, TIME); the number of limits L, then each limit's token, rate,
 --           cap and q (a Scale's exact integers, see script_args.rs); then per request the
---           number of checks n, then per check two: hits, and its limit's number (1..L),
---           negative when the check being over does not deny the request (shadow mode)
+--           number of checks n, then per check three: hits, its limit's number (1..L),
+--           negative when the check being over does not deny the request (shadow mode),
+--           and its bucket's number in KEYS (1..#KEYS)
 -- Numbers stay below 2^53, where Lua's doubles are exact integers.
 --
 -- Returns one string of little-endian doubles, request after request: denied (0 or 1), then
@@ -30,7 +33,9 @@
 -- reads it in one go instead of parsing a RESP integer per number.
 --
 -- Stored state: decide.lua's token bucket, 32 bytes '<dddd' debt, at (quanta), token, q;
--- a key holding anything else (another algorithm before a reload) starts a fresh bucket.
+-- a key holding any other string (another algorithm before a reload) starts a fresh
+-- bucket. (A key of another type, which meshlimit never writes under its prefix, reads as
+-- absent in an MGET and is replaced; decide.lua's GET fails the call on it instead.)
 --
 -- Runs after exact.lua (floor, ceil, floor_div, ceil_div, refilled), which script.rs puts
 -- before it.
@@ -45,11 +50,19 @@ if now < 0 then
 end
 -- The call's limits: token, rate, cap and q of limit l at v[3 + 4 * (l - 1)] on.
 local limits = v[2]
--- Every bucket met: { debt, at, token, q, rate } as the latest request left it, or false
--- (absent); and the keys in order of first use, for the writes.
-local known, keys = {}, {}
+-- Every bucket of the call by its number in KEYS: { debt, at, token, q, rate } as the
+-- latest request left it, or false (absent).
+local known = #KEYS > 0 and redis.call('MGET', unpack(KEYS)) or {}
+for b = 1, #KEYS do
+  local raw = known[b]
+  if raw and #raw == 32 then
+    known[b] = { struct.unpack('<dddd', raw) }
+  else
+    known[b] = false
+  end
+end
 local out, o = {}, 0
-local k, a = 0, 3 + 4 * limits
+local a = 3 + 4 * limits
 local last = #v - 1 -- struct.unpack adds the next position
 while a <= last do
   -- Each check as if the request passes: it takes its hits when it can (the reply keeps the
@@ -60,23 +73,12 @@ while a <= last do
   o = at_denied
   local c = a + 1
   for i = 1, n do
-    local hits, l = v[c], v[c + 1]
+    local hits, l, b = v[c], v[c + 1], v[c + 2]
     local enforce = l > 0
     if not enforce then l = -l end
     l = 4 * l - 1
     local token, rate, cap, q = v[l], v[l + 1], v[l + 2], v[l + 3]
-    local key = KEYS[k + i]
-    local s = known[key]
-    if s == nil then
-      local raw = redis.call('GET', key)
-      if raw and #raw == 32 then
-        s = { struct.unpack('<dddd', raw) }
-      else
-        s = false
-      end
-      known[key] = s
-      keys[#keys + 1] = key
-    end
+    local s = known[b]
     local now_q = now
     if q ~= 1 then now_q = floor(now / q) end
     local debt, at = 0, now_q
@@ -103,38 +105,35 @@ while a <= last do
       denied = true
     end
     if debt <= 0 or rate <= 0 then
-      known[key] = false
+      known[b] = false
     elseif s then
       s[1], s[2], s[3], s[4], s[5] = debt, at, token, q, rate
     else
-      known[key] = { debt, at, token, q, rate }
+      known[b] = { debt, at, token, q, rate }
     end
-    c = c + 2
+    c = c + 3
   end
   -- A denied request takes nothing: its buckets keep their refilled debt.
   if denied then
     out[at_denied] = 1
     for i = 1, n do
-      local debt, key = out[at_denied + i], KEYS[k + i]
-      local s = known[key]
+      local debt, s = out[at_denied + i], known[v[a + 3 * i]]
       if s then
-        if debt <= 0 then known[key] = false else s[1] = debt end
+        if debt <= 0 then known[v[a + 3 * i]] = false else s[1] = debt end
       end
     end
   else
     out[at_denied] = 0
   end
-  k = k + n
   a = c
 end
 
--- Keep every bucket, with a TTL until it is full again; a full one is deleted. Each TTL is
--- passed as text made once per call: Redis turns a number argument into text with
--- snprintf, which costs as much as a quarter of the SET.
-local ttls = {}
-for i = 1, #keys do
-  local key = keys[i]
-  local s = known[key]
+-- Keep every bucket, with a TTL until it is full again; the full ones are deleted, in one
+-- DEL. Each TTL is passed as text made once per call: Redis turns a number argument into
+-- text with snprintf, which costs as much as a quarter of the SET.
+local ttls, full = {}, {}
+for b = 1, #KEYS do
+  local s = known[b]
   if s then
     local d, rate, q = s[1], s[5], s[4]
     local ms = ceil(ceil_div(d, rate) * q / 1000)
@@ -143,10 +142,11 @@ for i = 1, #keys do
       ttl = string.format('%d', ms)
       ttls[ms] = ttl
     end
-    redis.call('SET', key, struct.pack('<dddd', d, s[2], s[3], q), 'PX', ttl)
+    redis.call('SET', KEYS[b], struct.pack('<dddd', d, s[2], s[3], q), 'PX', ttl)
   else
-    redis.call('DEL', key)
+    full[#full + 1] = KEYS[b]
   end
 end
+if #full > 0 then redis.call('DEL', unpack(full)) end
 
 return struct.pack('<' .. string.rep('d', o), unpack(out, 1, o))

@@ -9,6 +9,9 @@
 //! exact integer arithmetic, so the rest of the store reads one reply whichever script
 //! decided.
 
+use std::collections::HashMap;
+
+use foldhash::fast::RandomState;
 use redis::Cmd;
 
 use super::leases::Want;
@@ -81,7 +84,7 @@ impl Part {
         };
         let (args, arg_bytes) = match buckets {
             Some(buckets) => {
-                let bytes = 8 * (1 + 2 * buckets.len());
+                let bytes = 8 * (1 + 3 * buckets.len());
                 (Args::Buckets(buckets), bytes)
             }
             None => {
@@ -212,20 +215,27 @@ impl BucketCheck {
 }
 
 /// The `EVALSHA` of the script `sha` deciding `parts` (all of one shape, and one time) in
-/// order, in one call: every part's keys, then the arguments (decide_buckets.lua: one
-/// string of doubles, the time first; decide.lua: every part's, one after the other).
+/// order, in one call: the keys, then the arguments. decide_buckets.lua takes each bucket
+/// of the call once, however many parts name it, and one string of doubles (the time
+/// first) in which each check names its bucket by number; decide.lua takes every part's
+/// keys and arguments, one part after the other.
 pub(crate) fn evalsha(sha: &str, parts: &[&Part]) -> Cmd {
     let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(sha)
-        .arg(parts.iter().map(|p| p.keys.len()).sum::<usize>());
-    for part in parts {
-        for key in &part.keys {
+    cmd.arg(sha);
+    if parts.first().is_some_and(|p| p.shape() == Shape::Buckets) {
+        let (buckets, numbers) = distinct_buckets(parts);
+        cmd.arg(buckets.len());
+        for key in buckets {
             cmd.arg(key);
         }
-    }
-    if parts.first().is_some_and(|p| p.shape() == Shape::Buckets) {
-        cmd.arg(buckets_arg(parts));
+        cmd.arg(buckets_arg(parts, &numbers));
     } else {
+        cmd.arg(parts.iter().map(|p| p.keys.len()).sum::<usize>());
+        for part in parts {
+            for key in &part.keys {
+                cmd.arg(key);
+            }
+        }
         for part in parts {
             if let Args::General(args) = &part.args {
                 for arg in args.args_iter() {
@@ -239,14 +249,39 @@ pub(crate) fn evalsha(sha: &str, parts: &[&Part]) -> Cmd {
     cmd
 }
 
+/// Each bucket `parts` name, once, in order of first use; and for each of the parts' keys
+/// in turn, its bucket's number in that list (1 on, as Lua counts).
+///
+/// Requests of a call often share buckets (one user's, one client's): each is sent, read
+/// and written once a call, and the script finds a check's bucket by number instead of
+/// hashing its key.
+fn distinct_buckets<'p>(parts: &[&'p Part]) -> (Vec<&'p str>, Vec<u32>) {
+    let keys = parts.iter().map(|p| p.keys.len()).sum();
+    let mut buckets: Vec<&str> = Vec::with_capacity(keys);
+    let mut numbers = Vec::with_capacity(keys);
+    let mut known: HashMap<&str, u32, RandomState> =
+        HashMap::with_capacity_and_hasher(keys, RandomState::default());
+    for key in parts.iter().flat_map(|p| &p.keys) {
+        let number = *known.entry(key).or_insert_with(|| {
+            buckets.push(key);
+            // A call's keys are bounded (`batch::MAX_CHECKS`), far below u32::MAX.
+            buckets.len() as u32
+        });
+        numbers.push(number);
+    }
+    (buckets, numbers)
+}
+
 /// decide_buckets.lua's one argument for `parts`, little-endian doubles: now in microseconds
 /// (-1: Redis' clock), the number of limits and each limit's token, rate, cap and q, then
-/// per part its number of checks, then per check its hits and its limit's number (1 on),
-/// negative in shadow mode. Most checks of a call share a few limits, so each check sends
-/// two numbers rather than six.
-fn buckets_arg(parts: &[&Part]) -> Vec<u8> {
+/// per part its number of checks, then per check its hits, its limit's number (1 on),
+/// negative in shadow mode, and its bucket's number (`buckets`: one per check, in order,
+/// see [`distinct_buckets`]). Most checks of a call share a few limits, so each check sends
+/// three numbers rather than seven.
+fn buckets_arg(parts: &[&Part], buckets: &[u32]) -> Vec<u8> {
     let mut limits: smallvec::SmallVec<[[u64; 4]; 4]> = smallvec::SmallVec::new();
-    let mut checks: Vec<f64> = Vec::with_capacity(parts.iter().map(|p| 1 + 2 * p.checks).sum());
+    let mut checks: Vec<f64> = Vec::with_capacity(parts.iter().map(|p| 1 + 3 * p.checks).sum());
+    let mut buckets = buckets.iter();
     for part in parts {
         let Args::Buckets(bucket_checks) = &part.args else {
             continue;
@@ -266,6 +301,7 @@ fn buckets_arg(parts: &[&Part]) -> Vec<u8> {
             // as the general script's tonumber rounds them.
             checks.push(check.hits as f64);
             checks.push(if check.enforce { number } else { -number });
+            checks.push(buckets.next().copied().map_or(0.0, f64::from));
         }
     }
     let now = parts
@@ -360,18 +396,32 @@ mod tests {
         assert_eq!(buckets.shape(), Shape::Buckets);
         let cmd = evalsha("sha", &[&buckets, &buckets]);
         let sent = args(&cmd);
-        // EVALSHA sha 4 a b a b, then one string of doubles.
-        assert_eq!(sent.len(), 1 + 2 + 4 + 1);
-        assert_eq!(sent[2], b"4");
-        let doubles: Vec<f64> = sent[7]
+        // EVALSHA sha 2 a b: each bucket once however many requests name it; then one
+        // string of doubles.
+        assert_eq!(sent.len(), 1 + 2 + 2 + 1);
+        assert_eq!(sent[2..5], [b"2".to_vec(), b"a".to_vec(), b"b".to_vec()]);
+        let doubles: Vec<f64> = sent[5]
             .chunks_exact(8)
             .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
             .collect();
         // Redis' clock; one limit (token, rate, cap, q); then each request: two checks, each
-        // its hits and its limit's number (negative: shadow).
+        // its hits, its limit's number (negative: shadow) and its bucket's.
         let head = [-1.0, 1.0, 10_000.0, 1.0, 100_000.0, 1.0];
-        let request = [2.0, 2.0, 1.0, 1.0, -1.0];
+        let request = [2.0, 2.0, 1.0, 1.0, 1.0, -1.0, 2.0];
         assert_eq!(doubles, [&head[..], &request, &request].concat());
+        // Buckets numbered in order of first use across the call's requests.
+        let reversed = part(&["b", "c"], &checks, &nothing, true);
+        let sent = args(&evalsha("sha", &[&buckets, &reversed]));
+        assert_eq!(
+            sent[2..6],
+            [b"3".to_vec(), b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]
+        );
+        let doubles: Vec<f64> = sent[6]
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .collect();
+        let second = [2.0, 2.0, 1.0, 2.0, 1.0, -1.0, 3.0];
+        assert_eq!(doubles, [&head[..], &request, &second].concat());
         // Two limits: numbered in order of first use.
         let mut other = check("4:t:c", Mode::Enforce, 1);
         other.limit = limit(5, Unit::Minute, 1);
@@ -382,7 +432,7 @@ mod tests {
             .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
             .collect();
         assert_eq!(doubles[1], 2.0);
-        assert_eq!(&doubles[10..], [2.0, 2.0, 1.0, 1.0, 2.0]);
+        assert_eq!(&doubles[10..], [2.0, 2.0, 1.0, 1.0, 1.0, 2.0, 2.0]);
         // The general script for anything else: off, a bucket twice, a lease, a quota.
         let general = |names, checks: &[Check<'_>], wants: &[Want], specialised| {
             part(names, checks, wants, specialised).shape() == Shape::General
