@@ -73,7 +73,10 @@ impl Part {
         now: Nanos,
         specialised: bool,
     ) -> Part {
-        let buckets = if specialised && checks.len() <= BUCKETS_UP_TO && distinct(&keys) {
+        // One key a check, all distinct: the specialised script numbers a call's buckets by
+        // its parts' keys (`distinct_buckets`), check after check.
+        let one_key_each = keys.len() == checks.len() && distinct(&keys);
+        let buckets = if specialised && checks.len() <= BUCKETS_UP_TO && one_key_each {
             checks
                 .iter()
                 .zip(wants)
@@ -439,6 +442,8 @@ mod tests {
         };
         assert!(general(&["a", "b"], &checks, &nothing, false));
         assert!(general(&["a", "a"], &checks, &nothing, true));
+        // Not one key a check: the buckets could not be numbered check by check.
+        assert!(general(&["a"], &checks, &nothing, true));
         let lease = [
             Want::nothing(),
             Want {
