@@ -117,9 +117,10 @@ while a <= last do
   if denied then
     out[at_denied] = 1
     for i = 1, n do
-      local debt, s = out[at_denied + i], known[v[a + 3 * i]]
+      local debt, b = out[at_denied + i], v[a + 3 * i]
+      local s = known[b]
       if s then
-        if debt <= 0 then known[v[a + 3 * i]] = false else s[1] = debt end
+        if debt <= 0 then known[b] = false else s[1] = debt end
       end
     end
   else
