@@ -74,9 +74,13 @@ impl Part {
         specialised: bool,
     ) -> Part {
         // One key a check, all distinct: the specialised script numbers a call's buckets by
-        // its parts' keys (`distinct_buckets`), check after check.
-        let one_key_each = keys.len() == checks.len() && distinct(&keys);
-        let buckets = if specialised && checks.len() <= BUCKETS_UP_TO && one_key_each {
+        // its parts' keys (`distinct_buckets`), check after check. Looked at last, and only
+        // for short requests: `distinct` compares every pair of keys.
+        let buckets = if specialised
+            && checks.len() <= BUCKETS_UP_TO
+            && keys.len() == checks.len()
+            && distinct(&keys)
+        {
             checks
                 .iter()
                 .zip(wants)
