@@ -135,7 +135,7 @@ impl Rls {
 
     /// The answer to a request of `domain` and `descriptors`, of which the one at `refund`
     /// (the first) asks for negative hits.
-    async fn answer<D: RequestDescriptor>(
+    async fn answer<D: RequestDescriptor + Sync>(
         &self,
         domain: &str,
         descriptors: &[D],

@@ -94,7 +94,6 @@ mod value_to_metric;
 mod views;
 
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
@@ -237,7 +236,7 @@ impl Metrics {
     /// that the reading ending the store call serves both histograms.
     pub(crate) fn answered(&self, elapsed: Duration, error: Option<&RequestError>) {
         self.response_time.observe(elapsed);
-        // Store failures are counted by `time_store`, where they happen.
+        // Store failures are counted by `store_answered`, where they happen.
         if error.is_some_and(RequestError::is_invalid_request) {
             self.invalid_requests.fetch_add(1, Relaxed);
         }
@@ -248,20 +247,16 @@ impl Metrics {
         self.global_shadow.fetch_add(1, Relaxed);
     }
 
-    /// Times a store call, counting a failure; returns its result and the clock reading
-    /// that ended it (the request's decision time, see [`Metrics::answered`]).
-    pub(crate) async fn time_store<T, E>(
-        &self,
-        call: impl Future<Output = Result<T, E>>,
-    ) -> (Result<T, E>, Stopwatch) {
-        let started = Stopwatch::start();
-        let result = call.await;
+    /// A store call that began at `started` has ended, failed or not: its latency is
+    /// observed and a failure counted. Returns the clock reading that ended it (the
+    /// request's decision time, see [`Metrics::answered`]).
+    pub(crate) fn store_answered(&self, started: Stopwatch, failed: bool) -> Stopwatch {
         let ended = Stopwatch::start();
         self.store_latency.observe(started.until(ended));
-        if result.is_err() {
+        if failed {
             self.store_errors.fetch_add(1, Relaxed);
         }
-        (result, ended)
+        ended
     }
 
     /// The rules' series for a request decided on `config`.

@@ -2,20 +2,22 @@
 //! for all its limited descriptors, the per-rule statistics, and the [`Response`].
 
 mod answer;
+mod decision;
 
 use std::sync::Arc;
 
 pub use answer::{CurrentLimit, LimitStatus, Response, Status, binding};
+pub use decision::Decision;
 
 use crate::clock::{Clock, Stopwatch};
-use crate::config::SharedConfig;
+use crate::config::{Config, SharedConfig};
 use crate::error::RequestError;
 use crate::metrics::Metrics;
 use crate::plan::{Checks, Plan, PlanDefaults};
 use crate::request::RequestDescriptor;
 use crate::request_limits::RequestLimits;
 use crate::rules::Algorithm;
-use crate::store::{Reports, Store};
+use crate::store::{MemoryStore, Reports, Store};
 
 /// The rate-limit service: config, store and clock. Cheap to clone (handles only), so
 /// that the gRPC and HTTP servers each hold one.
@@ -116,36 +118,38 @@ impl Service {
         &self.store
     }
 
-    /// Answers one `ShouldRateLimit` request.
+    /// Answers one `ShouldRateLimit` request. On the embedded store the request is
+    /// decided before this returns (see [`Decision`]).
     ///
     /// # Errors
     /// Empty domain, no descriptors, a request over the caps, an override without a valid
     /// unit, or a store failure.
-    pub async fn should_rate_limit<D: RequestDescriptor>(
-        &self,
-        domain: &str,
-        descriptors: &[D],
+    pub fn should_rate_limit<'a, D: RequestDescriptor + Sync>(
+        &'a self,
+        domain: &'a str,
+        descriptors: &'a [D],
         hits_addend: u32,
-    ) -> Result<Response, RequestError> {
-        let mut decided_at = None;
-        let Some(metrics) = &self.metrics else {
-            return self
-                .decide(domain, descriptors, hits_addend, &mut decided_at)
-                .await;
+    ) -> Decision<'a> {
+        let Store::Memory(memory) = &self.store else {
+            return Decision::Waiting(Box::pin(self.decide_on_redis(
+                domain,
+                descriptors,
+                hits_addend,
+            )));
         };
-        let started = Stopwatch::start();
-        let answer = self
-            .decide(domain, descriptors, hits_addend, &mut decided_at)
-            .await;
-        let decided_at = decided_at.unwrap_or_else(Stopwatch::start);
-        metrics.answered(started.until(decided_at), answer.as_ref().err());
-        answer
+        let timer = ResponseTimer::start(self.metrics.as_deref());
+        let mut decided_at = None;
+        let answer = self.decide_now(memory, domain, descriptors, hits_addend, &mut decided_at);
+        timer.stop(self.metrics.as_deref(), decided_at, &answer);
+        Decision::Ready(Some(answer))
     }
 
-    /// Decides a request; with statistics on, `decided_at` gets the clock reading that
-    /// ended the store call, so that the response time needs no reading of its own.
-    async fn decide<D: RequestDescriptor>(
+    /// Decides a request on the embedded store; with statistics on, `decided_at` gets the
+    /// clock reading that ended the store call, so that the response time needs no
+    /// reading of its own.
+    fn decide_now<D: RequestDescriptor>(
         &self,
+        memory: &MemoryStore,
         domain: &str,
         descriptors: &[D],
         hits_addend: u32,
@@ -154,35 +158,119 @@ impl Service {
         let config = self.config.load();
         // Built in place: see `Plan::empty`.
         let mut plan = Plan::empty(&config, domain);
-        plan.fill(domain, descriptors, hits_addend, &self.defaults)?;
-        if !plan.knows_domain() {
-            if let Some(metrics) = &self.metrics {
-                metrics.domain_not_found(domain, descriptors.len());
-            }
-            return Ok(Response::no_limits(descriptors.len()));
-        }
         let mut checks = Checks::new();
+        if let Some(answer) = self.begin(&mut plan, domain, descriptors, hits_addend)? {
+            return Ok(answer);
+        }
         plan.push_checks(&mut checks);
         let reports = if checks.is_empty() {
             Reports::new()
         } else {
-            let decided = self.store.check(&checks, self.clock.now());
-            match &self.metrics {
-                Some(metrics) => {
-                    let (reports, ended) = metrics.time_store(decided).await;
-                    *decided_at = Some(ended);
-                    reports?
-                }
-                None => decided.await?,
+            let started = self.metrics.is_some().then(Stopwatch::start);
+            let reports = memory.check(&checks, self.clock.now());
+            if let (Some(metrics), Some(started)) = (&self.metrics, started) {
+                *decided_at = Some(metrics.store_answered(started, false));
             }
+            reports
         };
-        let (response, over_before_shadow) = Response::new(&plan, &reports, self.global_shadow);
+        Ok(self.end(&config, domain, descriptors, &plan, &reports))
+    }
+
+    /// [`Service::decide_now`] on Redis, which has to be waited for, with the response
+    /// time counted. The same steps written again with the store call awaited: one body
+    /// generic over the call would make the embedded store's decision a future again.
+    async fn decide_on_redis<D: RequestDescriptor + Sync>(
+        &self,
+        domain: &str,
+        descriptors: &[D],
+        hits_addend: u32,
+    ) -> Result<Response, RequestError> {
+        let timer = ResponseTimer::start(self.metrics.as_deref());
+        let mut decided_at = None;
+        let answer = async {
+            let config = self.config.load();
+            let mut plan = Plan::empty(&config, domain);
+            let mut checks = Checks::new();
+            if let Some(answer) = self.begin(&mut plan, domain, descriptors, hits_addend)? {
+                return Ok(answer);
+            }
+            plan.push_checks(&mut checks);
+            let reports = if checks.is_empty() {
+                Reports::new()
+            } else {
+                let started = self.metrics.is_some().then(Stopwatch::start);
+                let reports = self.store.check(&checks, self.clock.now()).await;
+                if let (Some(metrics), Some(started)) = (&self.metrics, started) {
+                    decided_at = Some(metrics.store_answered(started, reports.is_err()));
+                }
+                reports?
+            };
+            Ok(self.end(&config, domain, descriptors, &plan, &reports))
+        }
+        .await;
+        timer.stop(self.metrics.as_deref(), decided_at, &answer);
+        answer
+    }
+
+    /// Fills `plan`; returns the answer when the request needs no store call because its
+    /// domain is unknown.
+    fn begin<D: RequestDescriptor>(
+        &self,
+        plan: &mut Plan<'_>,
+        domain: &str,
+        descriptors: &[D],
+        hits_addend: u32,
+    ) -> Result<Option<Response>, RequestError> {
+        plan.fill(domain, descriptors, hits_addend, &self.defaults)?;
+        if plan.knows_domain() {
+            return Ok(None);
+        }
         if let Some(metrics) = &self.metrics {
-            metrics.count_hits(&config, domain, descriptors, &plan, &reports);
+            metrics.domain_not_found(domain, descriptors.len());
+        }
+        Ok(Some(Response::no_limits(descriptors.len())))
+    }
+
+    /// The response to a request planned as `plan` whose store reported `reports`, with
+    /// its hits counted.
+    fn end<D: RequestDescriptor>(
+        &self,
+        config: &Arc<Config>,
+        domain: &str,
+        descriptors: &[D],
+        plan: &Plan<'_>,
+        reports: &Reports,
+    ) -> Response {
+        let (response, over_before_shadow) = Response::new(plan, reports, self.global_shadow);
+        if let Some(metrics) = &self.metrics {
+            metrics.count_hits(config, domain, descriptors, plan, reports);
             if over_before_shadow && self.global_shadow {
                 metrics.global_shadow();
             }
         }
-        Ok(response)
+        response
+    }
+}
+
+/// The response-time measurement of one request, when statistics are on.
+struct ResponseTimer(Option<Stopwatch>);
+
+impl ResponseTimer {
+    fn start(metrics: Option<&Metrics>) -> Self {
+        Self(metrics.map(|_| Stopwatch::start()))
+    }
+
+    /// Counts the request's `answer`, decided at `decided_at` (the end of its store call;
+    /// now if it made none).
+    fn stop(
+        self,
+        metrics: Option<&Metrics>,
+        decided_at: Option<Stopwatch>,
+        answer: &Result<Response, RequestError>,
+    ) {
+        if let (Some(metrics), Some(started)) = (metrics, self.0) {
+            let decided_at = decided_at.unwrap_or_else(Stopwatch::start);
+            metrics.answered(started.until(decided_at), answer.as_ref().err());
+        }
     }
 }
