@@ -147,11 +147,20 @@ impl Rls {
                 "descriptor {i}: is_negative_hits (refunds) is not supported"
             )));
         }
-        let answer = self
+        let answer = match self
             .service
-            .should_rate_limit(domain, descriptors, hits_addend)
-            .await
-            .map_err(to_status)?;
+            .decide_at_once(domain, descriptors, hits_addend)
+        {
+            Some(answer) => answer,
+            // Awaited here, not boxed in a `Decision`: the call's future, which holds this
+            // one, is a box already (`grpc/route.rs`).
+            None => {
+                self.service
+                    .decide_waiting(domain, descriptors, hits_addend)
+                    .await
+            }
+        }
+        .map_err(to_status)?;
         let mut headers = match (&self.headers, answer.headline) {
             (Some(names), Some(i)) => response_headers(names, &answer.statuses[i]),
             _ => Vec::new(),

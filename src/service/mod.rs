@@ -130,18 +130,37 @@ impl Service {
         descriptors: &'a [D],
         hits_addend: u32,
     ) -> Decision<'a> {
-        let Store::Memory(memory) = &self.store else {
-            return Decision::Waiting(Box::pin(self.decide_on_redis(
+        match self.decide_at_once(domain, descriptors, hits_addend) {
+            Some(answer) => Decision::Ready(Some(answer)),
+            None => Decision::Waiting(Box::pin(self.decide_waiting(
                 domain,
                 descriptors,
                 hits_addend,
-            )));
+            ))),
+        }
+    }
+
+    /// [`Service::should_rate_limit`]'s answer when the store gives it without waiting
+    /// (the embedded store); `None` when it has to be waited for (Redis), with
+    /// [`Service::decide_waiting`]. For a caller whose own future can hold the wait, so
+    /// that [`Decision`] need not box it.
+    ///
+    /// # Errors
+    /// As [`Service::should_rate_limit`].
+    pub fn decide_at_once<D: RequestDescriptor>(
+        &self,
+        domain: &str,
+        descriptors: &[D],
+        hits_addend: u32,
+    ) -> Option<Result<Response, RequestError>> {
+        let Store::Memory(memory) = &self.store else {
+            return None;
         };
         let timer = ResponseTimer::start(self.metrics.as_deref());
         let mut decided_at = None;
         let answer = self.decide_now(memory, domain, descriptors, hits_addend, &mut decided_at);
         timer.stop(self.metrics.as_deref(), decided_at, &answer);
-        Decision::Ready(Some(answer))
+        Some(answer)
     }
 
     /// Decides a request on the embedded store; with statistics on, `decided_at` gets the
@@ -176,10 +195,14 @@ impl Service {
         Ok(self.end(&config, domain, descriptors, &plan, &reports))
     }
 
-    /// [`Service::decide_now`] on Redis, which has to be waited for, with the response
-    /// time counted. The same steps written again with the store call awaited: one body
-    /// generic over the call would make the embedded store's decision a future again.
-    async fn decide_on_redis<D: RequestDescriptor + Sync>(
+    /// [`Service::should_rate_limit`]'s answer waited for (Redis; any store), with the
+    /// response time counted. The steps of [`Service::decide_now`] written again with the
+    /// store call awaited: one body generic over the call would make the embedded store's
+    /// decision a future again.
+    ///
+    /// # Errors
+    /// As [`Service::should_rate_limit`].
+    pub async fn decide_waiting<D: RequestDescriptor + Sync>(
         &self,
         domain: &str,
         descriptors: &[D],
