@@ -25,7 +25,7 @@ setting() { # name default min max: the environment's value (or the default), ch
 }
 
 # --- processes --------------------------------------------------------------------------
-declare -A LIVE # pid -> name, of every process started and not yet reaped
+declare -A LIVE=() # pid -> name, of every process started and not yet reaped
 stop() { # pid...: SIGTERM, up to 10 s to exit, then SIGKILL; reaps them
     local pid i alive
     for pid in "$@"; do

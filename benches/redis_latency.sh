@@ -1,26 +1,39 @@
 #!/usr/bin/env bash
 # Latency with a network between meshlimit and Redis, and open-loop latency (issue 14,
-# part 4), in one run. Needs root (network namespaces, TUN devices, chrt).
+# part 4), in one run. Needs root (network namespaces; veth and netem, or TUN devices and
+# chrt).
 #
 #   benches/redis_latency.sh                             # from the repository root
 #   ROUNDS=3 DURATION=5 benches/redis_latency.sh         # alternations (1..5), seconds per run
 #   PARTS=redis SCENARIOS=strict benches/redis_latency.sh
+#   NETWORK=netem benches/redis_latency.sh               # the kernel's netem, or fail
 #
 # The network. Two network namespaces made here (removed on exit): mlat-c-PID, where
 # meshlimit, loadgen, h2load, the no-op server and a loopback Redis run, and mlat-s-PID,
 # where a second Redis listens on two addresses, each reached from mlat-c over a
 # point-to-point link of its own (169.254.250.1 -> .2 and 169.254.251.1 -> .2, link-local,
-# inside the two namespaces only). Each link is a pair of TUN devices joined by
-# examples/delay_line.rs (under chrt -f), which holds every packet DELAY_US (250 µs) each
-# way on the second link and 0 on the first. `tc qdisc ... netem` would do this in the
-# kernel, but this machine's kernel has no netem (CONFIG_NET_SCH_NETEM is not set, no
-# modules); the delay line holds packets as netem does, so TCP sees the round trip
-# (ACKs, Nagle's algorithm). Its cost and timing show separately: the 0 µs link carries
-# the same traffic through the same code, and each line prints how long it held packets.
+# inside the two namespaces only). The second link delays every packet DELAY_US (250 µs)
+# each way, the first one 0. NETWORK says how:
+#   netem   each link a veth pair; on the second, `tc qdisc ... netem delay DELAY_US` on
+#           both ends (each delays what it sends). What issue 14 asks for: the delay costs
+#           a kernel timer, not CPU of its own, so `line0` is the kernel's link alone.
+#   line    each link a pair of TUN devices joined by examples/delay_line.rs (under
+#           chrt -f), which holds every packet as netem would, so TCP sees the round trip
+#           (ACKs, Nagle's algorithm), for kernels without netem (CONFIG_NET_SCH_NETEM
+#           unset, as on the machine the README's figures come from). It costs CPU on the
+#           cores everything else shares; the 0 µs link carries the same traffic through
+#           the same code, so that cost shows on its own, and each line prints how long it
+#           held packets.
+#   auto    (default) netem if the kernel takes a netem qdisc (tried on a veth pair in the
+#           client namespace first), else line; the run says which.
+# With NETWORK=line a third link joins them, a veth pair with no delay (`veth0`, at
+# 169.254.252.x): the kernel's own link, which is what line0 would be with netem, so the
+# line's own cost shows in every round.
 #
 # Parts (PARTS, default "redis memory h2load"):
 #   redis   meshlimit --store redis, Redis on loopback (`loopback`), behind the 0 µs link
-#           (`line0`) and behind the DELAY_US link (`delayed`): closed loop, CONCURRENCY
+#           (`line0`), behind the DELAY_US link (`delayed`) and, with NETWORK=line, behind
+#           the plain veth pair (`veth0`): closed loop, CONCURRENCY
 #           (64) in flight, each scenario of redis_load.sh (SCENARIOS, default "strict
 #           over leased"; same keys, rules and expected answers), req/s and p50/p99/p99.9;
 #           then strict in open loop (loadgen --rate, latency from each request's due time,
@@ -46,12 +59,14 @@
 # UNAVAILABLE answers as errors; a longer one lets the stall show as latency instead),
 # WARMUP (1), CONNECTIONS (4), THREADS (1), OPEN_CAP (256),
 # STRICT_KEYS, OVER_KEYS, LEASED_KEYS, LEASE (as redis_load.sh), MESHLIMIT (server binary),
-# DELAY_LINE (the delay line's binary, to compare two), REDIS_SERVER / REDIS_CLI, H2LOAD.
+# NETWORK (auto), DELAY_LINE (the delay line's binary, to compare two), REDIS_SERVER /
+# REDIS_CLI, H2LOAD.
 # meshlimit's own MESHLIMIT_* settings (e.g. MESHLIMIT_WORKER_THREADS=1) reach every
 # meshlimit the script starts, and no other server.
 #
-# Needs: root, cargo, curl, python3, timeout, ip (iproute2), chrt (util-linux),
-# /dev/net/tun, redis-server, redis-cli (redis-tools), h2load (nghttp2-client).
+# Needs: root, cargo, curl, python3, timeout, ip and tc (iproute2), redis-server, redis-cli
+# (redis-tools), h2load (nghttp2-client); with NETWORK=netem a kernel with veth and netem,
+# with NETWORK=line chrt (util-linux) and /dev/net/tun.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -80,18 +95,22 @@ SCENARIOS=${SCENARIOS:-strict over leased}
 REDIS_SERVER=${REDIS_SERVER:-redis-server}
 REDIS_CLI=${REDIS_CLI:-redis-cli}
 H2LOAD=${H2LOAD:-h2load}
-need_tools cargo curl python3 timeout ip chrt "$REDIS_SERVER" "$REDIS_CLI" "$H2LOAD"
+NETWORK=${NETWORK:-auto}
+case $NETWORK in
+auto | netem | line) ;;
+*)
+    echo "NETWORK is auto, netem or line, not '$NETWORK'" >&2
+    exit 2
+    ;;
+esac
+need_tools cargo curl python3 timeout ip tc "$REDIS_SERVER" "$REDIS_CLI" "$H2LOAD"
 if ((EUID != 0)); then
-    echo "needs root: network namespaces and TUN devices" >&2
+    echo "needs root: network namespaces and network devices" >&2
     exit 2
 fi
-[[ -c /dev/net/tun ]] || {
-    echo "/dev/net/tun missing (a kernel with CONFIG_TUN)" >&2
-    exit 2
-}
 
 # network_report: TCP retransmissions and timeouts in both namespaces (a packet lost on a
-# link stalls its connection for a retransmission timeout, 200 ms at least), and the TUN
+# link stalls its connection for a retransmission timeout, 200 ms at least), and the links'
 # devices' drops while they exist.
 network_report() {
     local ns
@@ -121,46 +140,118 @@ ip netns add "$CLIENT_NS"
 ip netns add "$SERVER_NS"
 ip -n "$CLIENT_NS" link set lo up
 ip -n "$SERVER_NS" link set lo up
-# link N DELAY: a delay line (pid LINE_PID[N]) whose TUN devices join 169.254.25N.1
-# (client) to .2 (server).
+# Ports. Every server listens in the client namespace, so a port is picked there: above the
+# namespace's range for the local ports of its connections (set to 10000-32767 here), and
+# checked free. (grpc_fixture.sh's free_port asks the host's namespace, which cannot see
+# this one's connections: a server once failed to start on a port that a connection of an
+# earlier run held.)
+ip netns exec "$CLIENT_NS" sysctl -q -w net.ipv4.ip_local_port_range="10000 32767"
+free_port() {
+    "${NS[@]}" python3 -c '
+import random, socket
+for _ in range(1000):
+    port = random.randint(33000, 60999)
+    try:
+        socket.socket().bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    print(port)
+    break
+else:
+    raise SystemExit("no free port in 33000-60999")'
+}
+
+# netem_works: whether the kernel takes a netem qdisc, tried on a veth pair made in the
+# client namespace and removed again.
+netem_works() {
+    local a=mlatpc$$ b=mlatps$$ works=0
+    ip -n "$CLIENT_NS" link add "$a" type veth peer name "$b" 2>/dev/null || return 1
+    if ip netns exec "$CLIENT_NS" tc qdisc add dev "$a" root netem delay 1us 2>/dev/null; then
+        works=1
+    fi
+    ip -n "$CLIENT_NS" link del "$a"
+    ((works))
+}
+if [[ " $PARTS " == *" redis "* ]]; then
+    # DELAY_US=0 needs no qdisc: veth pairs alone.
+    if [[ $NETWORK != line ]] && { ((DELAY_US == 0)) || netem_works; }; then
+        NETWORK=netem
+    elif [[ $NETWORK == netem ]]; then
+        echo "NETWORK=netem: this kernel takes no netem qdisc on a veth pair" \
+            "(CONFIG_VETH and CONFIG_NET_SCH_NETEM); NETWORK=line uses the delay line instead" >&2
+        exit 2
+    else
+        NETWORK=line
+        need_tools chrt
+        [[ -c /dev/net/tun ]] || {
+            echo "NETWORK=line: /dev/net/tun missing (a kernel with CONFIG_TUN)" >&2
+            exit 2
+        }
+    fi
+fi
+
+# link N DELAY [veth]: 169.254.25N.1 (client) joined to .2 (server), every packet held
+# DELAY µs each way: a veth pair (with netem on both ends unless DELAY is 0), or, with
+# NETWORK=line and no third argument, a delay line (pid LINE_PID[N]) joining two TUN
+# devices.
 declare -A LINE_PID
 link() {
     local a=mlat${1}c$$ b=mlat${1}s$$ i
-    start "line$1" chrt -f 10 "$DELAY_LINE" --a "$a" --b "$b" --delay-us "$2" --seconds 3600
-    LINE_PID[$1]=$STARTED
-    for ((i = 0; ; i++)); do
-        grep -q '^ready$' "$WORK/line$1.log" && break
-        kill -0 "$STARTED" 2>/dev/null || fail_with_log "delay_line exited" "line$1"
-        ((i < 100)) || fail_with_log "delay_line not ready after 10 s" "line$1"
-        sleep 0.1
-    done
-    ip link set "$a" netns "$CLIENT_NS"
-    ip link set "$b" netns "$SERVER_NS"
+    if [[ $NETWORK == netem || ${3:-} == veth ]]; then
+        ip -n "$CLIENT_NS" link add "$a" type veth peer name "$b" netns "$SERVER_NS"
+        if (($2 > 0)); then
+            # netem's default queue of 1,000 packets could drop under load; a drop stalls
+            # a connection for a retransmission timeout.
+            ip netns exec "$CLIENT_NS" tc qdisc add dev "$a" root netem delay "${2}us" limit 100000
+            ip netns exec "$SERVER_NS" tc qdisc add dev "$b" root netem delay "${2}us" limit 100000
+        fi
+    else
+        start "line$1" chrt -f 10 "$DELAY_LINE" --a "$a" --b "$b" --delay-us "$2" --seconds 3600
+        LINE_PID[$1]=$STARTED
+        for ((i = 0; ; i++)); do
+            grep -q '^ready$' "$WORK/line$1.log" && break
+            kill -0 "$STARTED" 2>/dev/null || fail_with_log "delay_line exited" "line$1"
+            ((i < 100)) || fail_with_log "delay_line not ready after 10 s" "line$1"
+            sleep 0.1
+        done
+        ip link set "$a" netns "$CLIENT_NS"
+        ip link set "$b" netns "$SERVER_NS"
+    fi
     ip -n "$CLIENT_NS" addr add "169.254.25$1.1" peer "169.254.25$1.2" dev "$a"
     ip -n "$SERVER_NS" addr add "169.254.25$1.2" peer "169.254.25$1.1" dev "$b"
     ip -n "$CLIENT_NS" link set "$a" up
     ip -n "$SERVER_NS" link set "$b" up
 }
 
-# use_redis PATH: the Redis the redis store uses (loopback, line0 or delayed).
+# use_redis PATH: the Redis the redis store uses (loopback, line0, delayed or veth0).
 use_redis() {
     case $1 in
     loopback) REDIS_HOST=127.0.0.1 REDIS_PORT=$LOOP_PORT REDIS_PID=$LOOP_PID ;;
     line0) REDIS_HOST=169.254.250.2 REDIS_PORT=6379 REDIS_PID=$NET_PID ;;
     delayed) REDIS_HOST=169.254.251.2 REDIS_PORT=6379 REDIS_PID=$NET_PID ;;
+    veth0) REDIS_HOST=169.254.252.2 REDIS_PORT=6379 REDIS_PID=$NET_PID ;;
     esac
 }
 
 if [[ " $PARTS " == *" redis "* ]]; then
     link 0 0
     link 1 "$DELAY_US"
+    # Beside the delay line, the kernel's own link (what line0 would be with netem): the
+    # part of line0's cost that is the line's.
+    PATHS="loopback line0 delayed"
+    BINDS=(169.254.250.2 169.254.251.2)
+    if [[ $NETWORK == line ]]; then
+        link 2 0 veth
+        PATHS+=" veth0"
+        BINDS+=(169.254.252.2)
+    fi
     LOOP_PORT=$(free_port)
     start redis-loop "${NS[@]}" "$REDIS_SERVER" --port "$LOOP_PORT" --bind 127.0.0.1 --save '' --appendonly no
     LOOP_PID=$STARTED
     start redis-net ip netns exec "$SERVER_NS" "$REDIS_SERVER" --port 6379 \
-        --bind 169.254.250.2 169.254.251.2 --protected-mode no --save '' --appendonly no
+        --bind "${BINDS[@]}" --protected-mode no --save '' --appendonly no
     NET_PID=$STARTED
-    for path in loopback line0 delayed; do
+    for path in $PATHS; do
         use_redis "$path"
         redis_wait "redis-$([[ $path == loopback ]] && echo loop || echo net)"
     done
@@ -175,8 +266,16 @@ fi
 machine_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 # store_requests: the requests the redis store has answered since meshlimit started.
 store_requests() { metrics_sum '^meshlimit_redis_cache_(hits|misses)_total'; }
+# line_ticks: the delay lines' CPU ticks (0 with netem, whose delay is the kernel's).
+line_ticks() {
+    if [[ $NETWORK == line ]]; then
+        echo $(($(cpu_ticks "${LINE_PID[0]}") + $(cpu_ticks "${LINE_PID[1]}")))
+    else
+        echo 0
+    fi
+}
 cpu_now() {
-    echo "$(cpu_ticks "$SERVER_PID") $(redis_cpu_us) $(($(cpu_ticks "${LINE_PID[0]}") + $(cpu_ticks "${LINE_PID[1]}"))) $(machine_ticks)"
+    echo "$(cpu_ticks "$SERVER_PID") $(redis_cpu_us) $(line_ticks) $(machine_ticks)"
 }
 timed_load_starts() {
     [[ $1 == redis ]] || return 0
@@ -188,11 +287,11 @@ timed_load_starts() {
 timed_load_ended() {
     CPU_SHARES=-
     [[ $1 == redis ]] || return 0
-    local decisions requests calls usec
+    local decisions requests calls
     decisions=$(redis_decisions) || fail_with_log "no Redis counters on /metrics" meshlimit
     requests=$(store_requests) || fail_with_log "no Redis counters on /metrics" meshlimit
     decisions=$((decisions - DECISIONS_BEFORE)) requests=$((requests - REQUESTS_BEFORE))
-    read -r calls usec <<<"$(redis_script_time)"
+    read -r calls _ <<<"$(redis_script_time)"
     ((requests > 0)) || return 0
     CPU_SHARES=$(awk -v d="$decisions" -v r="$requests" -v c="$calls" -v hz="$(getconf CLK_TCK)" \
         -v before="$CPU_BEFORE" -v after="$(cpu_now)" '
@@ -238,8 +337,8 @@ mean() {
 echo
 echo "cores: $(nproc); load average: $(cut -d' ' -f1-3 /proc/loadavg); $("$REDIS_SERVER" --version | cut -d' ' -f1-3)"
 echo "each run: ${WARMUP}s warm-up + ${DURATION}s measured; loadgen --connections $CONNECTIONS --threads $THREADS;" \
-    "closed loop $CONCURRENCY in flight, open loop at most $OPEN_CAP; $ROUNDS round(s); delay $DELAY_US µs each way;" \
-    "Redis timeout $REDIS_TIMEOUT_MS ms"
+    "closed loop $CONCURRENCY in flight, open loop at most $OPEN_CAP; $ROUNDS round(s); delay $DELAY_US µs each way" \
+    "($([[ $NETWORK == netem ]] && echo "veth and netem" || echo "TUN devices and the delay line")); Redis timeout $REDIS_TIMEOUT_MS ms"
 echo
 # shellcheck disable=SC2059 # ROW is the format
 printf "$ROW" kind scenario where round 'req/s' 'p50 µs' 'p99 µs' 'p99.9 µs' late load1
@@ -247,7 +346,7 @@ printf "$ROW" kind scenario where round 'req/s' 'p50 µs' 'p99 µs' 'p99.9 µs' 
 if [[ " $PARTS " == *" redis "* ]]; then
     for ((round = 1; round <= ROUNDS; round++)); do
         for scenario in $SCENARIOS; do
-            for path in loopback line0 delayed; do
+            for path in $PATHS; do
                 use_redis "$path"
                 l=$(load1)
                 measure "$scenario" redis "$scenario.$path.$round" --concurrency "$CONCURRENCY"
@@ -380,9 +479,11 @@ awk -v delay="$DELAY_US" -v open_rate="${OPEN_RATE:-0}" -v memory_rate="${MEMORY
         for (s = 1; s <= 3; s++) {
             sc = s == 1 ? "strict" : s == 2 ? "over" : "leased"
             lo = "closed " sc " loopback"; l0 = "closed " sc " line0"; de = "closed " sc " delayed"
+            v0 = "closed " sc " veth0"
             if (n[lo] && n[de])
-                printf "%-6s delayed / loopback req/s %.2f (line0 / loopback %.2f, delayed / line0 %.2f)%s\n",
+                printf "%-6s delayed / loopback req/s %.2f (line0 / loopback %.2f, delayed / line0 %.2f%s)%s\n",
                     sc, m(rps, de) / m(rps, lo), m(rps, l0) / m(rps, lo), m(rps, de) / m(rps, l0),
+                    n[v0] ? sprintf(", veth0 / loopback %.2f", m(rps, v0) / m(rps, lo)) : "",
                     sc == "strict" ? "; target >= 0.8: " verdict(m(rps, de) >= 0.8 * m(rps, lo)) : ""
         }
         k = "open strict delayed"
@@ -400,11 +501,17 @@ awk -v delay="$DELAY_US" -v open_rate="${OPEN_RATE:-0}" -v memory_rate="${MEMORY
     }' "$RESULTS"
 if [[ " $PARTS " == *" redis "* ]]; then
     echo
-    echo "delay lines over the whole run (held: from reading a packet to having written it):"
-    for line in 0 1; do
-        grep '^STATS' "$WORK/line$line.log" | tail -n 2 | sed "s/^STATS/  line$line/"
-        echo "  line$line CPU time: $(ps -o times= -p "${LINE_PID[$line]}") s"
-    done
+    if [[ $NETWORK == netem ]]; then
+        echo "the delayed link's qdiscs over the whole run (netem; none at 0 µs):"
+        ip netns exec "$CLIENT_NS" tc -s qdisc show dev "mlat1c$$" | sed 's/^/  client: /'
+        ip netns exec "$SERVER_NS" tc -s qdisc show dev "mlat1s$$" | sed 's/^/  server: /'
+    else
+        echo "delay lines over the whole run (held: from reading a packet to having written it):"
+        for line in 0 1; do
+            grep '^STATS' "$WORK/line$line.log" | tail -n 2 | sed "s/^STATS/  line$line/"
+            echo "  line$line CPU time: $(ps -o times= -p "${LINE_PID[$line]}") s"
+        done
+    fi
     echo "network:"
     network_report
 fi
