@@ -293,13 +293,14 @@ async fn answers(
 /// decides them in arrival order, each all-or-nothing on its own: of two requests for a
 /// bucket of one token in one call exactly the first passes, a denied request takes
 /// nothing (another request of the call finds its bucket full), and a later request sees
-/// what an earlier one took. For both scripts.
+/// what an earlier one took. For both scripts, and with two calls in flight allowed: a
+/// second call waits for 16 checks, so these small requests still wait for the first.
 #[tokio::test]
 async fn waiting_requests_go_in_one_call_decided_in_order_each_all_or_nothing() {
-    for specialised in [true, false] {
+    for (specialised, calls_in_flight) in [(true, 1), (false, 1), (true, 2)] {
         let server = RedisServer::start();
         let store = store(&server, |o| {
-            o.calls_in_flight = 1;
+            o.calls_in_flight = calls_in_flight;
             o.specialised = specialised;
         });
         // Connected, and the script loaded (the first call, alone, is an EVALSHA answered
@@ -329,6 +330,37 @@ async fn waiting_requests_go_in_one_call_decided_in_order_each_all_or_nothing() 
             .await
             .expect("decided");
         assert!(later.iter().all(|r| r.over), "{later:?}");
+    }
+}
+
+/// With two calls in flight allowed, a request that brings the waiting checks to 16 starts
+/// a second call beside the one in flight, and the next request waits for one to end.
+/// With one allowed, both wait for the first call and go together.
+#[tokio::test]
+async fn a_second_call_starts_beside_the_first_once_sixteen_checks_wait() {
+    for (calls_in_flight, expected_calls) in [(2, 3), (1, 2)] {
+        let server = RedisServer::start();
+        let store = store(&server, |o| o.calls_in_flight = calls_in_flight);
+        let one = bucket(1, Unit::Hour, 1, 1);
+        let warm = answers(vec![spawn_request(&store, &[("warm", one)])]).await;
+        assert_eq!(warm, [Ok(true)]);
+        server.cli(&["CONFIG", "RESETSTAT"]);
+        let names: Vec<String> = (0..16).map(|i| format!("wide{i}")).collect();
+        let wide: Vec<(&str, Limit)> = names.iter().map(|n| (n.as_str(), one)).collect();
+        let got = answers(vec![
+            spawn_request(&store, &[("p", one)]),
+            spawn_request(&store, &wide),
+            // Wants wide0's token, which the wide request, decided first, took.
+            spawn_request(&store, &[("wide0", one)]),
+        ])
+        .await;
+        let expected: Vec<Result<bool, String>> = vec![Ok(true), Ok(true), Ok(false)];
+        assert_eq!(got, expected, "{calls_in_flight} calls in flight");
+        assert_eq!(
+            script_calls(&server),
+            expected_calls,
+            "{calls_in_flight} calls in flight"
+        );
     }
 }
 

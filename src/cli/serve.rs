@@ -75,6 +75,17 @@ pub struct Serve {
     /// Longest a cached over-limit answer is trusted (milliseconds).
     #[arg(long, env = "MESHLIMIT_REDIS_CACHE_TTL_MS", default_value_t = millis(defaults::REDIS_CACHE_TTL))]
     pub(crate) redis_cache_ttl_ms: u64,
+    /// Script calls each Redis node has in flight at most (1 to 64). Requests that arrive
+    /// while calls run wait and go together in the next one; a call beyond the first
+    /// starts only once 16 checks wait. More than 1 pays where Redis is a network round
+    /// trip away and meshlimit has cores of its own (see the README's Latency section).
+    #[arg(
+        long,
+        env = "MESHLIMIT_REDIS_CALLS_IN_FLIGHT",
+        default_value_t = defaults::REDIS_CALLS_IN_FLIGHT as u64,
+        value_parser = clap::value_parser!(u64).range(1..=64)
+    )]
+    pub(crate) redis_calls_in_flight: u64,
     /// Algorithm for rules that do not set rate_limit.algorithm.
     #[arg(long, env = "MESHLIMIT_ALGORITHM", value_enum, default_value_t = AlgorithmArg::from(defaults::ALGORITHM))]
     pub(crate) algorithm: AlgorithmArg,

@@ -105,6 +105,8 @@ impl Serve {
                 lease_ttl: Duration::from_millis(self.redis_lease_ttl_ms.max(1)),
                 cache_size: self.redis_cache_size,
                 cache_ttl: Duration::from_millis(self.redis_cache_ttl_ms),
+                // At most 64: the flag's range.
+                calls_in_flight: self.redis_calls_in_flight as usize,
                 fallback_buckets: self.max_buckets,
                 fallback_bytes: self.max_store_bytes,
                 ..RedisOptions::new(self.redis_url.clone().unwrap_or_default())
@@ -165,6 +167,20 @@ mod tests {
         assert!(renamed("--reset-header", "RateLimit-Policies").is_ok());
         // One kind alone may use any name.
         assert!(check(&["--response-headers", "--limit-header", "RateLimit"]).is_ok());
+    }
+
+    #[test]
+    fn redis_calls_in_flight_reach_the_store_and_stay_in_range() {
+        let redis = ["--store", "redis", "--redis-url", "redis://h:1"];
+        let flags = |n: &'static str| [&redis[..], &["--redis-calls-in-flight", n]].concat();
+        for n in ["1", "4", "64"] {
+            let options = serve(&flags(n)).redis_options().expect("redis");
+            assert_eq!(options.calls_in_flight.to_string(), n);
+        }
+        for n in ["0", "65", "two"] {
+            let argv = ["meshlimit", "serve"].into_iter().chain(flags(n));
+            assert!(Cli::try_parse_from(argv).is_err(), "{n}");
+        }
     }
 
     #[test]

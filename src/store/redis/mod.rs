@@ -51,7 +51,7 @@ pub use conn::UrlError;
 use fallback::Fallback;
 pub use health::NodeStatus;
 use leases::{Leases, Refill, Want};
-pub use options::{CALLS_IN_FLIGHT, FailurePolicy, RedisOptions, TimeSource};
+pub use options::{FailurePolicy, RedisOptions, TimeSource};
 use over_limit_cache::OverLimitCache;
 pub use quota_demands::Demand;
 pub use quota_nudges::{Nudge, Nudges, QUOTA_NUDGES};

@@ -6,11 +6,6 @@ use std::time::Duration;
 use super::conn;
 use crate::defaults;
 
-/// Script calls a node has in flight by default ([`RedisOptions::calls_in_flight`]): one,
-/// so that the next batch collects while it runs. Two (pipelined) measured no faster under
-/// load (`benches/grpc_h2load.sh`), with smaller batches costing Redis more per decision.
-pub const CALLS_IN_FLIGHT: usize = 1;
-
 /// What to answer when Redis cannot decide (down, or slower than the timeout).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailurePolicy {
@@ -67,7 +62,8 @@ pub struct RedisOptions {
     /// Bytes the embedded fallback store holds ([`FailurePolicy::Local`]).
     pub fallback_bytes: u64,
     /// Script calls each node has in flight at most; requests arriving meanwhile wait and
-    /// go together in the next call (see the `batch` module). At least 1.
+    /// go together in the next call, and a call beyond the first starts only once enough
+    /// checks wait (see the `batch` module). At least 1.
     pub calls_in_flight: usize,
     /// Requests of token buckets only go to the specialised script (`decide_buckets.lua`);
     /// `false` sends every request to the general one, for tests that compare the two.
@@ -95,7 +91,8 @@ impl std::fmt::Debug for RedisOptions {
 
 impl RedisOptions {
     /// Defaults for `url`: 100 ms timeout, `error` policy, no leases, 100k cached entries,
-    /// [`CALLS_IN_FLIGHT`] script calls in flight per node, the specialised script on.
+    /// [`defaults::REDIS_CALLS_IN_FLIGHT`] script calls in flight per node, the specialised
+    /// script on.
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
@@ -108,7 +105,7 @@ impl RedisOptions {
             time: TimeSource::Redis,
             fallback_buckets: defaults::MAX_BUCKETS,
             fallback_bytes: defaults::MAX_STORE_BYTES,
-            calls_in_flight: CALLS_IN_FLIGHT,
+            calls_in_flight: defaults::REDIS_CALLS_IN_FLIGHT,
             specialised: true,
         }
     }
