@@ -82,17 +82,17 @@ const UNSUPPORTED: &[(&str, Option<bool>, &str)] = &[
     (
         "REDIS_PIPELINE_WINDOW",
         None,
-        "requests are pipelined on the connection as they come",
+        "requests waiting for a Redis node go together in its next script call; see MESHLIMIT_REDIS_CALLS_IN_FLIGHT",
     ),
     (
         "REDIS_PIPELINE_LIMIT",
         None,
-        "requests are pipelined on the connection as they come",
+        "requests waiting for a Redis node go together in its next script call; see MESHLIMIT_REDIS_CALLS_IN_FLIGHT",
     ),
     (
         "REDIS_CLUSTER_PIPELINE_PARALLELISM",
         None,
-        "one script call per request",
+        "a script call decides a batch of one slot's requests; see MESHLIMIT_REDIS_CALLS_IN_FLIGHT",
     ),
     (
         "REDIS_TIMEOUT",
