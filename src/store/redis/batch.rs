@@ -50,7 +50,7 @@ const MAX_BYTES: usize = 64 * 1024;
 /// trip, with two calls allowed, 16 took 8% more requests a second than one call in
 /// flight, and 8 half as much (README, Latency): a call of fewer costs Redis and meshlimit
 /// more than the wait it saves.
-pub(crate) const FURTHER_CALL_MIN_CHECKS: usize = 16;
+const FURTHER_CALL_MIN_CHECKS: usize = 16;
 
 /// One node's requests waiting for a script call, and its calls in flight.
 #[derive(Debug, Default)]
