@@ -171,12 +171,12 @@ redis_cpu_us() {
 # started (meshlimit_redis_cache_misses_total): one decision each, whatever the batching.
 redis_decisions() { metrics_sum '^meshlimit_redis_cache_misses_total$'; }
 
-# metrics_sum REGEX: the sum of the samples of meshlimit (on HTTP_PORT) whose name and
-# labels match REGEX; fails when none does.
+# metrics_sum REGEX [SCALE]: the sum of the samples of meshlimit (on HTTP_PORT) whose
+# name and labels match REGEX, times SCALE (1), as a whole number; fails when none does.
 metrics_sum() {
     "${NS[@]}" curl -sS --max-time 5 "http://127.0.0.1:$HTTP_PORT/metrics" |
-        awk -v re="$1" '$1 ~ re { n += $2; found = 1 }
-             END { if (!found) exit 1; printf "%d\n", n }'
+        awk -v re="$1" -v scale="${2:-1}" '$1 ~ re { n += $2; found = 1 }
+             END { if (!found) exit 1; printf "%.0f\n", n * scale }'
 }
 
 # --- meshlimit and loadgen --------------------------------------------------------------

@@ -40,8 +40,10 @@
 #           at most OPEN_CAP in flight) at half the delayed strict req/s, loopback and
 #           delayed alike. Targets: delayed strict >= 0.8x loopback; open-loop p99 <= 2 ms.
 #           Under each row: the share of requests sent to Redis, decisions a script call
-#           carried, and the CPU a request took in meshlimit, Redis' main thread, the
-#           delay lines and the whole machine.
+#           carried, how long a call took on average from its start to its answer
+#           (meshlimit's meshlimit_redis_call_* counters: the round trip, Redis' time and
+#           meshlimit's own wake-ups), and the CPU a request took in meshlimit, Redis'
+#           main thread, the delay lines and the whole machine.
 #   memory  the embedded store, strict: closed-loop req/s, then open loop at half of it,
 #           alternately against examples/noop_rls (answers OK, no work) at the same rate.
 #           Target: p99 <= 1.1x the no-op server's.
@@ -266,6 +268,13 @@ fi
 machine_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 # store_requests: the requests the redis store has answered since meshlimit started.
 store_requests() { metrics_sum '^meshlimit_redis_cache_(hits|misses)_total'; }
+# script_calls: meshlimit's decision calls to Redis so far, and their time summed in µs.
+script_calls() {
+    local calls micros
+    calls=$(metrics_sum '^meshlimit_redis_calls_total$') || return 1
+    micros=$(metrics_sum '^meshlimit_redis_call_seconds_total$' 1e6) || return 1
+    echo "$calls $micros"
+}
 # line_ticks: the delay lines' CPU ticks (0 with netem, whose delay is the kernel's).
 line_ticks() {
     if [[ $NETWORK == line ]]; then
@@ -282,24 +291,29 @@ timed_load_starts() {
     [[ $(redis_cli config resetstat) == OK ]] || fail_with_log "CONFIG RESETSTAT failed" redis
     DECISIONS_BEFORE=$(redis_decisions) || fail_with_log "no Redis counters on /metrics" meshlimit
     REQUESTS_BEFORE=$(store_requests) || fail_with_log "no Redis counters on /metrics" meshlimit
+    CALLS_BEFORE=$(script_calls) || fail_with_log "no Redis call counters on /metrics" meshlimit
     CPU_BEFORE=$(cpu_now)
 }
 timed_load_ended() {
     CPU_SHARES=-
     [[ $1 == redis ]] || return 0
-    local decisions requests calls
+    local decisions requests calls call_times
     decisions=$(redis_decisions) || fail_with_log "no Redis counters on /metrics" meshlimit
+    call_times=$(script_calls) || fail_with_log "no Redis call counters on /metrics" meshlimit
     requests=$(store_requests) || fail_with_log "no Redis counters on /metrics" meshlimit
     decisions=$((decisions - DECISIONS_BEFORE)) requests=$((requests - REQUESTS_BEFORE))
     read -r calls _ <<<"$(redis_script_time)"
     ((requests > 0)) || return 0
     CPU_SHARES=$(awk -v d="$decisions" -v r="$requests" -v c="$calls" -v hz="$(getconf CLK_TCK)" \
-        -v before="$CPU_BEFORE" -v after="$(cpu_now)" '
+        -v before="$CPU_BEFORE" -v after="$(cpu_now)" \
+        -v calls_before="$CALLS_BEFORE" -v calls_after="$call_times" '
         BEGIN {
             split(before, b, " "); split(after, a, " ")
+            split(calls_before, cb, " "); split(calls_after, ca, " ")
             tick = 1e6 / hz / r
-            printf "%.1f %.0f%% %.1f %.1f %.1f %.1f", c ? d / c : 0, 100 * d / r, (a[1] - b[1]) * tick,
-                (a[2] - b[2]) / r, (a[3] - b[3]) * tick, (a[4] - b[4]) * tick
+            n = ca[1] - cb[1]
+            printf "%.1f %.0f%% %.1f %.1f %.1f %.1f %.0f", c ? d / c : 0, 100 * d / r, (a[1] - b[1]) * tick,
+                (a[2] - b[2]) / r, (a[3] - b[3]) * tick, (a[4] - b[4]) * tick, n ? (ca[2] - cb[2]) / n : 0
         }')
 }
 
@@ -329,10 +343,10 @@ record() {
     # shellcheck disable=SC2059 # ROW is the format
     printf "$ROW" "$1" "$2" "$3" "$4" "$rps" "$p50" "$p99" "$p999" "$late" "$5"
     if [[ ${CPU_SHARES:--} != - ]]; then
-        local per_call sent mesh redis lines machine
-        read -r per_call sent mesh redis lines machine <<<"$CPU_SHARES"
-        printf '        %s of the requests to Redis, %s decisions a call; CPU a request: meshlimit %s µs, Redis %s, delay lines %s, machine %s\n' \
-            "$sent" "$per_call" "$mesh" "$redis" "$lines" "$machine"
+        local per_call sent mesh redis lines machine call_us
+        read -r per_call sent mesh redis lines machine call_us <<<"$CPU_SHARES"
+        printf '        %s of the requests to Redis, %s decisions a call, a call %s µs; CPU a request: meshlimit %s µs, Redis %s, delay lines %s, machine %s\n' \
+            "$sent" "$per_call" "$call_us" "$mesh" "$redis" "$lines" "$machine"
     fi
     CPU_SHARES=-
 }

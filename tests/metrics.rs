@@ -505,6 +505,20 @@ async fn redis_cache_answers_and_store_errors_are_counted() {
         value(&samples, "meshlimit_store_latency_seconds_count", &store),
         Some(5.0)
     );
+    // One request at a time: a script call each, and the time they took.
+    assert_eq!(
+        value(&samples, "meshlimit_redis_calls_total", &[]),
+        Some(3.0)
+    );
+    assert_eq!(
+        value(&samples, "meshlimit_redis_call_requests_total", &[]),
+        Some(3.0)
+    );
+    let call_seconds = value(&samples, "meshlimit_redis_call_seconds_total", &[]);
+    assert!(
+        call_seconds.is_some_and(|s| s > 0.0 && s < 15.0),
+        "{call_seconds:?}"
+    );
 
     // Redis gone: a key the cache knows nothing of fails, twice.
     redis.kill();
@@ -526,6 +540,9 @@ async fn redis_cache_answers_and_store_errors_are_counted() {
     );
     let redis_errors = value(&samples, "meshlimit_redis_errors_total", &[]);
     assert!(redis_errors.unwrap_or(0.0) >= 1.0, "{redis_errors:?}");
+    // A failed call is a call.
+    let calls = value(&samples, "meshlimit_redis_calls_total", &[]);
+    assert!(calls.unwrap_or(0.0) >= 4.0, "{calls:?}");
     // Failed requests count no hits.
     assert_eq!(rule_counts(&samples, &pair)[0], 5.0);
 }

@@ -309,6 +309,7 @@ async fn waiting_requests_go_in_one_call_decided_in_order_each_all_or_nothing() 
         let warm = answers(vec![spawn_request(&store, &[("warm", one)])]).await;
         assert_eq!(warm, [Ok(true)]);
         server.cli(&["CONFIG", "RESETSTAT"]);
+        let before = store.stats();
         let got = answers(plug_then_four(&store)).await;
         let expected: Vec<Result<bool, String>> =
             vec![Ok(true), Ok(true), Ok(false), Ok(true), Ok(false)];
@@ -318,6 +319,16 @@ async fn waiting_requests_go_in_one_call_decided_in_order_each_all_or_nothing() 
             2,
             "specialised: {specialised}: the plug alone, then the four waiting requests together"
         );
+        // meshlimit counts the same calls, and the requests they carried.
+        let after = store.stats();
+        assert_eq!(
+            (
+                after.calls - before.calls,
+                after.call_requests - before.call_requests
+            ),
+            (2, 5)
+        );
+        assert!(after.call_nanos > before.call_nanos);
         // What the call left in Redis: k and k2 empty, for an hour.
         let later = store
             .check(

@@ -27,8 +27,10 @@
 //! `meshlimit_store_latency_seconds{store}`,
 //! `meshlimit_store_errors_total{store}`, with the embedded store
 //! `meshlimit_store_evictions_total` and `meshlimit_store_evictions_weakened_total` and, with Redis, `meshlimit_redis_cache_hits_total{cache}`
-//! (`over_limit`, `lease`), `meshlimit_redis_cache_misses_total`, `meshlimit_redis_errors_total`
-//! and `meshlimit_redis_fallbacks_total`, read from the store's own counters at scrape time;
+//! (`over_limit`, `lease`), `meshlimit_redis_cache_misses_total`, `meshlimit_redis_errors_total`,
+//! `meshlimit_redis_fallbacks_total`, and the script calls' `meshlimit_redis_calls_total`,
+//! `meshlimit_redis_call_requests_total` and `meshlimit_redis_call_seconds_total`, read from
+//! the store's own counters at scrape time;
 //! the connection metrics of [`connections`] (`meshlimit_connections_*`).
 //!
 //! # Why the text format is written here

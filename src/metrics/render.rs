@@ -184,8 +184,26 @@ impl Metrics {
                 "Requests answered by the failure policy (allow or local) instead of Redis.",
                 stats.fallbacks,
             ),
+            (
+                "meshlimit_redis_calls_total",
+                "Script calls that decided requests, failed ones included (requests that wait while a node's calls are in flight share the next one).",
+                stats.calls,
+            ),
+            (
+                "meshlimit_redis_call_requests_total",
+                "Requests those calls carried (divided by the calls: requests a call).",
+                stats.call_requests,
+            ),
         ];
         unlabelled_counters(out, &counters);
+        let name = "meshlimit_redis_call_seconds_total";
+        family(
+            out,
+            name,
+            "counter",
+            "Time those calls took, each from its start to its answer or failure (divided by the calls: the mean call, round trip included).",
+        );
+        sample(out, name, [], stats.call_nanos as f64 / 1e9);
     }
 }
 

@@ -37,6 +37,7 @@ use super::part::Part;
 use super::reply::Reply;
 use super::script::Failure;
 use super::slots::slot;
+use crate::clock::Stopwatch;
 use crate::error::{StoreError, StoreErrorKind};
 
 /// Checks one call decides at most: a call holds Redis for all other clients while it runs
@@ -220,6 +221,7 @@ impl Inner {
     async fn run_batches(self: Arc<Self>, node: Arc<Node>, mut batch: Vec<Waiting>) {
         let mut call_slot = CallSlot::held(&node.batcher);
         loop {
+            let started = Stopwatch::start();
             let parts: smallvec::SmallVec<[&Part; 8]> = batch.iter().map(|w| &w.part).collect();
             let called = tokio::time::timeout(self.options.timeout, self.call(&node, &parts));
             let result = called.await.unwrap_or_else(|_| {
@@ -231,6 +233,8 @@ impl Inner {
                 })
             });
             drop(parts);
+            self.counts
+                .call_ended(batch.len(), started.until(Stopwatch::start()));
             match result {
                 Ok(replies) => {
                     for (waiting, reply) in batch.drain(..).zip(replies) {

@@ -1,6 +1,8 @@
-//! Where the store's decisions were made, counted for metrics.
+//! Where the store's decisions were made, and the script calls that made Redis' ones,
+//! counted for metrics.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 /// Counts of where decisions were made; for metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -15,6 +17,15 @@ pub struct RedisStats {
     pub errors: u64,
     /// Requests answered by the failure policy.
     pub fallbacks: u64,
+    /// Script calls that decided requests (each one batch: [`super::batch`]), failed ones
+    /// included.
+    pub calls: u64,
+    /// Requests those calls carried: divided by `calls`, how much batching there is.
+    pub call_requests: u64,
+    /// Time those calls took, each from its start to its answer or failure, summed in
+    /// nanoseconds: divided by `calls`, the mean call, of which the network's round trip
+    /// and Redis' time are parts.
+    pub call_nanos: u64,
 }
 
 /// The live counters behind [`RedisStats`], one per field, each counted where its event
@@ -31,6 +42,12 @@ pub(super) struct Counters {
     pub(super) errors: AtomicU64,
     /// See [`RedisStats::fallbacks`].
     pub(super) fallbacks: AtomicU64,
+    /// See [`RedisStats::calls`].
+    calls: AtomicU64,
+    /// See [`RedisStats::call_requests`].
+    call_requests: AtomicU64,
+    /// See [`RedisStats::call_nanos`].
+    call_nanos: AtomicU64,
 }
 
 /// Adds one to `counter`.
@@ -39,6 +56,15 @@ pub(super) fn count(counter: &AtomicU64) {
 }
 
 impl Counters {
+    /// A script call carrying `requests` ended (answered or failed) after `took`.
+    pub(super) fn call_ended(&self, requests: usize, took: Duration) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.call_requests
+            .fetch_add(requests as u64, Ordering::Relaxed);
+        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        self.call_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
     /// The counts now.
     pub(super) fn snapshot(&self) -> RedisStats {
         let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
@@ -48,6 +74,9 @@ impl Counters {
             misses: read(&self.misses),
             errors: read(&self.errors),
             fallbacks: read(&self.fallbacks),
+            calls: read(&self.calls),
+            call_requests: read(&self.call_requests),
+            call_nanos: read(&self.call_nanos),
         }
     }
 }
