@@ -345,6 +345,16 @@ async fn the_page_shows_each_redis_node_its_round_trip_and_the_caches() {
     );
     // Two allowed, two refused: the second refusal at least from the over-limit cache.
     assert!(redis_doc["misses"].as_u64() >= Some(3), "{redis_doc}");
+    // The script calls that decided them, the requests they carried, and their time.
+    let calls = redis_doc["calls"].as_u64().expect("calls");
+    let carried = redis_doc["call_requests"].as_u64().expect("call_requests");
+    assert!(calls >= 1 && carried >= calls, "{redis_doc}");
+    // Every request sent to Redis went in a call (lease top-ups, none here, would add).
+    assert!(Some(carried) >= redis_doc["misses"].as_u64(), "{redis_doc}");
+    assert!(
+        redis_doc["call_seconds"].as_f64().is_some_and(|s| s > 0.0),
+        "{redis_doc}"
+    );
     assert!(
         redis_doc["over_limit_hits"].as_u64() >= Some(1),
         "{redis_doc}"

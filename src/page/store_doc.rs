@@ -53,6 +53,12 @@ pub struct RedisDoc {
     pub errors: u64,
     /// Requests the failure policy answered.
     pub fallbacks: u64,
+    /// Script calls that decided requests, failed ones included.
+    pub calls: u64,
+    /// Requests those calls carried.
+    pub call_requests: u64,
+    /// Time those calls took, summed, in seconds.
+    pub call_seconds: f64,
 }
 
 /// One Redis node.
@@ -107,6 +113,9 @@ impl Page {
                     misses: stats.misses,
                     errors: stats.errors,
                     fallbacks: stats.fallbacks,
+                    calls: stats.calls,
+                    call_requests: stats.call_requests,
+                    call_seconds: stats.call_nanos as f64 / 1e9,
                 };
                 (None, Some(doc))
             }

@@ -165,6 +165,8 @@ function showStore(store) {
     facts.push(["over-limit cache hits", r.over_limit_hits + " (" + percent(r.over_limit_hits, asked) + ")"]);
     facts.push(["lease hits", r.lease_hits + " (" + percent(r.lease_hits, asked) + ")"]);
     facts.push(["sent to Redis", String(r.misses)]);
+    facts.push(["script calls", r.calls ? r.calls + " (" + (r.call_requests / r.calls).toFixed(1) +
+      " requests a call, " + (1000 * r.call_seconds / r.calls).toFixed(2) + " ms a call)" : "0"]);
     facts.push(["Redis errors", r.errors + ", answered by the policy: " + r.fallbacks]);
     nodes.tBodies[0].replaceChildren(...r.nodes.map((n) => el("tr", null, cell(n.name),
       cell(n.down === null ? "deciding" : "circuit open: " + n.down),
