@@ -457,11 +457,21 @@ async fn a_failed_call_fails_every_request_it_carries() {
     // Out of memory under noeviction: every script call is refused.
     server.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
     server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+    let before = store.stats();
     let got = answers(plug_then_four(&store)).await;
     for answer in &got {
         assert!(answer.as_ref().is_err_and(|e| e.contains("OOM")), "{got:?}");
     }
-    assert_eq!(store.stats().errors, 5, "{:?}", store.stats());
+    let after = store.stats();
+    assert_eq!(after.errors, 5, "{after:?}");
+    // The two calls that failed (the plug's, then the four's) count as calls.
+    assert_eq!(
+        (
+            after.calls - before.calls,
+            after.call_requests - before.call_requests
+        ),
+        (2, 5)
+    );
     assert!(!store.health().is_healthy());
     server.cli(&["CONFIG", "SET", "maxmemory", "0"]);
     support::eventually_async(20, "Redis decides again", || async {
