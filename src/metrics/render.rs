@@ -203,7 +203,7 @@ impl Metrics {
             "counter",
             "Time those calls took, each from its start to its answer or failure (divided by the calls: the mean call, round trip included).",
         );
-        sample(out, name, [], stats.call_nanos as f64 / 1e9);
+        sample(out, name, [], stats.call_seconds());
     }
 }
 

@@ -115,7 +115,7 @@ impl Page {
                     fallbacks: stats.fallbacks,
                     calls: stats.calls,
                     call_requests: stats.call_requests,
-                    call_seconds: stats.call_nanos as f64 / 1e9,
+                    call_seconds: stats.call_seconds(),
                 };
                 (None, Some(doc))
             }

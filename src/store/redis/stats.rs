@@ -28,6 +28,13 @@ pub struct RedisStats {
     pub call_nanos: u64,
 }
 
+impl RedisStats {
+    /// [`RedisStats::call_nanos`] in seconds, as metrics and the operator page show it.
+    pub fn call_seconds(&self) -> f64 {
+        self.call_nanos as f64 / 1e9
+    }
+}
+
 /// The live counters behind [`RedisStats`], one per field, each counted where its event
 /// happens. Relaxed: they are read only for metrics, never to decide.
 #[derive(Debug, Default)]
