@@ -20,7 +20,7 @@
 #   line    each link a pair of TUN devices joined by examples/delay_line.rs (under
 #           chrt -f), which holds every packet as netem would, so TCP sees the round trip
 #           (ACKs, Nagle's algorithm), for kernels without netem (CONFIG_NET_SCH_NETEM
-#           unset, as on the machine the README's figures come from). It costs CPU on the
+#           unset, as on the machine docs/performance.md's figures come from). It costs CPU on the
 #           cores everything else shares; the 0 µs link carries the same traffic through
 #           the same code, so that cost shows on its own, and each line prints how long it
 #           held packets.

@@ -68,7 +68,7 @@ pub const REDIS_CACHE_TTL: Duration = Duration::from_secs(60);
 /// that each call carries the most decisions, which is what Redis' time goes by (with two
 /// hot buckets, 4 calls in flight cost Redis 32% more time a request). Where Redis is a
 /// network round trip away, more decide more (behind 0.5 ms, 4 took 12% more requests a
-/// second). See the README's Latency section.
+/// second). See docs/performance.md, "Redis across a network".
 pub const REDIS_CALLS_IN_FLIGHT: usize = 1;
 
 /// `--limit-header`: the IETF draft's name, as the Go server's `LIMIT_LIMIT_HEADER`.

@@ -9,7 +9,7 @@ use meshlimit::gocompat;
 use tracing::warn;
 
 /// mimalloc instead of glibc's malloc: about a tenth fewer instructions per gRPC request
-/// (see the README's Performance section); the library leaves the choice to its binaries.
+/// (see docs/performance.md); the library leaves the choice to its binaries.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -1,4 +1,4 @@
-//! The limits on one domain file (README, "Config limits"): large configs load, alias bombs
+//! The limits on one domain file (docs/configuration.md, "Config limits"): large configs load, alias bombs
 //! and deep nesting are refused with the limit named, at the file and line.
 
 use std::fmt::Write;
@@ -111,7 +111,7 @@ fn descriptors_nest_up_to_63_levels_and_no_deeper() {
     let errors = loaded.expect_err("64 levels are refused");
     let error = the_problem(&dir, "deeper.yaml", &errors, &[Kind::NestedTooDeep]);
     assert!(error.line.is_some(), "{error:?}");
-    // The README's "Config limits" quotes this message: the numbers are the contract.
+    // docs/configuration.md's "Config limits" quotes this message: the numbers are the contract.
     assert!(
         error.message.starts_with(
             "the file has lists and mappings nested more than 128 deep (descriptors more than 63 levels); meshlimit's limit for one domain file"

@@ -1,5 +1,5 @@
 //! Issue 9, defect 8: a `ShouldRateLimit` whose message is not valid protobuf was answered
-//! `INTERNAL` (tonic's prost codec); the README promises `INVALID_ARGUMENT`. The bytes go
+//! `INTERNAL` (tonic's prost codec); docs/configuration.md promises `INVALID_ARGUMENT`. The bytes go
 //! in a well-formed gRPC frame, so only the protobuf inside is wrong.
 
 mod support;

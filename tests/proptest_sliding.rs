@@ -1,6 +1,6 @@
 //! Property tests of the sliding window through the public API: for random arrival
 //! patterns it never admits more than the limit in any interval of one period, it admits
-//! whatever the README promises (a request passes when the hits admitted in the last
+//! whatever docs/configuration.md promises (a request passes when the hits admitted in the last
 //! period and a tenth, plus its own, fit), a refusal's wait is exact, and a window is
 //! never idle (droppable by a store's upkeep) while an admitted hit counts.
 //!

@@ -145,3 +145,86 @@ async fn the_operator_endpoint_explains_buckets_too() {
     }
     assert!(server.terminate().await.success());
 }
+
+/// The walk itself, through the library (`DomainTree::walk_bucket`), on a config of its own.
+mod walk {
+    use meshlimit::config::Config;
+
+    fn config(yaml: &str) -> Config {
+        Config::from_sources(&[("edge.yaml".into(), yaml.to_string())]).expect("a valid config")
+    }
+
+    /// The rule's path the bucket `id` resolves to in `yaml`'s domain `edge`, if any.
+    fn rule_of(yaml: &str, id: &[(&str, &str)]) -> Option<String> {
+        let config = config(yaml);
+        let walk = config.domain("edge").unwrap().walk_bucket(id, 4);
+        walk.rule.map(|r| r.full_key.clone())
+    }
+
+    const NESTED: &str = "
+domain: edge
+descriptors:
+  - key: user_id
+    descriptors:
+      - key: method
+        value: /a
+        rate_limit: {unit: second, requests_per_unit: 5}
+      - key: method
+        rate_limit: {unit: second, requests_per_unit: 50}
+  - key: name
+    value: per_user
+    descriptors:
+      - key: user_id
+        rate_limit: {unit: minute, requests_per_unit: 10}
+";
+
+    #[test]
+    fn an_id_in_any_order_walks_the_file_order() {
+        for id in [
+            [("user_id", "alice"), ("method", "/a")],
+            [("method", "/a"), ("user_id", "alice")],
+        ] {
+            assert_eq!(
+                rule_of(NESTED, &id).as_deref(),
+                Some("edge.user_id.method_/a")
+            );
+        }
+        assert_eq!(
+            rule_of(NESTED, &[("method", "/b"), ("user_id", "bob")]).as_deref(),
+            Some("edge.user_id.method")
+        );
+        // Both `user_id` (first in the file) and `name_per_user` match at the top: the
+        // earlier entry is taken, and the walk goes on under it, where nothing matches
+        // `name`.
+        assert_eq!(
+            rule_of(NESTED, &[("name", "per_user"), ("user_id", "alice")]),
+            None
+        );
+    }
+
+    #[test]
+    fn every_entry_must_be_used_and_end_at_a_rule() {
+        // A left-over entry: no match, not a fallback to a shorter rule.
+        assert_eq!(
+            rule_of(NESTED, &[("user_id", "a"), ("method", "/a"), ("x", "1")]),
+            None
+        );
+        // Used up at an entry without a rate_limit.
+        assert_eq!(rule_of(NESTED, &[("user_id", "a")]), None);
+        assert_eq!(rule_of(NESTED, &[]), None);
+    }
+
+    #[test]
+    fn the_walk_says_what_it_used_and_what_was_left() {
+        let config = config(NESTED);
+        let walk = config
+            .domain("edge")
+            .unwrap()
+            .walk_bucket(&[("x", "1"), ("user_id", "a")], 4);
+        assert_eq!(walk.steps.len(), 1);
+        assert_eq!(walk.steps[0].key, "user_id");
+        assert_eq!(walk.unused, [("x".to_string(), "1".to_string())]);
+        assert_eq!(walk.offered.first, ["method", "method_/a"]);
+        assert!(walk.rule.is_none());
+    }
+}

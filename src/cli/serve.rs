@@ -78,7 +78,7 @@ pub struct Serve {
     /// Script calls each Redis node has in flight at most (1 to 64). Requests that arrive
     /// while calls run wait and go together in the next one; a call beyond the first
     /// starts only once 16 checks wait. More than 1 pays where Redis is a network round
-    /// trip away and meshlimit has cores of its own (see the README's Latency section).
+    /// trip away and meshlimit has cores of its own (see docs/performance.md, "Redis across a network").
     #[arg(
         long,
         env = "MESHLIMIT_REDIS_CALLS_IN_FLIGHT",
@@ -148,7 +148,7 @@ pub struct Serve {
     /// Threads that serve requests (the runtime's workers). Default: one per CPU the
     /// process may use. Where its cores are shared with other busy processes (a load
     /// generator, a Redis on the same host), fewer can serve more: fewer wake-ups move
-    /// work between threads (see the README's Latency section).
+    /// work between threads (see docs/performance.md, "Redis across a network").
     #[arg(long, env = "MESHLIMIT_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub(crate) worker_threads: Option<u16>,
     /// Most bytes the embedded store holds (a fixed size per bucket, whatever its key's

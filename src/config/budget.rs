@@ -1,6 +1,6 @@
 //! How much YAML one domain file may make the parser build: generous for real configs
 //! (hundreds of thousands of rules), bounded against files crafted to exhaust memory, time
-//! or stack (alias bombs, deep nesting). The README's "Config limits" states these numbers;
+//! or stack (alias bombs, deep nesting). "Config limits" in docs/configuration.md states these numbers;
 //! a file over one is rejected with a message that names it.
 
 use serde_saphyr::Error;
@@ -101,7 +101,7 @@ pub(crate) fn describe(e: &Error) -> Option<(ConfigErrorKind, String)> {
     Some((
         kind,
         format!(
-            "the file has {limit}; meshlimit's limit for one domain file (see \"Config limits\" in the README)"
+            "the file has {limit}; meshlimit's limit for one domain file (see \"Config limits\" in docs/configuration.md)"
         ),
     ))
 }

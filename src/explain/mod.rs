@@ -14,12 +14,12 @@ use std::fmt::Write;
 use crate::bucket_key::BucketKey;
 use crate::clock::NANOS_PER_SEC;
 use crate::error::RequestError;
-use crate::limiter::Report;
+use crate::limiter::{Report, binding};
 use crate::matcher::{Listing, Matched, WalkStep};
 use crate::plan::{Plan, Resolved};
 use crate::request::{Descriptor, RequestDescriptor};
 use crate::rules::{Algorithm, Limit, Mode, Rule};
-use crate::service::{Service, binding};
+use crate::service::Service;
 use crate::store::Store;
 pub use bucket::{BucketError, explain_bucket};
 

@@ -13,10 +13,12 @@
 //! units per nanosecond, so `debt / rpu` is the time in nanoseconds until the bucket is
 //! full again. No rounding ever drifts. Sliding windows are in [`sliding`].
 
+mod binding;
 mod sliding;
 
 use crate::clock::{NANOS_PER_SEC, Nanos};
 use crate::rules::{Algorithm, Limit, Mode, SLIDING_SUBWINDOWS};
+pub use binding::binding;
 pub use sliding::subwindow_start;
 
 /// What a store keeps per bucket between requests.

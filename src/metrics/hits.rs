@@ -4,10 +4,9 @@ use std::sync::Arc;
 
 use super::Metrics;
 use crate::config::Config;
-use crate::limiter::Report;
+use crate::limiter::{Report, binding};
 use crate::plan::{Plan, Resolved};
 use crate::request::RequestDescriptor;
-use crate::service::binding;
 
 impl Metrics {
     /// Counts the hits of a request decided on `config` by `plan`, with the store's

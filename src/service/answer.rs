@@ -3,14 +3,12 @@
 //! and the status that `RateLimit-*` headers describe.
 //!
 //! A descriptor with several limits has one status (the protocol has one), OVER_LIMIT
-//! when any limit refuses, its numbers from the *binding* limit: of those refusing, the
-//! one with the longest wait; when none refuses, the one with the fewest requests left
-//! (the first in config order on a tie).
+//! when any limit refuses, its numbers from the binding limit ([`crate::limiter::binding`]).
 
 use std::borrow::Cow;
 
 use crate::clock::Nanos;
-use crate::limiter::{self, Report};
+use crate::limiter::{self, Report, binding};
 use crate::plan::{Limits, Plan, Resolved};
 use crate::rules::{ConfigLimit, Limit, Unit};
 
@@ -105,26 +103,6 @@ impl Status {
             binding: true,
         });
         Cow::Owned(own.collect())
-    }
-}
-
-/// Which of a descriptor's `reports` (one per limit, config order) binds: see the module
-/// docs.
-pub fn binding(reports: &[Report]) -> usize {
-    let refusing = reports
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| r.over)
-        // The first of equal waits: `max_by_key` keeps the last, hence the reversal.
-        .rev()
-        .max_by_key(|(_, r)| r.reset);
-    match refusing {
-        Some((i, _)) => i,
-        None => reports
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, r)| r.remaining)
-            .map_or(0, |(i, _)| i),
     }
 }
 

@@ -6,7 +6,7 @@ mod decision;
 
 use std::sync::Arc;
 
-pub use answer::{CurrentLimit, LimitStatus, Response, Status, binding};
+pub use answer::{CurrentLimit, LimitStatus, Response, Status};
 pub use decision::Decision;
 
 use crate::clock::{Clock, Stopwatch};

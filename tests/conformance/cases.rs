@@ -379,7 +379,7 @@ async fn unknown_domain_ignores_a_limit_override() {
 
 /// An override with an UNKNOWN unit is refused for every domain, known or not: the issue
 /// asks for INVALID_ARGUMENT (the Go server ignores overrides of unknown domains, but
-/// crashes on this input for known ones). A deliberate difference, in the README.
+/// crashes on this input for known ones). A deliberate difference, in docs/configuration.md.
 #[tokio::test]
 async fn an_override_without_a_unit_is_refused_even_for_an_unknown_domain() {
     let (service, _, _store) = service(&[("basic.yaml", BASIC)], FIXED);

@@ -10,7 +10,7 @@
 //! checks and [`MAX_BYTES`] of keys and arguments. A call beside one in flight (when more
 //! than one is allowed) starts only once [`FURTHER_CALL_MIN_CHECKS`] checks wait: started
 //! for any request, such calls would split the batches, and each call has a fixed price
-//! in Redis and in meshlimit that its batch shares (README, Latency). The scripts decide
+//! in Redis and in meshlimit that its batch shares (docs/performance.md, "Redis across a network"). The scripts decide
 //! a batch's requests one after the other, each all-or-nothing on its own (see
 //! decide.lua's header): a batch answers exactly what the same requests, sent one call
 //! each in that order, would get. Calls in flight together run in the order Redis
@@ -49,7 +49,7 @@ const MAX_BYTES: usize = 64 * 1024;
 
 /// Checks that must wait before a call starts beside one in flight. Behind a 0.5 ms round
 /// trip, with two calls allowed, 16 took 8% more requests a second than one call in
-/// flight, and 8 half as much (README, Latency): a call of fewer costs Redis and meshlimit
+/// flight, and 8 half as much (docs/performance.md, "Redis across a network"): a call of fewer costs Redis and meshlimit
 /// more than the wait it saves.
 const FURTHER_CALL_MIN_CHECKS: usize = 16;
 

@@ -32,7 +32,7 @@ pub(super) const EMPTY: u64 = u64::MAX;
 /// Bytes a bucket counts for (besides a list's limits, `cell::listed_limit_bytes`),
 /// whatever its key's length: its slot, its share of the index (4 bytes and a control byte
 /// at a load factor between 7/16 and 7/8), and the slack of tables that grow by doubling.
-/// See the README's sizing paragraph for what the release binary measures.
+/// See docs/performance.md, "Memory", for what the release binary measures.
 pub(super) const BUCKET_BYTES: u64 = size_of::<Slot>() as u64 + 32;
 
 /// What a store keeps of a bucket when it lets it go.
