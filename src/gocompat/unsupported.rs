@@ -170,3 +170,26 @@ pub(super) fn named(set: &impl Fn(&str) -> Option<String>, names: &[String]) -> 
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{UNSUPPORTED, UNSUPPORTED_PREFIXES};
+
+    /// docs/migrating.md lists every variable the startup warning can name, so that a user
+    /// reading it sees each one's status before switching.
+    #[test]
+    fn every_ignored_variable_is_in_the_migration_guide() {
+        let guide = include_str!("../../docs/migrating.md");
+        let mut missing: Vec<&str> = UNSUPPORTED
+            .iter()
+            .map(|&(name, ..)| name)
+            .chain(UNSUPPORTED_PREFIXES.iter().map(|&(prefix, _)| prefix))
+            .filter(|name| !guide.contains(&format!("`{name}")))
+            .collect();
+        missing.dedup();
+        assert!(
+            missing.is_empty(),
+            "docs/migrating.md does not name {missing:?}"
+        );
+    }
+}
