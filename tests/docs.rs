@@ -334,6 +334,10 @@ const OTHER_PROGRAMS_FLAGS: &[(&str, &[&str])] = &[
     ("examples/envoy/run.sh", &["--demo"]),
     ("valgrind", &["--tool"]),
     ("benches/connection_flood.py", &["--nofile"]),
+    (
+        "limitador-server, in the README's comparison",
+        &["--rate-limit-headers"],
+    ),
 ];
 
 /// Every `--flag` token in `text`.
