@@ -78,7 +78,8 @@ pub struct Serve {
     /// Script calls each Redis node has in flight at most (1 to 64). Requests that arrive
     /// while calls run wait and go together in the next one; a call beyond the first
     /// starts only once 16 checks wait. More than 1 pays where Redis is a network round
-    /// trip away and meshlimit has cores of its own (see docs/performance.md, "Redis across a network").
+    /// trip away and meshlimit has cores of its own (see docs/performance.md, "Redis
+    /// across a network").
     #[arg(
         long,
         env = "MESHLIMIT_REDIS_CALLS_IN_FLIGHT",

@@ -1,7 +1,7 @@
 //! How much YAML one domain file may make the parser build: generous for real configs
 //! (hundreds of thousands of rules), bounded against files crafted to exhaust memory, time
-//! or stack (alias bombs, deep nesting). "Config limits" in docs/configuration.md states these numbers;
-//! a file over one is rejected with a message that names it.
+//! or stack (alias bombs, deep nesting). "Config limits" in docs/configuration.md states
+//! these numbers; a file over one is rejected with a message that names it.
 
 use serde_saphyr::Error;
 use serde_saphyr::budget::BudgetBreach;
