@@ -315,6 +315,9 @@ async fn rlconfig(State(op): State<Operator>) -> String {
     if op.service.global_shadow() {
         out.push_str("# global shadow mode: over-limit requests are answered OK\n");
     }
+    if op.service.global_quota() {
+        out.push_str("# global quota mode: every descriptor counts as a quota-mode one\n");
+    }
     for rule in config.rules() {
         rule_line(&mut out, rule, &op.service);
     }

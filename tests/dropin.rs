@@ -68,6 +68,8 @@ fn go_env(root: &Path, watch_root: bool) -> Vec<(String, String)> {
         ("PROMETHEUS_ADDR", format!("127.0.0.1:{}", free_port())),
         ("LOG_LEVEL", "info".into()),
         ("LOG_FORMAT", "text".into()),
+        // Mapped to --quota-mode; one descriptor a request, so nothing else changes.
+        ("QUOTA_MODE", "true".into()),
         // Not supported: must be named in a warning, not break the start.
         ("USE_STATSD", "true".into()),
         ("REDIS_POOL_SIZE", "20".into()),
@@ -97,6 +99,7 @@ async fn check_ports(ml: &Meshlimit, env: &[(String, String)]) {
     let (status, text) = http_get(debug, "/rlconfig").await;
     assert_eq!(status, 200);
     assert!(text.contains("legacy.user: unit=DAY"), "{text}");
+    assert!(text.contains("# global quota mode"), "{text}");
     let prometheus: SocketAddr = var(env, "PROMETHEUS_ADDR").parse().unwrap();
     let (status, text) = http_get(prometheus, "/metrics").await;
     assert_eq!(status, 200);
@@ -111,6 +114,7 @@ async fn check_ports(ml: &Meshlimit, env: &[(String, String)]) {
         .unwrap_or_else(|| panic!("no warning about unsupported settings in:\n{log}"));
     assert!(warning.contains("USE_STATSD"), "{warning}");
     assert!(warning.contains("REDIS_POOL_SIZE"), "{warning}");
+    assert!(!warning.contains("QUOTA_MODE"), "{warning}");
 }
 
 /// RUNTIME_WATCH_ROOT=true: RUNTIME_ROOT is a link to a versioned directory; a deploy

@@ -426,6 +426,29 @@ async fn global_shadow_mode_answers_ok_but_statuses_tell() {
     );
 }
 
+/// `--quota-mode` (the Go server's `QUOTA_MODE=true`): a request is refused only when
+/// every descriptor is over; each status still tells.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn global_quota_mode_refuses_only_when_every_descriptor_is_over() {
+    let dir = config();
+    let ml = Meshlimit::start(dir.path(), &["--quota-mode"]).await;
+    for _ in 0..3 {
+        call(&ml, &[&[("three", "q")]]).await;
+    }
+    let answer = call(&ml, &[&[("three", "q")], &[("three", "fresh")]]).await;
+    assert_eq!(answer.overall_code, Code::Ok as i32);
+    let codes: Vec<i32> = answer.statuses.iter().map(|s| s.code).collect();
+    assert_eq!(codes, [Code::OverLimit as i32, Code::Ok as i32]);
+    let alone = call(&ml, &[&[("three", "q")]]).await;
+    assert_eq!(alone.overall_code, Code::OverLimit as i32);
+    assert!(
+        http_get(ml.http, "/rlconfig")
+            .await
+            .1
+            .contains("# global quota mode")
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_logs() {
     let dir = config();

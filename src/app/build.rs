@@ -34,6 +34,7 @@ pub fn build_service(settings: &Settings, config: Config) -> Result<Service, Err
         settings.algorithm,
     )
     .with_global_shadow(settings.global_shadow)
+    .with_global_quota(settings.global_quota)
     .with_request_limits(settings.request_limits);
     let metrics = Arc::new(Metrics::new(
         service.config().clone(),

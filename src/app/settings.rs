@@ -37,6 +37,8 @@ pub struct Settings {
     pub redis: Option<RedisOptions>,
     /// Global shadow mode: every request is answered OK overall; statuses still tell.
     pub global_shadow: bool,
+    /// Global quota mode: every descriptor counts as a quota-mode one.
+    pub global_quota: bool,
     /// `RateLimit-*` response headers for Envoy to add, or `None` (the default).
     pub response_headers: Option<HeaderNames>,
     /// Also the IETF draft's `RateLimit-Policy` and `RateLimit` fields, one policy per
@@ -108,6 +110,7 @@ impl Settings {
             reload_debounce: defaults::RELOAD_DEBOUNCE,
             redis: None,
             global_shadow: false,
+            global_quota: false,
             response_headers: None,
             draft_headers: false,
             drain_delay: defaults::DRAIN_DELAY,

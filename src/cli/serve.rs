@@ -101,6 +101,11 @@ pub struct Serve {
     /// descriptor's status still says OVER_LIMIT.
     #[arg(long, env = "MESHLIMIT_SHADOW_MODE")]
     pub(crate) shadow_mode: bool,
+    /// Global quota mode: every descriptor counts as a quota-mode one, so a request is
+    /// refused only when all its descriptors but unlimited ones are over; each status still
+    /// says OVER_LIMIT where it is.
+    #[arg(long, env = "MESHLIMIT_QUOTA_MODE")]
+    pub(crate) quota_mode: bool,
     /// Ask Envoy to add RateLimit-Limit/-Remaining/-Reset headers to responses.
     #[arg(long, env = "MESHLIMIT_RESPONSE_HEADERS")]
     pub(crate) response_headers: bool,

@@ -23,6 +23,7 @@ impl Serve {
             reload_debounce: Duration::from_millis(self.reload_debounce_ms),
             redis: self.redis_options(),
             global_shadow: self.shadow_mode,
+            global_quota: self.quota_mode,
             response_headers: self.response_headers.then_some(HeaderNames {
                 limit: self.limit_header,
                 remaining: self.remaining_header,

@@ -223,10 +223,13 @@ fn logging(env: &mut Env<impl Fn(&str) -> Option<String>>) {
     }
 }
 
-/// Shadow mode, the response headers and their names, the near-limit ratio.
+/// Shadow and quota modes, the response headers and their names, the near-limit ratio.
 fn behaviour(env: &mut Env<impl Fn(&str) -> Option<String>>) {
     if env.flag("SHADOW_MODE") && !env.ours("MESHLIMIT_SHADOW_MODE") {
         env.push(&["--shadow-mode"]);
+    }
+    if env.flag("QUOTA_MODE") && !env.ours("MESHLIMIT_QUOTA_MODE") {
+        env.push(&["--quota-mode"]);
     }
     if env.flag("LIMIT_RESPONSE_HEADERS_ENABLED") && !env.ours("MESHLIMIT_RESPONSE_HEADERS") {
         env.push(&["--response-headers"]);

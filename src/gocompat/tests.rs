@@ -116,16 +116,21 @@ fn behaviour_switches() {
             ("LOG_LEVEL", "WARNING"),
             ("LOG_FORMAT", "JSON"),
             ("SHADOW_MODE", "true"),
+            ("QUOTA_MODE", "true"),
             ("LIMIT_RESPONSE_HEADERS_ENABLED", "1"),
             ("LIMIT_RESET_HEADER", "X-Reset"),
             ("USE_PROMETHEUS", "true"),
             ("PROMETHEUS_ADDR", ":9191"),
         ]),
         "--metrics-addr 0.0.0.0:9191 --log warn --log-format json --shadow-mode \
-         --response-headers --reset-header X-Reset"
+         --quota-mode --response-headers --reset-header X-Reset"
     );
     assert_eq!(
-        args(&[("SHADOW_MODE", "false"), ("USE_PROMETHEUS", "no")]),
+        args(&[
+            ("SHADOW_MODE", "false"),
+            ("QUOTA_MODE", "false"),
+            ("USE_PROMETHEUS", "no")
+        ]),
         ""
     );
 }

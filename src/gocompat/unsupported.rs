@@ -47,7 +47,6 @@ const UNSUPPORTED: &[(&str, Option<bool>, &str)] = &[
         Some(true),
         "a domain in two files is an error",
     ),
-    ("QUOTA_MODE", Some(true), "set quota_mode per descriptor"),
     (
         "RESPONSE_DYNAMIC_METADATA",
         Some(true),

@@ -36,6 +36,9 @@ pub struct PlanDefaults {
     pub algorithm: Algorithm,
     /// Caps on what one request may ask for.
     pub limits: RequestLimits,
+    /// Global quota mode (the Go server's `QUOTA_MODE`): every descriptor counts as a
+    /// quota-mode one, those without a limit included (see [`Plan::mode`]).
+    pub global_quota: bool,
 }
 
 /// What one descriptor resolved to.
@@ -104,6 +107,8 @@ pub struct Plan<'c> {
     resolved: Descriptors<'c>,
     /// Every limited descriptor's bucket key, back to back, and the matcher's scratch.
     buffers: Buffers,
+    /// [`PlanDefaults::global_quota`] of the plan's service.
+    global_quota: bool,
 }
 
 impl<'c> Plan<'c> {
@@ -136,6 +141,7 @@ impl<'c> Plan<'c> {
             tree: config.domain(domain),
             resolved: SmallVec::new(),
             buffers: Buffers::take(),
+            global_quota: false,
         }
     }
 
@@ -150,6 +156,7 @@ impl<'c> Plan<'c> {
     ) -> Result<(), RequestError> {
         debug_assert!(self.resolved.is_empty(), "a plan is filled once");
         validate(domain, descriptors, &defaults.limits)?;
+        self.global_quota = defaults.global_quota;
         let Some(tree) = self.tree else {
             self.resolved
                 .extend(descriptors.iter().map(|_| Resolved::NoRule));
@@ -190,6 +197,29 @@ impl<'c> Plan<'c> {
         &self.resolved
     }
 
+    /// How an over-limit verdict of descriptor `i` counts towards the request's fate: its
+    /// rule's mode, made a quota one under global quota mode.
+    pub fn mode(&self, i: usize) -> Mode {
+        let mode = self.resolved.get(i).map_or(Mode::Enforce, Resolved::mode);
+        if self.global_quota {
+            Mode::from_flags(mode.is_shadow(), true)
+        } else {
+            mode
+        }
+    }
+
+    /// Whether the request has a quota-mode descriptor that can never be over: under
+    /// global quota mode, one without a limit (no rule, or replaced). The Go server counts
+    /// such a descriptor among the quota descriptors, so that a request with one is never
+    /// denied by the quota rule; an unlimited one does not count.
+    pub fn has_passing_quota(&self) -> bool {
+        self.global_quota
+            && self
+                .resolved
+                .iter()
+                .any(|r| matches!(r, Resolved::NoRule | Resolved::Replaced { .. }))
+    }
+
     /// The bucket key at `range` (from [`Resolved::Limited`]).
     pub fn key(&self, range: &Range<usize>) -> BucketKey<'_> {
         key_at(&self.buffers.keys, range.clone())
@@ -228,12 +258,19 @@ impl<'c> Plan<'c> {
     /// [`Plan::checks`] pushed onto `checks`, for a caller that keeps them where they lie
     /// (see [`Plan::empty`]).
     pub(crate) fn push_checks<'p>(&'p self, checks: &mut Checks<'p>) {
+        // A passing quota descriptor has no check of its own: the stores hear of it as
+        // every check's being one that cannot deny (their one use of a check's mode).
+        let never_denied = self.has_passing_quota();
         for (descriptor, resolved) in self.resolved.iter().enumerate() {
             if let Resolved::Limited {
                 limits, key, hits, ..
             } = resolved
             {
-                let mode = resolved.mode();
+                let mode = if never_denied {
+                    Mode::ShadowQuota
+                } else {
+                    self.mode(descriptor)
+                };
                 // A loop of pushes: `extend` reserves by the iterator's size hint first,
                 // which costs more than the one or two checks a descriptor has.
                 for (limit, _, key) in self.limit_keys(limits, key) {

@@ -130,11 +130,15 @@ impl Response {
                     let (mine, others) = rest.split_at(limits.len().min(rest.len()));
                     rest = others;
                     let over = mine.iter().any(|r| r.over);
-                    verdicts.push((descriptor, resolved.mode(), over));
+                    verdicts.push((descriptor, plan.mode(descriptor), over));
                     status(resolved, limits, mine)
                 }
             })
             .collect();
+        if plan.has_passing_quota() {
+            // A quota descriptor that is never over, after every real one.
+            verdicts.push((usize::MAX, crate::rules::Mode::ShadowQuota, false));
+        }
         // Nothing over (nearly every request) is never denied, whatever the modes.
         let denied = verdicts.iter().any(|&(_, _, over)| over)
             && limiter::request_denied(verdicts.iter().copied());
@@ -197,7 +201,7 @@ fn status(resolved: &Resolved<'_>, limits: &Limits<'_>, reports: &[Report]) -> S
 
 /// See [`Response::headline`].
 fn headline(plan: &Plan<'_>, statuses: &[Status]) -> Option<usize> {
-    let quota = |i: usize| plan.resolved()[i].mode().is_quota();
+    let quota = |i: usize| plan.mode(i).is_quota();
     let over = (0..statuses.len())
         .rev()
         .find(|&i| statuses[i].over_limit && !quota(i));

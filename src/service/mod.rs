@@ -54,6 +54,7 @@ impl Service {
             defaults: PlanDefaults {
                 algorithm: default_algorithm,
                 limits: RequestLimits::default(),
+                global_quota: false,
             },
             global_shadow: false,
             metrics: None,
@@ -86,6 +87,20 @@ impl Service {
     /// Whether global shadow mode is on.
     pub fn global_shadow(&self) -> bool {
         self.global_shadow
+    }
+
+    /// The same service in global quota mode (the Go server's `QUOTA_MODE`): every
+    /// descriptor counts as a quota-mode one, so a request is refused only when all of its
+    /// descriptors but the unlimited ones are over (see [`crate::plan::Plan::mode`]).
+    #[must_use]
+    pub fn with_global_quota(mut self, on: bool) -> Self {
+        self.defaults.global_quota = on;
+        self
+    }
+
+    /// Whether global quota mode is on.
+    pub fn global_quota(&self) -> bool {
+        self.defaults.global_quota
     }
 
     /// The clock decisions are made with.

@@ -1189,6 +1189,45 @@ async fn quota_and_enforced_descriptors_combine() {
     assert_eq!(r.statuses[1], no_limit());
 }
 
+/// §1.5 with the Go server's global `QUOTA_MODE` (`--quota-mode`): every descriptor is a
+/// quota one, so the request is refused only when all are over; a descriptor without a
+/// limit counts as a quota descriptor that is never over, as in the Go server.
+#[tokio::test]
+async fn global_quota_mode_denies_only_when_every_descriptor_is_over() {
+    let (service, _, _store) = service(&[("rl.yaml", RL)], FIXED);
+    let service = service.with_global_quota(true);
+    let mock: &[(&str, &str)] = &[("source_cluster", "proxy"), ("destination_cluster", "mock")]; // 1/min
+    let regular: &[(&str, &str)] = &[("foo", "x"), ("bar", "y")]; // 3/min
+    let r = ask(&service, "rl", &[mock, regular]).await;
+    assert!(!r.over_limit);
+    assert_eq!(
+        r.statuses,
+        [ok(1, Unit::Minute, 0, 60), ok(3, Unit::Minute, 2, 60)]
+    );
+    // Without --quota-mode the first over would refuse the request; here the other has room.
+    for remaining in [1, 0] {
+        let r = ask(&service, "rl", &[mock, regular]).await;
+        assert!(!r.over_limit, "{remaining} left on the regular rule");
+        assert_eq!(
+            r.statuses,
+            [over(1, Unit::Minute, 60), ok(3, Unit::Minute, remaining, 60)]
+        );
+    }
+    let r = ask(&service, "rl", &[mock, regular]).await;
+    assert!(r.over_limit, "both over");
+    assert_eq!(
+        r.statuses,
+        [over(1, Unit::Minute, 60), over(3, Unit::Minute, 60)]
+    );
+    // A descriptor without a limit is a quota descriptor that is never over.
+    let nothing: &[(&str, &str)] = &[("nothing", "here")];
+    let r = ask(&service, "rl", &[mock, nothing]).await;
+    assert!(!r.over_limit);
+    assert_eq!(r.statuses, [over(1, Unit::Minute, 60), no_limit()]);
+    // Alone, an over descriptor is every quota descriptor of its request.
+    assert!(ask(&service, "rl", &[mock]).await.over_limit);
+}
+
 // ---------------------------------------------------------------------------------------
 // hits_addend
 
