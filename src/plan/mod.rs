@@ -200,7 +200,15 @@ impl<'c> Plan<'c> {
     /// How an over-limit verdict of descriptor `i` counts towards the request's fate: its
     /// rule's mode, made a quota one under global quota mode.
     pub fn mode(&self, i: usize) -> Mode {
-        let mode = self.resolved.get(i).map_or(Mode::Enforce, Resolved::mode);
+        self.resolved
+            .get(i)
+            .map_or(Mode::Enforce, |resolved| self.mode_of(resolved))
+    }
+
+    /// [`Plan::mode`] of one of this plan's descriptors.
+    #[inline]
+    pub fn mode_of(&self, resolved: &Resolved<'_>) -> Mode {
+        let mode = resolved.mode();
         if self.global_quota {
             Mode::from_flags(mode.is_shadow(), true)
         } else {
@@ -259,8 +267,9 @@ impl<'c> Plan<'c> {
     /// (see [`Plan::empty`]).
     pub(crate) fn push_checks<'p>(&'p self, checks: &mut Checks<'p>) {
         // A passing quota descriptor has no check of its own: the stores hear of it as
-        // every check's being one that cannot deny (their one use of a check's mode).
-        let never_denied = self.has_passing_quota();
+        // every check's being one that cannot deny (their one use of a check's mode). Asked
+        // only under global quota mode, so that other requests pay one test of a flag.
+        let never_denied = self.global_quota && self.has_passing_quota();
         for (descriptor, resolved) in self.resolved.iter().enumerate() {
             if let Resolved::Limited {
                 limits, key, hits, ..
@@ -269,7 +278,7 @@ impl<'c> Plan<'c> {
                 let mode = if never_denied {
                     Mode::ShadowQuota
                 } else {
-                    self.mode(descriptor)
+                    self.mode_of(resolved)
                 };
                 // A loop of pushes: `extend` reserves by the iterator's size hint first,
                 // which costs more than the one or two checks a descriptor has.

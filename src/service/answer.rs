@@ -130,7 +130,7 @@ impl Response {
                     let (mine, others) = rest.split_at(limits.len().min(rest.len()));
                     rest = others;
                     let over = mine.iter().any(|r| r.over);
-                    verdicts.push((descriptor, plan.mode(descriptor), over));
+                    verdicts.push((descriptor, plan.mode_of(resolved), over));
                     status(resolved, limits, mine)
                 }
             })
