@@ -219,7 +219,9 @@ impl<'c> Plan<'c> {
     /// Whether the request has a quota-mode descriptor that can never be over: under
     /// global quota mode, one without a limit (no rule, or replaced). The Go server counts
     /// such a descriptor among the quota descriptors, so that a request with one is never
-    /// denied by the quota rule; an unlimited one does not count.
+    /// denied by the quota rule; an unlimited one does not count. Without global quota
+    /// mode, one test of a flag.
+    #[inline]
     pub fn has_passing_quota(&self) -> bool {
         self.global_quota
             && self
@@ -267,9 +269,9 @@ impl<'c> Plan<'c> {
     /// (see [`Plan::empty`]).
     pub(crate) fn push_checks<'p>(&'p self, checks: &mut Checks<'p>) {
         // A passing quota descriptor has no check of its own: the stores hear of it as
-        // every check's being one that cannot deny (their one use of a check's mode). Asked
-        // only under global quota mode, so that other requests pay one test of a flag.
-        let never_denied = self.global_quota && self.has_passing_quota();
+        // every check's being one that cannot deny. They read a check's mode for the
+        // request's verdict (and Redis to pick its script), nothing else.
+        let never_denied = self.has_passing_quota();
         for (descriptor, resolved) in self.resolved.iter().enumerate() {
             if let Resolved::Limited {
                 limits, key, hits, ..
