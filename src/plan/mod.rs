@@ -37,7 +37,8 @@ pub struct PlanDefaults {
     /// Caps on what one request may ask for.
     pub limits: RequestLimits,
     /// Global quota mode (the Go server's `QUOTA_MODE`): every descriptor counts as a
-    /// quota-mode one, those without a limit included (see [`Plan::mode`]).
+    /// quota-mode one, those without a limit included (see [`Plan::mode_of`] and
+    /// [`Plan::has_passing_quota`]).
     pub global_quota: bool,
 }
 
@@ -197,15 +198,8 @@ impl<'c> Plan<'c> {
         &self.resolved
     }
 
-    /// How an over-limit verdict of descriptor `i` counts towards the request's fate: its
-    /// rule's mode, made a quota one under global quota mode.
-    pub fn mode(&self, i: usize) -> Mode {
-        self.resolved
-            .get(i)
-            .map_or(Mode::Enforce, |resolved| self.mode_of(resolved))
-    }
-
-    /// [`Plan::mode`] of one of this plan's descriptors.
+    /// How an over-limit verdict of one of this plan's descriptors counts towards the
+    /// request's fate: its rule's mode, made a quota one under global quota mode.
     #[inline]
     pub fn mode_of(&self, resolved: &Resolved<'_>) -> Mode {
         let mode = resolved.mode();
@@ -228,6 +222,21 @@ impl<'c> Plan<'c> {
                 .resolved
                 .iter()
                 .any(|r| matches!(r, Resolved::NoRule | Resolved::Replaced { .. }))
+    }
+
+    /// The mode a limited descriptor's verdict is decided with, by the stores (its
+    /// checks') and by the answer alike: [`Plan::mode_of`], or, when the request has a
+    /// passing quota descriptor (`passing_quota`, [`Plan::has_passing_quota`] asked once),
+    /// one that cannot deny. A passing quota descriptor has no check of its own, and the
+    /// stores read a check's mode for the request's verdict (and Redis to pick its
+    /// script), nothing else.
+    #[inline]
+    pub fn verdict_mode(&self, resolved: &Resolved<'_>, passing_quota: bool) -> Mode {
+        if passing_quota {
+            Mode::ShadowQuota
+        } else {
+            self.mode_of(resolved)
+        }
     }
 
     /// The bucket key at `range` (from [`Resolved::Limited`]).
@@ -268,20 +277,13 @@ impl<'c> Plan<'c> {
     /// [`Plan::checks`] pushed onto `checks`, for a caller that keeps them where they lie
     /// (see [`Plan::empty`]).
     pub(crate) fn push_checks<'p>(&'p self, checks: &mut Checks<'p>) {
-        // A passing quota descriptor has no check of its own: the stores hear of it as
-        // every check's being one that cannot deny. They read a check's mode for the
-        // request's verdict (and Redis to pick its script), nothing else.
-        let never_denied = self.has_passing_quota();
+        let passing_quota = self.has_passing_quota();
         for (descriptor, resolved) in self.resolved.iter().enumerate() {
             if let Resolved::Limited {
                 limits, key, hits, ..
             } = resolved
             {
-                let mode = if never_denied {
-                    Mode::ShadowQuota
-                } else {
-                    self.mode_of(resolved)
-                };
+                let mode = self.verdict_mode(resolved, passing_quota);
                 // A loop of pushes: `extend` reserves by the iterator's size hint first,
                 // which costs more than the one or two checks a descriptor has.
                 for (limit, _, key) in self.limit_keys(limits, key) {

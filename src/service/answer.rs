@@ -112,8 +112,10 @@ impl Response {
     /// global shadow mode (`global_shadow`) turned it OK.
     pub(crate) fn new(plan: &Plan<'_>, reports: &[Report], global_shadow: bool) -> (Self, bool) {
         let mut rest = reports;
-        // Each limited descriptor's verdict as the store gave it: shadow mode changes its
-        // status, not its vote (quota_mode counts a shadowed rule as over).
+        let passing_quota = plan.has_passing_quota();
+        // Each limited descriptor's verdict as the store gave it, with the mode the store
+        // decided it with: shadow mode changes its status, not its vote (quota_mode counts
+        // a shadowed rule as over).
         let mut verdicts: smallvec::SmallVec<[(usize, crate::rules::Mode, bool); 8]> =
             smallvec::SmallVec::new();
         let statuses: Vec<Status> = plan
@@ -130,15 +132,11 @@ impl Response {
                     let (mine, others) = rest.split_at(limits.len().min(rest.len()));
                     rest = others;
                     let over = mine.iter().any(|r| r.over);
-                    verdicts.push((descriptor, plan.mode_of(resolved), over));
+                    verdicts.push((descriptor, plan.verdict_mode(resolved, passing_quota), over));
                     status(resolved, limits, mine)
                 }
             })
             .collect();
-        if plan.has_passing_quota() {
-            // A quota descriptor that is never over, after every real one.
-            verdicts.push((usize::MAX, crate::rules::Mode::ShadowQuota, false));
-        }
         // Nothing over (nearly every request) is never denied, whatever the modes.
         let denied = verdicts.iter().any(|&(_, _, over)| over)
             && limiter::request_denied(verdicts.iter().copied());
@@ -201,7 +199,7 @@ fn status(resolved: &Resolved<'_>, limits: &Limits<'_>, reports: &[Report]) -> S
 
 /// See [`Response::headline`].
 fn headline(plan: &Plan<'_>, statuses: &[Status]) -> Option<usize> {
-    let quota = |i: usize| plan.mode(i).is_quota();
+    let quota = |i: usize| plan.mode_of(&plan.resolved()[i]).is_quota();
     let over = (0..statuses.len())
         .rev()
         .find(|&i| statuses[i].over_limit && !quota(i));

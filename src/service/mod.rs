@@ -91,7 +91,7 @@ impl Service {
 
     /// The same service in global quota mode (the Go server's `QUOTA_MODE`): every
     /// descriptor counts as a quota-mode one, so a request is refused only when all of its
-    /// descriptors but the unlimited ones are over (see [`crate::plan::Plan::mode`]).
+    /// descriptors but the unlimited ones are over (see [`crate::plan::Plan::mode_of`]).
     #[must_use]
     pub fn with_global_quota(mut self, on: bool) -> Self {
         self.defaults.global_quota = on;
