@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tracing::warn;
 
-use crate::config::{self, SharedConfig};
+use crate::config::{self, SharedConfig, SharedDomains};
 use crate::file_watch::Changes;
 pub use crate::source::Outcome;
 use crate::source::{self, History, Loaded};
@@ -70,6 +70,7 @@ impl Drop for Reloader {
 /// The watcher could not be set up.
 pub fn spawn(
     path: PathBuf,
+    domains: SharedDomains,
     config: SharedConfig,
     status: Arc<History>,
     debounce: Duration,
@@ -92,7 +93,7 @@ pub fn spawn(
             let (p, c) = (path.clone(), config.clone());
             let history = task_status.clone();
             let load =
-                move || source::apply(config::load(&p).map(Loaded::unversioned), &c, &history);
+                move || source::apply(config::load_with(&p, domains).map(Loaded::unversioned), &c, &history);
             // A panic in the parser is the parser's bug; the next event tries again.
             let _ = tokio::task::spawn_blocking(load).await;
             if let Err(e) = watch(&mut changes, &path, &interest) {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use meshlimit::bucket_key::KeyWriter;
-use meshlimit::config::{self, Config};
+use meshlimit::config::{self, Config, SharedDomains};
 use meshlimit::error::{ConfigError, ConfigErrorKind as Kind};
 use meshlimit::matcher::DomainTree;
 use meshlimit::rules::{Algorithm, Mode, Rule, Unit};
@@ -977,6 +977,78 @@ fn validate_rejects_a_directory_with_a_duplicate_domain() {
         )),
         "{stderr}"
     );
+}
+
+/// `domain: d` with the given descriptors (YAML list items, indented by two).
+fn d_file(descriptors: &str) -> String {
+    format!("domain: d\ndescriptors:\n{descriptors}")
+}
+
+/// A top-level descriptor `key[_value]` limited to `n` a second.
+fn limited(key: &str, value: Option<&str>, n: u32) -> String {
+    let value = value.map_or(String::new(), |v| format!("    value: \"{v}\"\n"));
+    format!("  - key: {key}\n{value}    rate_limit: {{unit: second, requests_per_unit: {n}}}\n")
+}
+
+#[test]
+fn merged_domain_files_serve_the_descriptors_of_every_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = limited("user", None, 1) + &limited("path", Some("/a*"), 2);
+    let second = limited("ip", None, 3) + &limited("path", Some("/b*"), 4);
+    write(&dir.path().join("a.yaml"), &d_file(&first));
+    write(&dir.path().join("b.yaml"), &d_file(&second));
+    write(&dir.path().join("c.yaml"), &domain_file("other", 5));
+
+    let refused = config::load(dir.path()).expect_err("one domain in two files");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].kind, Kind::DuplicateDomain);
+
+    let config = config::load_with(dir.path(), SharedDomains::Merged).expect("merged");
+    assert_eq!(config.domains(), ["d", "other"]);
+    let tree = config.domain("d").expect("d");
+    let limit = |entries: &[(&str, &str)]| {
+        let (rule, _) = lookup(tree, entries.iter().copied());
+        rule.map(|r| r.limits[0].requests_per_unit)
+    };
+    assert_eq!(limit(&[("user", "u")]), Some(1));
+    assert_eq!(limit(&[("path", "/a/x")]), Some(2));
+    assert_eq!(limit(&[("ip", "10.0.0.1")]), Some(3));
+    // The second file's wildcard matches as if both files were one.
+    assert_eq!(limit(&[("path", "/b/x")]), Some(4));
+    assert_eq!(limit(&[("path", "/c")]), None);
+    assert_eq!(limit_of(&config, "other"), 5);
+    // Every rule numbered once, across the merged files too (the statistics' index).
+    let ordinals: BTreeSet<u32> = config.rules().iter().map(|r| r.ordinal).collect();
+    assert_eq!(ordinals.len(), 5);
+}
+
+#[test]
+fn a_descriptor_in_two_merged_files_names_both_places() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = limited("user", None, 1) + &limited("path", Some("/a*"), 2);
+    let second = limited("ip", None, 3) + &limited("path", Some("/a*"), 4);
+    let (a, b) = (dir.path().join("a.yaml"), dir.path().join("b.yaml"));
+    write(&a, &d_file(&first));
+    write(&b, &d_file(&second));
+    let errors = config::load_with(dir.path(), SharedDomains::Merged).expect_err("duplicate");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let error = &errors[0];
+    assert_eq!(error.kind, Kind::DuplicateDescriptor);
+    assert_eq!(error.to_string(), format!(
+        "{}:5: descriptor 'd.path_/a*': duplicate descriptor composite key 'd.path_/a*' (already defined in {}:5)",
+        b.display(),
+        a.display()
+    ));
+}
+
+#[test]
+fn validate_merges_a_domain_of_two_files_when_asked() {
+    let dir = fixtures().join("invalid/duplicate_domain");
+    let dir = dir.to_str().expect("utf-8 path");
+    let out = validate(&["--config", dir, "--merge-domain-config"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("OK (1 domains, 2 rules)"), "{stdout}");
 }
 
 #[test]

@@ -11,7 +11,7 @@ use arc_swap::ArcSwap;
 use meshlimit::bucket_key::KeyWriter;
 use meshlimit::clock::{Clock, ManualClock};
 use meshlimit::config;
-use meshlimit::config::SharedConfig;
+use meshlimit::config::{SharedConfig, SharedDomains};
 use meshlimit::error::ConfigErrorKind as Kind;
 use meshlimit::reload::{self, Outcome};
 use meshlimit::request::Descriptor;
@@ -24,7 +24,7 @@ const DEBOUNCE: Duration = Duration::from_millis(50);
 
 /// Watches `path` for `config`, as `serve` does after the first load.
 fn watch(path: impl Into<std::path::PathBuf>, config: &SharedConfig) -> reload::Reloader {
-    reload::spawn(path.into(), config.clone(), history(), DEBOUNCE).expect("watching")
+    reload::spawn(path.into(), SharedDomains::Refused, config.clone(), history(), DEBOUNCE).expect("watching")
 }
 
 /// The history of a source whose first config (the one `service_for` loads) is in force:

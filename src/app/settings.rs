@@ -5,6 +5,7 @@ use crate::rlqs::Unmatched;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::config::SharedDomains;
 use crate::defaults;
 use crate::grpc::HeaderNames;
 use crate::net::TlsFiles;
@@ -96,7 +97,10 @@ impl Settings {
     /// path (a file or directory): the embedded store, no TLS, no admin token, the command line's drain delay
     /// (tests that stop servers often set [`Settings::drain_delay`] to zero).
     pub fn new(config: impl Into<PathBuf>) -> Self {
-        Self::from_source(ConfigSource::File(config.into()))
+        Self::from_source(ConfigSource::File {
+            path: config.into(),
+            domains: SharedDomains::Refused,
+        })
     }
 
     /// [`Settings::new`] for any config source.

@@ -66,8 +66,9 @@ pub(super) async fn start_source(
     }
     let (shared, followed) = (shared.clone(), history.clone());
     let follower = match &settings.config {
-        ConfigSource::File(path) => Follower::File(reload::spawn(
+        ConfigSource::File { path, domains } => Follower::File(reload::spawn(
             path.clone(),
+            *domains,
             shared,
             followed,
             settings.reload_debounce,

@@ -267,7 +267,10 @@ impl Serve {
         self.check_header_names()?;
         let config = match self.source.source() {
             Some(source) => source,
-            None => ConfigSource::File(runtime_config()?),
+            None => ConfigSource::File {
+                path: runtime_config()?,
+                domains: self.source.domains(),
+            },
         };
         let (grpc_addr, http_addr) = (self.grpc_addr, self.http_addr);
         let (debug_addr, metrics_addr) = (self.debug_addr, self.metrics_addr);

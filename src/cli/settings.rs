@@ -134,7 +134,7 @@ mod tests {
     // Settings has no PartialEq (TLS sources, Redis options); Debug shows every field.
     #[test]
     fn the_flags_defaults_are_the_settings_defaults() {
-        let from_flags = serve(&[]).into_settings(ConfigSource::File("c.yaml".into()));
+        let from_flags = serve(&[]).into_settings(ConfigSource::parse("c.yaml"));
         assert_eq!(
             format!("{from_flags:?}"),
             format!("{:?}", Settings::new("c.yaml"))
@@ -144,7 +144,7 @@ mod tests {
     #[test]
     fn ratelimit_headers_draft_turns_the_draft_fields_on() {
         let settings =
-            |args: &[&str]| serve(args).into_settings(ConfigSource::File("c.yaml".into()));
+            |args: &[&str]| serve(args).into_settings(ConfigSource::parse("c.yaml"));
         assert!(!settings(&[]).draft_headers);
         assert!(!settings(&["--ratelimit-headers", "off"]).draft_headers);
         let both = settings(&["--ratelimit-headers", "draft", "--response-headers"]);

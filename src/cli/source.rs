@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::values::millis;
+use crate::config::SharedDomains;
 use crate::defaults;
 use crate::source::ConfigSource;
 use crate::source::postgres::{self, PgOptions};
@@ -65,6 +66,11 @@ pub struct SourceArgs {
     /// Spread the waits at random (true or false).
     #[arg(long, env = "MESHLIMIT_XDS_BACKOFF_JITTER", default_value_t = true, action = clap::ArgAction::Set)]
     pub(crate) xds_backoff_jitter: bool,
+    /// Merge the descriptors of files (or xDS resources) that name the same domain
+    /// instead of refusing the config; a top-level descriptor defined twice is still an
+    /// error, naming both places.
+    #[arg(long, env = "MESHLIMIT_MERGE_DOMAIN_CONFIG")]
+    pub(crate) merge_domain_config: bool,
     /// Largest control-plane response accepted (bytes).
     #[arg(long, env = "MESHLIMIT_XDS_MAX_MSG_BYTES", default_value_t = defaults::XDS_MAX_MESSAGE_BYTES)]
     pub(crate) xds_max_msg_bytes: usize,
@@ -127,8 +133,17 @@ impl SourceArgs {
         let config = self.config.as_deref()?;
         Some(match ConfigSource::parse(config) {
             ConfigSource::Postgres(_) => ConfigSource::Postgres(self.pg.options(config)),
-            other => other,
+            other => other.with_domains(self.domains()),
         })
+    }
+
+    /// What `--merge-domain-config` asks of a domain in several files.
+    pub(crate) fn domains(&self) -> SharedDomains {
+        if self.merge_domain_config {
+            SharedDomains::Merged
+        } else {
+            SharedDomains::Refused
+        }
     }
 
     fn xds(&self, server: &str) -> XdsOptions {
@@ -154,6 +169,7 @@ impl SourceArgs {
                 jitter: self.xds_backoff_jitter,
             },
             max_message_bytes: self.xds_max_msg_bytes,
+            domains: self.domains(),
             ..XdsOptions::new(server)
         }
     }
@@ -214,7 +230,7 @@ mod tests {
         assert_eq!(pg, PgOptions::new(url));
         assert!(matches!(
             source(&["--config", "config/"]),
-            Some(ConfigSource::File(_))
+            Some(ConfigSource::File { .. })
         ));
         assert!(source(&[]).is_none());
         let both = [

@@ -19,6 +19,7 @@ use arc_swap::ArcSwap;
 
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::matcher::DomainTree;
+use validate::ParsedDomain;
 use crate::rules::Rule;
 
 /// The running config, swapped whole by reloads and read without locks by requests.
@@ -65,47 +66,64 @@ impl Config {
 
     /// Parses descriptor files given as `(name, text)` pairs, as [`load`] does after reading.
     pub fn from_sources(sources: &[(PathBuf, String)]) -> Result<Config, Vec<ConfigError>> {
-        Self::from_sources_checked(sources, |_, _| None)
+        Self::from_sources_checked(sources, SharedDomains::Refused, |_, _| None)
     }
 
-    /// [`Config::from_sources`], with `check` asked about each file that parses, given its
-    /// name and its domain: a problem it returns is one of the config's (a PostgreSQL row
-    /// whose `domain` column differs from its YAML's, say).
+    /// [`Config::from_sources`], a domain of several files taken as `shared` says, with
+    /// `check` asked about each file that parses, given its name and its domain: a problem
+    /// it returns is one of the config's (a PostgreSQL row whose `domain` column differs
+    /// from its YAML's, say).
     pub fn from_sources_checked(
         sources: &[(PathBuf, String)],
+        shared: SharedDomains,
         check: impl Fn(&Path, &str) -> Option<ConfigError>,
     ) -> Result<Config, Vec<ConfigError>> {
         let mut errors = Vec::new();
-        let mut domains = HashMap::default();
-        let mut owners: HashMap<String, &Path> = HashMap::new();
+        let mut domains: HashMap<String, Defined<'_>> = HashMap::new();
         let mut hasher = std::hash::DefaultHasher::new();
         for (file, text) in sources {
             (file, text).hash(&mut hasher);
-            match parse_on_own_stack(file, text) {
-                Ok((name, tree)) => {
-                    if let Some(problem) = check(file, &name) {
-                        errors.push(problem);
-                        continue;
-                    }
-                    if let Some(first) = owners.get(&name) {
-                        errors.push(ConfigError::new(
-                            ConfigErrorKind::DuplicateDomain,
-                            file,
-                            None,
-                            None,
-                            format!(
-                                "duplicate domain '{name}' in config file (already defined in {})",
-                                first.display()
-                            ),
-                        ));
-                        continue;
-                    }
-                    owners.insert(name.clone(), file);
-                    domains.insert(name, tree);
+            let parsed = match parse_on_own_stack(file, text) {
+                Ok(parsed) => parsed,
+                Err(mut found) => {
+                    errors.append(&mut found);
+                    continue;
                 }
-                Err(mut found) => errors.append(&mut found),
+            };
+            if let Some(problem) = check(file, &parsed.domain) {
+                errors.push(problem);
+                continue;
+            }
+            match domains.get_mut(&parsed.domain) {
+                None => {
+                    let origins = parsed.lines.iter().map(|&line| (&**file, line)).collect();
+                    let defined = Defined {
+                        file,
+                        tree: parsed.tree,
+                        origins,
+                    };
+                    domains.insert(parsed.domain, defined);
+                }
+                Some(first) if shared == SharedDomains::Refused => {
+                    errors.push(ConfigError::new(
+                        ConfigErrorKind::DuplicateDomain,
+                        file,
+                        None,
+                        None,
+                        format!(
+                            "duplicate domain '{}' in config file (already defined in {})",
+                            parsed.domain,
+                            first.file.display()
+                        ),
+                    ));
+                }
+                Some(first) => first.merge(file, parsed, &mut errors),
             }
         }
+        let mut domains: HashMap<String, DomainTree, foldhash::fast::RandomState> = domains
+            .into_iter()
+            .map(|(name, defined)| (name, defined.tree))
+            .collect();
         // Numbers unique across the domains: the statistics index rules by them.
         let mut next = 0;
         for tree in domains.values_mut() {
@@ -122,11 +140,60 @@ impl Config {
     }
 }
 
+/// What a domain named by more than one file becomes: an error, or one domain with the
+/// descriptors of every file (the Go server's `MERGE_DOMAIN_CONFIG`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SharedDomains {
+    /// The second file naming a domain is an error.
+    #[default]
+    Refused,
+    /// Each file's top-level descriptors join the domain's; one already there (the same
+    /// key and value) is an error naming both places.
+    Merged,
+}
+
+/// A domain as the files read so far define it.
+struct Defined<'a> {
+    /// The first file naming it.
+    file: &'a Path,
+    /// Its descriptors.
+    tree: DomainTree,
+    /// The file and line of each top-level descriptor, in the tree's order.
+    origins: Vec<(&'a Path, u32)>,
+}
+
+impl<'a> Defined<'a> {
+    /// Adds `parsed`'s top-level descriptors, read from `file`, after the domain's own; each
+    /// whose composite key the domain already has is a problem in `errors` instead.
+    fn merge(&mut self, file: &'a Path, parsed: ParsedDomain, errors: &mut Vec<ConfigError>) {
+        let mut taken = self.tree.root.append(parsed.tree.root).into_iter().peekable();
+        for (index, line) in parsed.lines.into_iter().enumerate() {
+            let Some(duplicate) = taken.next_if(|d| d.index == index) else {
+                self.origins.push((file, line));
+                continue;
+            };
+            let (composite, (first_file, first_line)) =
+                (duplicate.composite, self.origins[duplicate.existing]);
+            errors.push(ConfigError::new(
+                ConfigErrorKind::DuplicateDescriptor,
+                file,
+                Some(line),
+                Some(format!("{}.{composite}", parsed.domain)),
+                format!(
+                    "duplicate descriptor composite key '{}.{composite}' (already defined in {}:{first_line})",
+                    parsed.domain,
+                    first_file.display()
+                ),
+            ));
+        }
+    }
+}
+
 /// Parses one domain file on a thread of its own with a stack of
 /// [`budget::PARSE_STACK_BYTES`]: the parser recurses once per level of nesting, and the
 /// stack of whatever thread asks for a load (a runtime worker, a blocking-pool thread:
 /// 2 MiB) is not enough for [`budget::MAX_DEPTH`] levels in every build.
-fn parse_on_own_stack(file: &Path, text: &str) -> Result<(String, DomainTree), Vec<ConfigError>> {
+fn parse_on_own_stack(file: &Path, text: &str) -> Result<ParsedDomain, Vec<ConfigError>> {
     std::thread::scope(|scope| {
         let parser = std::thread::Builder::new()
             .name("config-parse".into())
@@ -152,6 +219,14 @@ fn parse_on_own_stack(file: &Path, text: &str) -> Result<(String, DomainTree), V
 /// # Errors
 /// Every problem found: unreadable path or file, YAML errors, rule errors.
 pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
+    load_with(path, SharedDomains::Refused)
+}
+
+/// [`load`], a domain of several files taken as `shared` says.
+///
+/// # Errors
+/// As [`load`].
+pub fn load_with(path: &Path, shared: SharedDomains) -> Result<Config, Vec<ConfigError>> {
     let files = list_files(path).map_err(|e| vec![unreadable(path, e)])?;
     let mut sources = Vec::with_capacity(files.len());
     let mut errors = Vec::new();
@@ -172,7 +247,7 @@ pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
     if !errors.is_empty() {
         return Err(errors);
     }
-    Config::from_sources(&sources)
+    Config::from_sources_checked(&sources, shared, |_, _| None)
 }
 
 /// `file` (or the config path) cannot be read.

@@ -25,11 +25,19 @@ const DESCRIPTOR_KEYS: &[&str] = &[
     "metadata",
 ];
 
+/// One valid domain file.
+pub(super) struct ParsedDomain {
+    /// Its `domain`.
+    pub(super) domain: String,
+    /// Its descriptors.
+    pub(super) tree: DomainTree,
+    /// The line of each top-level descriptor, in the tree's order: where a merge of the
+    /// domain's files says a duplicate is.
+    pub(super) lines: Vec<u32>,
+}
+
 /// Parses and validates one domain file.
-pub(super) fn parse_domain_file(
-    file: &Path,
-    text: &str,
-) -> Result<(String, DomainTree), Vec<ConfigError>> {
+pub(super) fn parse_domain_file(file: &Path, text: &str) -> Result<ParsedDomain, Vec<ConfigError>> {
     let root = if text.trim().is_empty() {
         None
     } else {
@@ -59,9 +67,10 @@ pub(super) fn parse_domain_file(
         return Err(reader.into_errors());
     }
     let mut tree = DomainTree::default();
+    let mut lines = Vec::new();
     if let Some(list) = fields.get("descriptors") {
         let items = reader.list(list, Some(&domain), "descriptors");
-        descriptors(
+        lines = descriptors(
             &mut reader,
             &mut tree.root,
             items,
@@ -71,7 +80,11 @@ pub(super) fn parse_domain_file(
     }
     let mut errors = reader.into_errors();
     if errors.is_empty() {
-        Ok((domain, tree))
+        Ok(ParsedDomain {
+            domain,
+            tree,
+            lines,
+        })
     } else {
         errors.sort_by_key(|e| e.line);
         Err(errors)
@@ -122,14 +135,16 @@ impl Depth {
 }
 
 /// Reads the descriptors `items` of the descriptor at `parent` (or of the domain), which
-/// sit at `depth`, into `level`, and their children below them.
+/// sit at `depth`, into `level`, and their children below them. Returns the line of each
+/// descriptor added to `level`, in its order.
 fn descriptors(
     reader: &mut Reader<'_>,
     level: &mut Level,
     items: &[YamlNode],
     parent: &str,
     depth: Depth,
-) {
+) -> Vec<u32> {
+    let mut lines = Vec::with_capacity(items.len());
     for item in items {
         if !matches!(item.value, Yaml::Map(_)) {
             reader.error(
@@ -217,7 +232,9 @@ fn descriptors(
             let children = reader.list(children, Some(&path), "descriptors");
             descriptors(reader, &mut node.children, children, &path, depth);
         }
-        if !level.insert(&composite, wildcard, node) {
+        if level.insert(&composite, wildcard, node) {
+            lines.push(at);
+        } else {
             reader.error(
                 ConfigErrorKind::DuplicateDescriptor,
                 at,
@@ -226,6 +243,7 @@ fn descriptors(
             );
         }
     }
+    lines
 }
 
 #[cfg(test)]

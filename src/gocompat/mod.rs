@@ -225,14 +225,23 @@ fn logging(env: &mut Env<impl Fn(&str) -> Option<String>>) {
 
 /// Shadow and quota modes, the response headers and their names, the near-limit ratio.
 fn behaviour(env: &mut Env<impl Fn(&str) -> Option<String>>) {
-    if env.flag("SHADOW_MODE") && !env.ours("MESHLIMIT_SHADOW_MODE") {
-        env.push(&["--shadow-mode"]);
-    }
-    if env.flag("QUOTA_MODE") && !env.ours("MESHLIMIT_QUOTA_MODE") {
-        env.push(&["--quota-mode"]);
-    }
-    if env.flag("LIMIT_RESPONSE_HEADERS_ENABLED") && !env.ours("MESHLIMIT_RESPONSE_HEADERS") {
-        env.push(&["--response-headers"]);
+    for (go, ours, flag) in [
+        ("SHADOW_MODE", "MESHLIMIT_SHADOW_MODE", "--shadow-mode"),
+        ("QUOTA_MODE", "MESHLIMIT_QUOTA_MODE", "--quota-mode"),
+        (
+            "LIMIT_RESPONSE_HEADERS_ENABLED",
+            "MESHLIMIT_RESPONSE_HEADERS",
+            "--response-headers",
+        ),
+        (
+            "MERGE_DOMAIN_CONFIG",
+            "MESHLIMIT_MERGE_DOMAIN_CONFIG",
+            "--merge-domain-config",
+        ),
+    ] {
+        if env.flag(go) && !env.ours(ours) {
+            env.push(&[flag]);
+        }
     }
     for (go, ours, flag) in [
         (

@@ -118,17 +118,19 @@ fn behaviour_switches() {
             ("SHADOW_MODE", "true"),
             ("QUOTA_MODE", "true"),
             ("LIMIT_RESPONSE_HEADERS_ENABLED", "1"),
+            ("MERGE_DOMAIN_CONFIG", "true"),
             ("LIMIT_RESET_HEADER", "X-Reset"),
             ("USE_PROMETHEUS", "true"),
             ("PROMETHEUS_ADDR", ":9191"),
         ]),
         "--metrics-addr 0.0.0.0:9191 --log warn --log-format json --shadow-mode \
-         --quota-mode --response-headers --reset-header X-Reset"
+         --quota-mode --response-headers --merge-domain-config --reset-header X-Reset"
     );
     assert_eq!(
         args(&[
             ("SHADOW_MODE", "false"),
             ("QUOTA_MODE", "false"),
+            ("MERGE_DOMAIN_CONFIG", "false"),
             ("USE_PROMETHEUS", "no")
         ]),
         ""

@@ -43,11 +43,6 @@ const UNSUPPORTED: &[(&str, Option<bool>, &str)] = &[
     ),
     ("GRPC_UDS", None, "gRPC listens on TCP only"),
     (
-        "MERGE_DOMAIN_CONFIG",
-        Some(true),
-        "a domain in two files is an error",
-    ),
-    (
         "RESPONSE_DYNAMIC_METADATA",
         Some(true),
         "no dynamic metadata is returned",

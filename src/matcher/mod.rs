@@ -49,6 +49,17 @@ pub(crate) struct Level {
     wildcards: Option<Box<Wildcards>>,
 }
 
+/// An entry [`Level::append`] did not move: its composite key is taken.
+#[derive(Debug)]
+pub(crate) struct Duplicate {
+    /// Its place among the appended level's entries.
+    pub(crate) index: usize,
+    /// Its composite key.
+    pub(crate) composite: Box<str>,
+    /// The place of the entry with that key in the level appended to.
+    pub(crate) existing: usize,
+}
+
 /// A set of string lengths, exact below 63 (one bit each), the longer ones all in the
 /// last bit: a filter in front of a hash lookup.
 #[derive(Debug, Default, Clone, Copy)]
@@ -124,6 +135,31 @@ impl Level {
             wildcards.insert(index, entries, hasher);
         }
         true
+    }
+
+    /// Moves `other`'s entries after this level's, in their order, keeping the matching
+    /// order a single file of both would have. An entry whose composite key this level
+    /// already has is not moved: each is returned.
+    pub(crate) fn append(&mut self, other: Level) -> Vec<Duplicate> {
+        let mut wildcard = vec![false; other.entries.len()];
+        if let Some(wildcards) = &other.wildcards {
+            for index in wildcards.indices() {
+                wildcard[index] = true;
+            }
+        }
+        let mut duplicates = Vec::new();
+        for (index, ((composite, node), wildcard)) in other.entries.into_iter().zip(wildcard).enumerate() {
+            if let Some(&existing) = self.exact.get(&composite) {
+                duplicates.push(Duplicate {
+                    index,
+                    composite,
+                    existing,
+                });
+            } else {
+                self.insert(&composite, wildcard, node);
+            }
+        }
+        duplicates
     }
 
     /// The entry with this composite key, if any.

@@ -112,6 +112,12 @@ impl Wildcards {
         }
     }
 
+    /// The index in the level's entries of every wildcard entry, in no order.
+    pub(super) fn indices(&self) -> impl Iterator<Item = usize> + '_ {
+        let prefixes = self.prefixes.iter().map(|&index| index as usize);
+        prefixes.chain(self.others.iter().map(|&(_, index)| index))
+    }
+
     /// The index of the first entry in file order whose pattern matches `key_value`, if
     /// any. `key_value` is written into `scratch` only if a pattern of another shape needs
     /// it.

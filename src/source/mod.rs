@@ -23,14 +23,20 @@ use std::path::PathBuf;
 pub use apply::{Loaded, Outcome, apply, swap};
 pub use history::History;
 
-use crate::config;
+use crate::config::{self, SharedDomains};
 use crate::error::ConfigError;
+use xds::XdsOptions;
 
 /// One config source, as `--config` (and the xDS flags) name it.
 #[derive(Debug, Clone)]
 pub enum ConfigSource {
     /// A descriptor file or a directory of them, watched for edits.
-    File(PathBuf),
+    File {
+        /// The file or directory.
+        path: PathBuf,
+        /// Whether files of one domain are merged.
+        domains: SharedDomains,
+    },
     /// Rows of a PostgreSQL table, one domain file each, reloaded on NOTIFY.
     Postgres(postgres::PgOptions),
     /// `RateLimitConfig` resources from an xDS control plane.
@@ -44,14 +50,28 @@ impl ConfigSource {
         if postgres::is_url(config) {
             ConfigSource::Postgres(postgres::PgOptions::new(config))
         } else {
-            ConfigSource::File(PathBuf::from(config))
+            ConfigSource::File {
+                path: PathBuf::from(config),
+                domains: SharedDomains::Refused,
+            }
+        }
+    }
+
+    /// The same source with a domain of several files taken as `domains` says (files and
+    /// xDS; a PostgreSQL table holds one row per domain).
+    #[must_use]
+    pub fn with_domains(self, domains: SharedDomains) -> ConfigSource {
+        match self {
+            ConfigSource::File { path, .. } => ConfigSource::File { path, domains },
+            ConfigSource::Xds(options) => ConfigSource::Xds(XdsOptions { domains, ..options }),
+            postgres => postgres,
         }
     }
 
     /// The source's kind as the metrics and `/rlconfig` name it: `file`, `postgres`, `xds`.
     pub fn kind(&self) -> &'static str {
         match self {
-            ConfigSource::File(_) => "file",
+            ConfigSource::File { .. } => "file",
             ConfigSource::Postgres(_) => "postgres",
             ConfigSource::Xds(_) => "xds",
         }
@@ -60,7 +80,7 @@ impl ConfigSource {
     /// Where the config comes from, in words safe to log (no password).
     pub fn describe(&self) -> String {
         match self {
-            ConfigSource::File(path) => path.display().to_string(),
+            ConfigSource::File { path, .. } => path.display().to_string(),
             ConfigSource::Postgres(options) => options.describe(),
             ConfigSource::Xds(options) => options.describe(),
         }
@@ -74,9 +94,10 @@ impl ConfigSource {
     /// Every problem of the config, or why the source could not be read.
     pub async fn load(&self) -> Result<Loaded, Vec<ConfigError>> {
         match self {
-            ConfigSource::File(path) => {
+            &ConfigSource::File { ref path, domains } => {
                 let path = path.clone();
-                let loaded = tokio::task::spawn_blocking(move || config::load(&path)).await;
+                let loaded =
+                    tokio::task::spawn_blocking(move || config::load_with(&path, domains)).await;
                 match loaded {
                     Ok(result) => result.map(Loaded::unversioned),
                     Err(join) => std::panic::resume_unwind(join.into_panic()),

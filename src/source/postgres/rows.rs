@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use crate::config::Config;
+use crate::config::{Config, SharedDomains};
 use crate::error::{ConfigError, ConfigErrorKind};
 
 /// One row of the config table as read.
@@ -47,7 +47,7 @@ pub(super) fn config_from_rows(table: &str, rows: &[Row]) -> Result<Config, Vec<
             )),
         }
     }
-    let checked = Config::from_sources_checked(&sources, |file, yaml| {
+    let checked = Config::from_sources_checked(&sources, SharedDomains::Refused, |file, yaml| {
         let column = columns.get(file).copied().unwrap_or_default();
         (yaml != column).then(|| {
             ConfigError::new(

@@ -29,7 +29,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
 use tracing::{debug, info, warn};
 
 use super::{History, Loaded, apply};
-use crate::config::{Config, SharedConfig, render_errors};
+use crate::config::{Config, SharedConfig, SharedDomains, render_errors};
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::source::backoff::Waits;
 use stream::Ads;
@@ -66,7 +66,7 @@ pub async fn first(options: &XdsOptions) -> Result<Loaded, Vec<ConfigError>> {
             )));
         }
     };
-    let checked = validate(&mut response).await;
+    let checked = validate(&mut response, options.domains).await;
     let replied = match &checked {
         Ok(_) => ads.ack(&response).await,
         Err(errors) => ads.nack("", &response, render_errors(errors)).await,
@@ -160,7 +160,7 @@ impl Follower {
                 info!(server = %options.server, node = %options.node_id, "receiving config from the xDS control plane");
                 self.reachable = Some(true);
             }
-            let replied = match validate(&mut response).await {
+            let replied = match validate(&mut response, options.domains).await {
                 Ok(config) => {
                     let version = response.version_info.clone();
                     let loaded = Loaded {
@@ -185,10 +185,15 @@ impl Follower {
     }
 }
 
-/// The config of `response`'s resources (taken out of it), validated off the runtime's
-/// threads: validation parses each resource on a thread of its own.
-async fn validate(response: &mut DiscoveryResponse) -> Result<Config, Vec<ConfigError>> {
+/// The config of `response`'s resources (taken out of it), a domain of several resources
+/// taken as `domains` says, validated off the runtime's threads: validation parses each
+/// resource on a thread of its own.
+async fn validate(
+    response: &mut DiscoveryResponse,
+    domains: SharedDomains,
+) -> Result<Config, Vec<ConfigError>> {
     let resources = std::mem::take(&mut response.resources);
-    let checked = tokio::task::spawn_blocking(move || resources::config(&resources)).await;
+    let checked =
+        tokio::task::spawn_blocking(move || resources::config(&resources, domains)).await;
     checked.unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic()))
 }

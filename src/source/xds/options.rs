@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use crate::config::SharedDomains;
 use crate::defaults;
 use crate::source::backoff::Backoff;
 
@@ -23,6 +24,8 @@ pub struct XdsOptions {
     pub backoff: Backoff,
     /// The largest response accepted (`--xds-max-msg-bytes`).
     pub max_message_bytes: usize,
+    /// Whether resources of one domain are merged (`--merge-domain-config`).
+    pub domains: SharedDomains,
 }
 
 /// TLS to the control plane (`--xds-tls` and its files).
@@ -59,6 +62,7 @@ impl XdsOptions {
             tls: None,
             backoff: Backoff::default(),
             max_message_bytes: defaults::XDS_MAX_MESSAGE_BYTES,
+            domains: SharedDomains::Refused,
         }
     }
 

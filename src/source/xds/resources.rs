@@ -17,7 +17,7 @@ use prost::Message;
 use serde_json::{Map, Value as Json, json};
 
 use super::TYPE_URL;
-use crate::config::Config;
+use crate::config::{Config, SharedDomains};
 use crate::error::{ConfigError, ConfigErrorKind};
 
 /// Validates a snapshot's resources as one config.
@@ -25,7 +25,10 @@ use crate::error::{ConfigError, ConfigErrorKind};
 /// # Errors
 /// Every problem: resources of another type or that cannot be decoded, and every rule
 /// error of every resource.
-pub(super) fn config(resources: &[Any]) -> Result<Config, Vec<ConfigError>> {
+pub(super) fn config(
+    resources: &[Any],
+    domains: SharedDomains,
+) -> Result<Config, Vec<ConfigError>> {
     let mut sources = Vec::with_capacity(resources.len());
     let mut errors = Vec::new();
     for (index, any) in resources.iter().enumerate() {
@@ -40,7 +43,7 @@ pub(super) fn config(resources: &[Any]) -> Result<Config, Vec<ConfigError>> {
             )),
         }
     }
-    let checked = Config::from_sources(&sources);
+    let checked = Config::from_sources_checked(&sources, domains, |_, _| None);
     match checked {
         Ok(config) if errors.is_empty() => Ok(config),
         Ok(_) => Err(errors),
@@ -246,10 +249,13 @@ mod tests {
         ] {
             descriptors.push(limited(key, unit, 1));
         }
-        let config = config(&[
+        let config = config(
+            &[
             any(&resource("one", "shop", descriptors)),
             any(&resource("two", "other", vec![])),
-        ])
+            ],
+            SharedDomains::Refused,
+        )
         .unwrap();
         assert_eq!(config.domains(), ["other", "shop"]);
         let keys: Vec<&str> = config.rules().iter().map(|r| r.full_key.as_str()).collect();
@@ -263,7 +269,7 @@ mod tests {
     #[test]
     fn errors_name_the_resource_and_descriptor_without_lines() {
         let no_unit = limited("user", RateLimitUnit::Unknown, 3);
-        let errors = config(&[any(&resource("limits", "shop", vec![no_unit]))]).unwrap_err();
+        let errors = config(&[any(&resource("limits", "shop", vec![no_unit]))], SharedDomains::Refused).unwrap_err();
         let text = render_errors(&errors);
         assert!(
             text.starts_with("xds:limits: descriptor 'shop.user': "),
@@ -273,7 +279,7 @@ mod tests {
 
         let mut both = limited("user", RateLimitUnit::Minute, 3);
         both.rate_limit.as_mut().unwrap().unlimited = true;
-        let text = render_errors(&config(&[any(&resource("r", "shop", vec![both]))]).unwrap_err());
+        let text = render_errors(&config(&[any(&resource("r", "shop", vec![both]))], SharedDomains::Refused).unwrap_err());
         assert!(
             text.contains(
                 "xds:r: descriptor 'shop.user': should not specify rate limit unit when unlimited"
@@ -292,7 +298,7 @@ mod tests {
             type_url: TYPE_URL.into(),
             value: vec![0xff, 0xff, 0xff],
         };
-        let errors = config(&[foreign, broken]).unwrap_err();
+        let errors = config(&[foreign, broken], SharedDomains::Refused).unwrap_err();
         assert_eq!(errors.len(), 2);
         assert!(
             errors
@@ -314,6 +320,6 @@ mod tests {
 
     #[test]
     fn an_empty_snapshot_is_an_empty_config() {
-        assert!(config(&[]).unwrap().domains().is_empty());
+        assert!(config(&[], SharedDomains::Refused).unwrap().domains().is_empty());
     }
 }
