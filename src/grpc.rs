@@ -17,6 +17,7 @@ use crate::rules::Unit;
 use crate::service::{self, Service};
 
 mod codec;
+mod metadata;
 mod ratelimit_headers;
 mod response;
 mod route;

@@ -160,12 +160,15 @@ pub fn parse_request(body: &[u8]) -> Result<Request, ParseError> {
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct JsonResponse {
+struct JsonResponse<'a> {
     /// `overallCode`: `OK` or `OVER_LIMIT`.
     overall_code: &'static str,
     /// `statuses`, one per descriptor in request order; protojson leaves it out when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     statuses: Vec<JsonStatus>,
+    /// `dynamicMetadata`, with --response-dynamic-metadata.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dynamic_metadata: Option<&'a serde_json::Map<String, serde_json::Value>>,
 }
 
 #[derive(Serialize)]
@@ -238,6 +241,7 @@ pub fn response_body(answer: &service::Response) -> String {
                 duration_until_reset: s.reset.map(duration),
             })
             .collect(),
+        dynamic_metadata: answer.dynamic_metadata.as_deref(),
     };
     serde_json::to_string(&response).unwrap_or_default()
 }

@@ -92,8 +92,13 @@ pub fn spawn(
         while rx.recv().await.is_some() {
             let (p, c) = (path.clone(), config.clone());
             let history = task_status.clone();
-            let load =
-                move || source::apply(config::load_with(&p, domains).map(Loaded::unversioned), &c, &history);
+            let load = move || {
+                source::apply(
+                    config::load_with(&p, domains).map(Loaded::unversioned),
+                    &c,
+                    &history,
+                )
+            };
             // A panic in the parser is the parser's bug; the next event tries again.
             let _ = tokio::task::spawn_blocking(load).await;
             if let Err(e) = watch(&mut changes, &path, &interest) {

@@ -3,6 +3,7 @@
 //! Nothing here knows YAML or protobuf: a [`Limit`] that exists is valid.
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::clock::NANOS_PER_SEC;
 
@@ -234,6 +235,10 @@ pub struct Rule {
     /// Given when the config is assembled; 0 until then, so a table checks that the
     /// entry it finds is this rule's.
     pub ordinal: u32,
+    /// The descriptor's `metadata`, a JSON object: merged into the answer's dynamic
+    /// metadata when the descriptor passes (`--response-dynamic-metadata`). `None` when
+    /// the descriptor has none.
+    pub metadata: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
 }
 
 impl Rule {

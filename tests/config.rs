@@ -1034,11 +1034,14 @@ fn a_descriptor_in_two_merged_files_names_both_places() {
     assert_eq!(errors.len(), 1, "{errors:?}");
     let error = &errors[0];
     assert_eq!(error.kind, Kind::DuplicateDescriptor);
-    assert_eq!(error.to_string(), format!(
-        "{}:5: descriptor 'd.path_/a*': duplicate descriptor composite key 'd.path_/a*' (already defined in {}:5)",
-        b.display(),
-        a.display()
-    ));
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "{}:5: descriptor 'd.path_/a*': duplicate descriptor composite key 'd.path_/a*' (already defined in {}:5)",
+            b.display(),
+            a.display()
+        )
+    );
 }
 
 #[test]
@@ -1047,7 +1050,11 @@ fn validate_merges_a_domain_of_two_files_when_asked() {
     let dir = dir.to_str().expect("utf-8 path");
     let out = validate(&["--config", dir, "--merge-domain-config"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("OK (1 domains, 2 rules)"), "{stdout}");
 }
 

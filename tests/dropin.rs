@@ -1,17 +1,27 @@
 //! meshlimit as a drop-in for envoyproxy/ratelimit: started with no arguments and only
 //! the Go server's environment variables, on its `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config`
-//! tree, in both of its watch modes (the root link swapped; files edited in place).
+//! tree, in both of its watch modes (the root link swapped; files edited in place); and the
+//! Go variables that change how it serves (a Unix socket, merged domains, dynamic
+//! metadata), each also as a flag.
 
 mod support;
 
+use std::future::Future;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::google::protobuf as prost_types_struct;
+use hyper_util::rt::TokioIo;
 use support::process::Meshlimit;
 use support::redis::RedisServer;
 use support::{eventually_async, free_port, http_get};
+use tonic::transport::{Channel, Endpoint};
 
 fn limits(requests_per_unit: u32) -> String {
     format!(
@@ -199,4 +209,178 @@ async fn go_redis_variables_select_the_redis_store() {
     assert_eq!(hit(&ml, "r").await, Some(2));
     let keys = redis.cli_as(Some("s3cret"), &["KEYS", "ml1:{*"]);
     assert!(keys.contains("ml1:{6:legacy}4:user1:r"), "{keys}");
+}
+
+/// A RateLimitService client over the Unix socket at `path`.
+async fn unix_client(path: &Path) -> RateLimitServiceClient<Channel> {
+    let connector = UnixConnector(path.to_path_buf());
+    let channel = Endpoint::from_static("http://localhost")
+        .connect_timeout(Duration::from_secs(5))
+        .connect_with_connector(connector)
+        .await
+        .unwrap_or_else(|e| panic!("connecting to {}: {e}", path.display()));
+    RateLimitServiceClient::new(channel)
+}
+
+/// Connects tonic to a Unix socket, whatever the URI.
+#[derive(Clone)]
+struct UnixConnector(PathBuf);
+
+impl tower_service::Service<http::Uri> for UnixConnector {
+    type Response = TokioIo<tokio::net::UnixStream>;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn Future<Output = std::io::Result<Self::Response>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: http::Uri) -> Self::Future {
+        let path = self.0.clone();
+        Box::pin(async move { Ok(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) })
+    }
+}
+
+/// Two files of one domain, one rule with `metadata` in each, and a third rule of the
+/// first file's, over-limit at once.
+fn write_split_domain(dir: &Path) {
+    write(
+        &dir.join("a.yaml"),
+        "domain: legacy\ndescriptors:\n  - key: user\n    metadata: {pool: blue, weights: {a: 1}}\n    rate_limit: {unit: day, requests_per_unit: 5}\n  - key: ban\n    metadata: {pool: never}\n    rate_limit: {unit: day, requests_per_unit: 0}\n",
+    );
+    write(
+        &dir.join("b.yaml"),
+        "domain: legacy\ndescriptors:\n  - key: tier\n    metadata: {pool: green, weights: {a: 9, b: 2}, zone: eu}\n    rate_limit: {unit: day, requests_per_unit: 5}\n",
+    );
+}
+
+/// GRPC_UDS, MERGE_DOMAIN_CONFIG and RESPONSE_DYNAMIC_METADATA through the socket: the
+/// merged domain answers for both files' rules, and the dynamic metadata is the Go
+/// server's: the request, and the merge of the passing rules' metadata (first wins).
+async fn check_socket_merge_and_metadata(socket: &Path) {
+    let mut client = unix_client(socket).await;
+    let mut request = support::rls_request(
+        "legacy",
+        &[&[("user", "u")], &[("tier", "t")], &[("ban", "b")]],
+    );
+    request.hits_addend = 1;
+    request.descriptors[1].hits_addend = Some(prost_types_struct::UInt64Value { value: 2 });
+    let answer = client
+        .should_rate_limit(request)
+        .await
+        .expect("answer")
+        .into_inner();
+    assert_eq!(answer.overall_code, Code::OverLimit as i32);
+    let remaining: Vec<u32> = answer.statuses.iter().map(|s| s.limit_remaining).collect();
+    // Both files' rules apply; a refused request takes nothing from a token bucket.
+    assert_eq!(remaining, [5, 5, 0]);
+    let metadata = answer.dynamic_metadata.expect("dynamic metadata");
+    let json = struct_to_json(&metadata);
+    assert_eq!(
+        json,
+        serde_json::json!({
+            "domain": "legacy",
+            "descriptors": [
+                {"entries": ["user=u"]},
+                {"entries": ["tier=t"], "hitsAddend": 2.0},
+                {"entries": ["ban=b"]},
+            ],
+            "hitsAddend": 1.0,
+            // `ban` is over: its metadata stays out.
+            "metadata": {"pool": "blue", "weights": {"a": 1.0, "b": 2.0}, "zone": "eu"},
+        })
+    );
+}
+
+/// The Struct as JSON, numbers as f64.
+fn struct_to_json(s: &prost_types_struct::Struct) -> serde_json::Value {
+    use prost_types_struct::value::Kind;
+    fn value(v: &prost_types_struct::Value) -> serde_json::Value {
+        match &v.kind {
+            Some(Kind::NumberValue(n)) => serde_json::json!(n),
+            Some(Kind::StringValue(s)) => serde_json::json!(s),
+            Some(Kind::BoolValue(b)) => serde_json::json!(b),
+            Some(Kind::StructValue(s)) => struct_to_json(s),
+            Some(Kind::ListValue(l)) => l.values.iter().map(value).collect(),
+            Some(Kind::NullValue(_)) | None => serde_json::Value::Null,
+        }
+    }
+    s.fields
+        .iter()
+        .map(|(k, v)| (k.clone(), value(v)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_env_with_a_unix_socket_merged_domains_and_dynamic_metadata() {
+    let root = tempfile::tempdir().unwrap();
+    write_split_domain(&root.path().join("ratelimit/config"));
+    let socket = root.path().join("ratelimit.sock");
+    let mut env = go_env(root.path(), false);
+    // Quota mode would answer OK overall; this test checks a refusal's metadata.
+    env.retain(|(name, _)| name != "QUOTA_MODE");
+    env.extend(
+        [
+            ("GRPC_UDS", socket.display().to_string()),
+            ("MERGE_DOMAIN_CONFIG", "true".into()),
+            ("RESPONSE_DYNAMIC_METADATA", "true".into()),
+        ]
+        .map(|(k, v)| (k.to_string(), v)),
+    );
+    let ml = start(&env).await;
+    assert!(
+        ml.log()
+            .contains(&format!("grpc=unix:{}", socket.display())),
+        "{}",
+        ml.log()
+    );
+    check_socket_merge_and_metadata(&socket).await;
+    let warning = ml.log();
+    for name in [
+        "GRPC_UDS",
+        "MERGE_DOMAIN_CONFIG",
+        "RESPONSE_DYNAMIC_METADATA",
+    ] {
+        assert!(
+            !warning.contains(name),
+            "{name} named as unsupported:\n{warning}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_with_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config");
+    write_split_domain(&config);
+    let socket = dir.path().join("meshlimit.sock");
+    let (config, socket_arg) = (config.display().to_string(), socket.display().to_string());
+    let http = format!("127.0.0.1:{}", free_port());
+    let ml = Meshlimit::start_with(
+        &[
+            "serve",
+            "--config",
+            &config,
+            "--http-addr",
+            &http,
+            "--grpc-uds",
+            &socket_arg,
+            "--merge-domain-config",
+            "--response-dynamic-metadata",
+            "--log",
+            "info",
+        ],
+        &[],
+    )
+    .await;
+    check_socket_merge_and_metadata(&socket).await;
+    // /json answers with the same metadata, as protojson writes it.
+    let (status, body) = support::http_post(
+        ml.http,
+        "/json",
+        r#"{"domain":"legacy","descriptors":[{"entries":[{"key":"tier","value":"x"}]}]}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(r#""dynamicMetadata":{"descriptors":[{"entries":["tier=x"]}],"domain":"legacy","metadata":{"pool":"green","#), "{body}");
 }

@@ -24,7 +24,14 @@ const DEBOUNCE: Duration = Duration::from_millis(50);
 
 /// Watches `path` for `config`, as `serve` does after the first load.
 fn watch(path: impl Into<std::path::PathBuf>, config: &SharedConfig) -> reload::Reloader {
-    reload::spawn(path.into(), SharedDomains::Refused, config.clone(), history(), DEBOUNCE).expect("watching")
+    reload::spawn(
+        path.into(),
+        SharedDomains::Refused,
+        config.clone(),
+        history(),
+        DEBOUNCE,
+    )
+    .expect("watching")
 }
 
 /// The history of a source whose first config (the one `service_for` loads) is in force:

@@ -35,6 +35,7 @@ pub fn build_service(settings: &Settings, config: Config) -> Result<Service, Err
     )
     .with_global_shadow(settings.global_shadow)
     .with_global_quota(settings.global_quota)
+    .with_dynamic_metadata(settings.dynamic_metadata)
     .with_request_limits(settings.request_limits);
     let metrics = Arc::new(Metrics::new(
         service.config().clone(),

@@ -16,7 +16,7 @@ use crate::admin_token::AdminToken;
 use crate::config::Config;
 use crate::grpc::{GrpcRoutes, Rls};
 use crate::http::{self, Health};
-use crate::net::{self, ConnectionOptions, Connections, Protocols, TlsFiles, TlsSource};
+use crate::net::{self, ConnectionOptions, Connections, Listener, Protocols, TlsFiles, TlsSource};
 use crate::page::Page;
 use crate::rlqs::service::Drain;
 use crate::rlqs::{QuotaService, Registry};
@@ -25,8 +25,8 @@ use crate::source::History;
 /// The sockets a server answers on, bound by the caller.
 #[derive(Debug)]
 pub struct Listeners {
-    /// `RateLimitService` and gRPC health.
-    pub grpc: TcpListener,
+    /// `RateLimitService`, the quota service and gRPC health: a TCP port or a Unix socket.
+    pub grpc: Listener,
     /// The operator endpoints.
     pub http: TcpListener,
     /// More addresses serving the operator endpoints (the Go server's debug port).
@@ -39,7 +39,7 @@ impl Listeners {
     /// Just the gRPC and the operator ports, as tests and most deployments use.
     pub fn new(grpc: TcpListener, http: TcpListener) -> Self {
         Self {
-            grpc,
+            grpc: grpc.into(),
             http,
             extra_http: Vec::new(),
             metrics: None,
@@ -155,7 +155,7 @@ pub async fn serve(
         None => String::new(),
     };
     info!(
-        grpc = %listeners.grpc.local_addr()?,
+        grpc = %listeners.grpc.describe(),
         http = %listeners.http.local_addr()?,
         also_http = %also.join(","),
         metrics = %metrics_addr,

@@ -40,6 +40,8 @@ pub struct Settings {
     pub global_shadow: bool,
     /// Global quota mode: every descriptor counts as a quota-mode one.
     pub global_quota: bool,
+    /// Answers carry dynamic metadata (the Go server's `RESPONSE_DYNAMIC_METADATA`).
+    pub dynamic_metadata: bool,
     /// `RateLimit-*` response headers for Envoy to add, or `None` (the default).
     pub response_headers: Option<HeaderNames>,
     /// Also the IETF draft's `RateLimit-Policy` and `RateLimit` fields, one policy per
@@ -115,6 +117,7 @@ impl Settings {
             redis: None,
             global_shadow: false,
             global_quota: false,
+            dynamic_metadata: false,
             response_headers: None,
             draft_headers: false,
             drain_delay: defaults::DRAIN_DELAY,

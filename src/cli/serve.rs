@@ -10,6 +10,7 @@ use super::values::{
     at_least_one, metrics_path, millis, ratio,
 };
 use crate::app::{self, Listeners};
+use crate::net::Listener;
 use crate::source::ConfigSource;
 use crate::{defaults, gocompat};
 
@@ -33,6 +34,10 @@ pub struct Serve {
     /// gRPC listen address (RateLimitService and grpc.health.v1.Health).
     #[arg(long, env = "MESHLIMIT_GRPC_ADDR", default_value_t = defaults::GRPC_ADDR)]
     pub(crate) grpc_addr: SocketAddr,
+    /// Serve gRPC on this Unix socket instead of --grpc-addr (for a sidecar on the same
+    /// host). A socket file left by a stopped process is replaced.
+    #[arg(long, env = "MESHLIMIT_GRPC_UDS")]
+    pub(crate) grpc_uds: Option<PathBuf>,
     /// HTTP listen address (/healthcheck, /json, /rlconfig, /explain, /metrics).
     #[arg(long, env = "MESHLIMIT_HTTP_ADDR", default_value_t = defaults::HTTP_ADDR)]
     pub(crate) http_addr: SocketAddr,
@@ -106,6 +111,11 @@ pub struct Serve {
     /// says OVER_LIMIT where it is.
     #[arg(long, env = "MESHLIMIT_QUOTA_MODE")]
     pub(crate) quota_mode: bool,
+    /// Send dynamic metadata with each answer, as the Go server's
+    /// RESPONSE_DYNAMIC_METADATA: the domain, the descriptors, and the `metadata` of the
+    /// rules that passed (Envoy keeps it under the rate-limit filter's name).
+    #[arg(long, env = "MESHLIMIT_RESPONSE_DYNAMIC_METADATA")]
+    pub(crate) response_dynamic_metadata: bool,
     /// Ask Envoy to add RateLimit-Limit/-Remaining/-Reset headers to responses.
     #[arg(long, env = "MESHLIMIT_RESPONSE_HEADERS")]
     pub(crate) response_headers: bool,
@@ -273,6 +283,7 @@ impl Serve {
             },
         };
         let (grpc_addr, http_addr) = (self.grpc_addr, self.http_addr);
+        let grpc_uds = self.grpc_uds.clone();
         let (debug_addr, metrics_addr) = (self.debug_addr, self.metrics_addr);
         let settings = self.into_settings(config);
         let mut extra_http = Vec::new();
@@ -284,7 +295,10 @@ impl Serve {
             None => None,
         };
         let listeners = Listeners {
-            grpc: tokio::net::TcpListener::bind(grpc_addr).await?,
+            grpc: match grpc_uds {
+                Some(path) => Listener::bind_unix(&path)?,
+                None => tokio::net::TcpListener::bind(grpc_addr).await?.into(),
+            },
             http: tokio::net::TcpListener::bind(http_addr).await?,
             extra_http,
             metrics,

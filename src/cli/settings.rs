@@ -24,6 +24,7 @@ impl Serve {
             redis: self.redis_options(),
             global_shadow: self.shadow_mode,
             global_quota: self.quota_mode,
+            dynamic_metadata: self.response_dynamic_metadata,
             response_headers: self.response_headers.then_some(HeaderNames {
                 limit: self.limit_header,
                 remaining: self.remaining_header,
@@ -143,8 +144,7 @@ mod tests {
 
     #[test]
     fn ratelimit_headers_draft_turns_the_draft_fields_on() {
-        let settings =
-            |args: &[&str]| serve(args).into_settings(ConfigSource::parse("c.yaml"));
+        let settings = |args: &[&str]| serve(args).into_settings(ConfigSource::parse("c.yaml"));
         assert!(!settings(&[]).draft_headers);
         assert!(!settings(&["--ratelimit-headers", "off"]).draft_headers);
         let both = settings(&["--ratelimit-headers", "draft", "--response-headers"]);

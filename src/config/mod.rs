@@ -7,6 +7,7 @@
 
 mod budget;
 mod fields;
+mod metadata;
 mod rate_limit;
 mod validate;
 mod yaml;
@@ -19,8 +20,8 @@ use arc_swap::ArcSwap;
 
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::matcher::DomainTree;
-use validate::ParsedDomain;
 use crate::rules::Rule;
+use validate::ParsedDomain;
 
 /// The running config, swapped whole by reloads and read without locks by requests.
 pub type SharedConfig = std::sync::Arc<ArcSwap<Config>>;
@@ -166,7 +167,12 @@ impl<'a> Defined<'a> {
     /// Adds `parsed`'s top-level descriptors, read from `file`, after the domain's own; each
     /// whose composite key the domain already has is a problem in `errors` instead.
     fn merge(&mut self, file: &'a Path, parsed: ParsedDomain, errors: &mut Vec<ConfigError>) {
-        let mut taken = self.tree.root.append(parsed.tree.root).into_iter().peekable();
+        let mut taken = self
+            .tree
+            .root
+            .append(parsed.tree.root)
+            .into_iter()
+            .peekable();
         for (index, line) in parsed.lines.into_iter().enumerate() {
             let Some(duplicate) = taken.next_if(|d| d.index == index) else {
                 self.origins.push((file, line));

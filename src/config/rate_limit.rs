@@ -58,6 +58,7 @@ pub(super) fn rule(reader: &mut Reader<'_>, node: &YamlNode, path: &str) -> Opti
         detailed_metric: false,
         value_to_metric: 0,
         ordinal: 0,
+        metadata: None,
     })
 }
 
@@ -126,6 +127,7 @@ pub(super) fn listed_rule(reader: &mut Reader<'_>, list: &YamlNode, path: &str) 
         detailed_metric: false,
         value_to_metric: 0,
         ordinal: 0,
+        metadata: None,
     })
 }
 

@@ -217,8 +217,14 @@ fn descriptors(
             (None, Some(list)) => super::rate_limit::listed_rule(reader, list, &path),
             (None, None) => None,
         };
+        let metadata = fields
+            .get("metadata")
+            .and_then(|node| super::metadata::read(reader, node, &path))
+            .filter(|map| !map.is_empty())
+            .map(std::sync::Arc::new);
         let rule = rule.map(|mut rule| {
             rule.mode = mode;
+            rule.metadata = metadata;
             rule.detailed_metric = detailed_metric;
             rule.value_to_metric = depth.value_to_metric;
             rule

@@ -168,6 +168,12 @@ fn addresses(env: &mut Env<impl Fn(&str) -> Option<String>>) {
             env.push(&[flag, &address(host, port, default)]);
         }
     }
+    // The Go server listens there instead of GRPC_HOST:GRPC_PORT, as --grpc-uds does.
+    if let Some(path) = env.set("GRPC_UDS")
+        && !env.ours("MESHLIMIT_GRPC_UDS")
+    {
+        env.push(&["--grpc-uds", &path]);
+    }
 }
 
 /// `--metrics-addr` and `--metrics-path`, with `USE_PROMETHEUS=true` only.
@@ -237,6 +243,11 @@ fn behaviour(env: &mut Env<impl Fn(&str) -> Option<String>>) {
             "MERGE_DOMAIN_CONFIG",
             "MESHLIMIT_MERGE_DOMAIN_CONFIG",
             "--merge-domain-config",
+        ),
+        (
+            "RESPONSE_DYNAMIC_METADATA",
+            "MESHLIMIT_RESPONSE_DYNAMIC_METADATA",
+            "--response-dynamic-metadata",
         ),
     ] {
         if env.flag(go) && !env.ours(ours) {

@@ -31,9 +31,10 @@ fn runtime_directories_and_ports() {
             ("GRPC_PORT", "9000"),
             ("PORT", "9001"),
             ("DEBUG_PORT", "9002"),
+            ("GRPC_UDS", "/run/ratelimit.sock"),
         ]),
         "--config /data/current/ratelimit/config --grpc-addr 0.0.0.0:9000 \
-         --http-addr 0.0.0.0:9001 --debug-addr 0.0.0.0:9002"
+         --http-addr 0.0.0.0:9001 --debug-addr 0.0.0.0:9002 --grpc-uds /run/ratelimit.sock"
     );
     assert_eq!(
         args(&[
@@ -54,6 +55,8 @@ fn our_own_variables_win() {
             ("MESHLIMIT_CONFIG", "/b"),
             ("PORT", "1"),
             ("MESHLIMIT_HTTP_ADDR", "127.0.0.1:2"),
+            ("GRPC_UDS", "/a.sock"),
+            ("MESHLIMIT_GRPC_UDS", "/b.sock"),
         ]),
         ""
     );
@@ -119,12 +122,14 @@ fn behaviour_switches() {
             ("QUOTA_MODE", "true"),
             ("LIMIT_RESPONSE_HEADERS_ENABLED", "1"),
             ("MERGE_DOMAIN_CONFIG", "true"),
+            ("RESPONSE_DYNAMIC_METADATA", "True"),
             ("LIMIT_RESET_HEADER", "X-Reset"),
             ("USE_PROMETHEUS", "true"),
             ("PROMETHEUS_ADDR", ":9191"),
         ]),
         "--metrics-addr 0.0.0.0:9191 --log warn --log-format json --shadow-mode \
-         --quota-mode --response-headers --merge-domain-config --reset-header X-Reset"
+         --quota-mode --response-headers --merge-domain-config --response-dynamic-metadata \
+         --reset-header X-Reset"
     );
     assert_eq!(
         args(&[

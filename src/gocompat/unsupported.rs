@@ -41,12 +41,6 @@ const UNSUPPORTED: &[(&str, Option<bool>, &str)] = &[
         None,
         "add labels in the Prometheus scrape config",
     ),
-    ("GRPC_UDS", None, "gRPC listens on TCP only"),
-    (
-        "RESPONSE_DYNAMIC_METADATA",
-        Some(true),
-        "no dynamic metadata is returned",
-    ),
     (
         "EXPIRATION_JITTER_MAX_SECONDS",
         None,

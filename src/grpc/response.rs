@@ -15,7 +15,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use prost::Message;
 
+use super::metadata::to_struct;
 use super::wire::{LENGTH_DELIMITED, VARINT};
 use crate::clock::{NANOS_PER_SEC, Nanos};
 use crate::rules::Unit;
@@ -47,6 +49,7 @@ impl Answer {
                 .map(status_to_proto)
                 .collect(),
             response_headers_to_add: self.headers,
+            dynamic_metadata: self.response.dynamic_metadata.as_deref().map(to_struct),
             ..RateLimitResponse::default()
         }
     }
@@ -77,6 +80,12 @@ impl Answer {
             put_bytes_field(out, 1, header.key.as_bytes());
             put_bytes_field(out, 2, header.value.as_bytes());
             put_bytes_field(out, 3, &header.raw_value);
+        }
+        if let Some(metadata) = &self.response.dynamic_metadata {
+            // Off the common path (--response-dynamic-metadata): prost writes the Struct.
+            let bytes = to_struct(metadata).encode_to_vec();
+            put_length_delimited(out, 6, bytes.len());
+            out.extend_from_slice(&bytes);
         }
     }
 }

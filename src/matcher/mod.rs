@@ -148,7 +148,9 @@ impl Level {
             }
         }
         let mut duplicates = Vec::new();
-        for (index, ((composite, node), wildcard)) in other.entries.into_iter().zip(wildcard).enumerate() {
+        for (index, ((composite, node), wildcard)) in
+            other.entries.into_iter().zip(wildcard).enumerate()
+        {
             if let Some(&existing) = self.exact.get(&composite) {
                 duplicates.push(Duplicate {
                     index,

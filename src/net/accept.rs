@@ -9,14 +9,13 @@
 //! again, the next attempt succeeds and the backoff resets.
 
 use std::io;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use rustix::io::Errno;
-use tokio::net::{TcpListener, TcpStream};
 use tracing::warn;
 
 use super::limit::Connections;
+use super::listener::{Listener, Stream};
 use crate::throttle::Throttle;
 
 /// First pause after a failed accept.
@@ -30,9 +29,9 @@ pub(crate) const LOG_EVERY: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub(crate) struct Acceptor {
     /// The listening socket of one port.
-    listener: TcpListener,
+    listener: Listener,
     /// The local address, for log lines.
-    local: Option<SocketAddr>,
+    local: String,
     /// Pause after the next failed accept: doubles from `BACKOFF_MIN` to `BACKOFF_MAX`,
     /// reset by a success.
     backoff: Duration,
@@ -42,9 +41,9 @@ pub(crate) struct Acceptor {
 }
 
 impl Acceptor {
-    pub(crate) fn new(listener: TcpListener) -> Self {
+    pub(crate) fn new(listener: Listener) -> Self {
         Self {
-            local: listener.local_addr().ok(),
+            local: listener.describe(),
             listener,
             backoff: BACKOFF_MIN,
             log: Throttle::new(LOG_EVERY),
@@ -52,10 +51,10 @@ impl Acceptor {
     }
 
     /// The next connection; failures are counted, logged (throttled) and waited out.
-    pub(crate) async fn accept(&mut self, connections: &Connections) -> TcpStream {
+    pub(crate) async fn accept(&mut self, connections: &Connections) -> Stream {
         loop {
             match self.listener.accept().await {
-                Ok((stream, _)) => {
+                Ok(stream) => {
                     self.backoff = BACKOFF_MIN;
                     return stream;
                 }
@@ -65,7 +64,7 @@ impl Acceptor {
                         connections.count_descriptor_shortage();
                     }
                     if let Some(left_out) = self.log.allow() {
-                        let addr = self.local.map(|a| a.to_string()).unwrap_or_default();
+                        let addr = &self.local;
                         if shortage {
                             warn!(
                                 %addr, %error, similar_failures_not_logged = left_out,

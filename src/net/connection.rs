@@ -17,13 +17,13 @@ use std::time::Duration;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tracing::debug;
 
 use super::activity::{Activity, Heard};
 use super::in_flight::Counted;
 use super::limit::Permit;
+use super::listener::Stream;
 use super::service::{HttpService, ResponseBody};
 use super::tls_reload::TlsSource;
 
@@ -68,7 +68,7 @@ impl ConnectionOptions {
 /// Serves `stream` with `service` until one side closes it; `permit` is its place under
 /// the connection cap, held to the end.
 pub(crate) async fn serve_connection<S, B>(
-    stream: TcpStream,
+    stream: Stream,
     service: S,
     options: Arc<ConnectionOptions>,
     builder: Builder<TokioExecutor>,

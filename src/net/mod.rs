@@ -8,6 +8,7 @@
 //! and the requests in flight ([`activity`]), an optional maximum age, and a graceful
 //! close when the server drains.
 //!
+//! - [`listener`]: a TCP port or a Unix socket, and the connections it accepts.
 //! - [`limit`]: the connection cap and the connection counters shown in `/metrics`.
 //! - [`descriptors`]: the file-descriptor limit and the default cap derived from it.
 //! - [`service`]: the service and body bounds every layer shares, named once.
@@ -21,6 +22,7 @@ mod connection;
 pub mod descriptors;
 mod in_flight;
 mod limit;
+mod listener;
 mod server;
 mod service;
 mod tls;
@@ -28,6 +30,7 @@ mod tls_reload;
 
 pub use connection::{ConnectionOptions, SILENT_TIMEOUT};
 pub use limit::Connections;
+pub use listener::Listener;
 pub use server::serve;
 pub use service::{BoxError, HttpService, ResponseBody};
 pub use tls::{Protocols, TlsError, TlsFiles};

@@ -8,8 +8,6 @@ use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
-use socket2::{SockRef, TcpKeepalive};
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::warn;
@@ -17,13 +15,9 @@ use tracing::warn;
 use super::accept::{Acceptor, LOG_EVERY};
 use super::connection::{ConnectionOptions, serve_connection};
 use super::limit::Connections;
+use super::listener::Listener;
 use super::service::{HttpService, ResponseBody};
 use crate::throttle::Throttle;
-
-/// First probe after a minute of silence, then every 10 s (the kernel's count of probes).
-const TCP_KEEPALIVE: TcpKeepalive = TcpKeepalive::new()
-    .with_time(Duration::from_secs(60))
-    .with_interval(Duration::from_secs(10));
 
 /// Serves `service` on `listener` until `shutdown` completes, then drains: open
 /// connections get at most `drain_timeout` to finish what is in flight.
@@ -31,7 +25,7 @@ const TCP_KEEPALIVE: TcpKeepalive = TcpKeepalive::new()
 /// Connections beyond `connections`' cap are closed as soon as they are accepted (and
 /// counted, and logged at most once per 10 s).
 pub async fn serve<S, B>(
-    listener: TcpListener,
+    listener: impl Into<Listener>,
     service: S,
     options: ConnectionOptions,
     connections: Arc<Connections>,
@@ -43,7 +37,7 @@ pub async fn serve<S, B>(
 {
     let builder = builder(&options);
     let options = Arc::new(options);
-    let mut acceptor = Acceptor::new(listener);
+    let mut acceptor = Acceptor::new(listener.into());
     let refusals = Throttle::new(LOG_EVERY);
     let (stop, stopping) = watch::channel(false);
     let mut tasks = JoinSet::new();
@@ -66,11 +60,6 @@ pub async fn serve<S, B>(
             drop(stream);
             continue;
         };
-        // Answers are small and must not wait for the peer's delayed ACK (Nagle).
-        let _ = stream.set_nodelay(true);
-        // A request in flight keeps a connection from being idle; kernel keepalive probes
-        // find the peer gone if its host vanished without closing (about 2.5 min).
-        let _ = SockRef::from(&stream).set_tcp_keepalive(&TCP_KEEPALIVE);
         tasks.spawn(serve_connection(
             stream,
             service.clone(),

@@ -134,6 +134,7 @@ mod tests {
             detailed_metric: false,
             value_to_metric: 0,
             ordinal: 0,
+            metadata: None,
         }
     }
 

@@ -23,6 +23,9 @@ pub struct Response {
     /// reference): the last non-quota OVER_LIMIT one, else the limited one with the
     /// fewest requests remaining; `None` when no descriptor had a limit.
     pub headline: Option<usize>,
+    /// The dynamic metadata to send (a JSON object, sent as a protobuf `Struct`), with
+    /// `--response-dynamic-metadata`; see `service::metadata`.
+    pub dynamic_metadata: Option<Box<serde_json::Map<String, serde_json::Value>>>,
 }
 
 /// One descriptor's status.
@@ -145,6 +148,7 @@ impl Response {
             over_limit: denied && !global_shadow,
             statuses,
             headline,
+            dynamic_metadata: None,
         };
         (response, denied)
     }
@@ -155,6 +159,7 @@ impl Response {
             over_limit: false,
             statuses: vec![Status::default(); descriptors],
             headline: None,
+            dynamic_metadata: None,
         }
     }
 }

@@ -3,6 +3,7 @@
 
 mod answer;
 mod decision;
+mod metadata;
 
 use std::sync::Arc;
 
@@ -33,6 +34,8 @@ pub struct Service {
     defaults: PlanDefaults,
     /// Global shadow mode: over-limit requests are answered OK overall.
     global_shadow: bool,
+    /// Answers carry dynamic metadata (see [`Response::dynamic_metadata`]).
+    dynamic_metadata: bool,
     /// The statistics requests are counted in; `None` counts nothing. Not process-global:
     /// several services in one process (tests) keep separate sets.
     metrics: Option<Arc<Metrics>>,
@@ -57,6 +60,7 @@ impl Service {
                 global_quota: false,
             },
             global_shadow: false,
+            dynamic_metadata: false,
             metrics: None,
         }
     }
@@ -101,6 +105,15 @@ impl Service {
     /// Whether global quota mode is on.
     pub fn global_quota(&self) -> bool {
         self.defaults.global_quota
+    }
+
+    /// The same service answering with dynamic metadata (the Go server's
+    /// `RESPONSE_DYNAMIC_METADATA`): what was asked and the `metadata` of the rules that
+    /// passed.
+    #[must_use]
+    pub fn with_dynamic_metadata(mut self, on: bool) -> Self {
+        self.dynamic_metadata = on;
+        self
     }
 
     /// The clock decisions are made with.
@@ -207,7 +220,7 @@ impl Service {
             }
             reports
         };
-        Ok(self.end(&config, domain, descriptors, &plan, &reports))
+        Ok(self.end(&config, domain, descriptors, hits_addend, &plan, &reports))
     }
 
     /// [`Service::should_rate_limit`]'s answer waited for (Redis; any store), with the
@@ -243,7 +256,7 @@ impl Service {
                 }
                 reports?
             };
-            Ok(self.end(&config, domain, descriptors, &plan, &reports))
+            Ok(self.end(&config, domain, descriptors, hits_addend, &plan, &reports))
         }
         .await;
         timer.stop(self.metrics.as_deref(), decided_at, &answer);
@@ -266,20 +279,24 @@ impl Service {
         if let Some(metrics) = &self.metrics {
             metrics.domain_not_found(domain, descriptors.len());
         }
-        Ok(Some(Response::no_limits(descriptors.len())))
+        let mut response = Response::no_limits(descriptors.len());
+        self.add_metadata(&mut response, domain, descriptors, hits_addend, None);
+        Ok(Some(response))
     }
 
     /// The response to a request planned as `plan` whose store reported `reports`, with
-    /// its hits counted.
+    /// its hits counted (and its dynamic metadata, if answers carry it).
     fn end<D: RequestDescriptor>(
         &self,
         config: &Arc<Config>,
         domain: &str,
         descriptors: &[D],
+        hits_addend: u32,
         plan: &Plan<'_>,
         reports: &Reports,
     ) -> Response {
-        let (response, over_before_shadow) = Response::new(plan, reports, self.global_shadow);
+        let (mut response, over_before_shadow) = Response::new(plan, reports, self.global_shadow);
+        self.add_metadata(&mut response, domain, descriptors, hits_addend, Some(plan));
         if let Some(metrics) = &self.metrics {
             metrics.count_hits(config, domain, descriptors, plan, reports);
             if over_before_shadow && self.global_shadow {
@@ -287,6 +304,29 @@ impl Service {
             }
         }
         response
+    }
+}
+
+impl Service {
+    /// Gives `response` its dynamic metadata, when answers carry it.
+    fn add_metadata<D: RequestDescriptor>(
+        &self,
+        response: &mut Response,
+        domain: &str,
+        descriptors: &[D],
+        hits_addend: u32,
+        plan: Option<&Plan<'_>>,
+    ) {
+        if self.dynamic_metadata {
+            let metadata = metadata::dynamic_metadata(
+                domain,
+                descriptors,
+                hits_addend,
+                plan,
+                &response.statuses,
+            );
+            response.dynamic_metadata = Some(Box::new(metadata));
+        }
     }
 }
 

@@ -56,6 +56,7 @@ fn answer() -> impl Strategy<Value = Answer> {
                 over_limit,
                 statuses,
                 headline: None,
+                dynamic_metadata: None,
             },
             headers: headers
                 .into_iter()
@@ -95,6 +96,7 @@ fn an_empty_limit_is_still_sent() {
                 ..Status::default()
             }],
             headline: None,
+            dynamic_metadata: None,
         },
         headers: Vec::new(),
     };
@@ -103,4 +105,29 @@ fn an_empty_limit_is_still_sent() {
     let decoded = RateLimitResponse::decode(written.as_slice()).unwrap();
     assert_eq!(decoded.statuses[0].current_limit.as_ref().unwrap().unit, 1);
     assert_eq!(written, answer.into_proto().encode_to_vec());
+}
+
+#[test]
+fn dynamic_metadata_is_sent_as_a_struct() {
+    let serde_json::Value::Object(metadata) = serde_json::json!({
+        "domain": "d",
+        "descriptors": [{"entries": ["k=v"], "hitsAddend": 3}],
+        "metadata": {"pool": "a", "weight": 2.5, "on": true, "none": null},
+    }) else {
+        unreachable!()
+    };
+    let answer = Answer {
+        response: service::Response {
+            dynamic_metadata: Some(Box::new(metadata)),
+            ..service::Response::no_limits(1)
+        },
+        headers: Vec::new(),
+    };
+    let mut written = Vec::new();
+    answer.encode(&mut written);
+    let decoded = RateLimitResponse::decode(written.as_slice()).unwrap();
+    let expected = answer.into_proto();
+    assert!(expected.dynamic_metadata.is_some());
+    // Compared decoded: a Struct's fields are a map, written in no fixed order.
+    assert_eq!(decoded, expected);
 }

@@ -193,7 +193,6 @@ async fn validate(
     domains: SharedDomains,
 ) -> Result<Config, Vec<ConfigError>> {
     let resources = std::mem::take(&mut response.resources);
-    let checked =
-        tokio::task::spawn_blocking(move || resources::config(&resources, domains)).await;
+    let checked = tokio::task::spawn_blocking(move || resources::config(&resources, domains)).await;
     checked.unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic()))
 }

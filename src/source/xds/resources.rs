@@ -251,8 +251,8 @@ mod tests {
         }
         let config = config(
             &[
-            any(&resource("one", "shop", descriptors)),
-            any(&resource("two", "other", vec![])),
+                any(&resource("one", "shop", descriptors)),
+                any(&resource("two", "other", vec![])),
             ],
             SharedDomains::Refused,
         )
@@ -269,7 +269,11 @@ mod tests {
     #[test]
     fn errors_name_the_resource_and_descriptor_without_lines() {
         let no_unit = limited("user", RateLimitUnit::Unknown, 3);
-        let errors = config(&[any(&resource("limits", "shop", vec![no_unit]))], SharedDomains::Refused).unwrap_err();
+        let errors = config(
+            &[any(&resource("limits", "shop", vec![no_unit]))],
+            SharedDomains::Refused,
+        )
+        .unwrap_err();
         let text = render_errors(&errors);
         assert!(
             text.starts_with("xds:limits: descriptor 'shop.user': "),
@@ -279,7 +283,13 @@ mod tests {
 
         let mut both = limited("user", RateLimitUnit::Minute, 3);
         both.rate_limit.as_mut().unwrap().unlimited = true;
-        let text = render_errors(&config(&[any(&resource("r", "shop", vec![both]))], SharedDomains::Refused).unwrap_err());
+        let text = render_errors(
+            &config(
+                &[any(&resource("r", "shop", vec![both]))],
+                SharedDomains::Refused,
+            )
+            .unwrap_err(),
+        );
         assert!(
             text.contains(
                 "xds:r: descriptor 'shop.user': should not specify rate limit unit when unlimited"
@@ -320,6 +330,11 @@ mod tests {
 
     #[test]
     fn an_empty_snapshot_is_an_empty_config() {
-        assert!(config(&[], SharedDomains::Refused).unwrap().domains().is_empty());
+        assert!(
+            config(&[], SharedDomains::Refused)
+                .unwrap()
+                .domains()
+                .is_empty()
+        );
     }
 }
