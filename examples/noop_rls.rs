@@ -44,7 +44,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use meshlimit::defaults;
-use meshlimit::grpc::{GrpcRoutes, unary};
+use meshlimit::grpc::{GrpcRoutes, reflection_servers, unary};
 use meshlimit::net::{self, ConnectionOptions, Connections, HttpService};
 use tonic::{Request, Response, Status, Streaming};
 
@@ -151,10 +151,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (_reporter, health) = tonic_health::server::health_reporter();
     let quota = RateLimitQuotaServiceServer::new(NoQuota);
     if direct {
-        let routes = GrpcRoutes::new(DirectNoop, health, quota);
+        let routes = GrpcRoutes::new(DirectNoop, health, quota, reflection_servers());
         serve(listener, routes).await;
     } else {
-        let routes = GrpcRoutes::new(RateLimitServiceServer::new(Noop), health, quota);
+        let routes = GrpcRoutes::new(
+            RateLimitServiceServer::new(Noop),
+            health,
+            quota,
+            reflection_servers(),
+        );
         serve(listener, routes).await;
     }
     Ok(())

@@ -19,6 +19,7 @@ use crate::service::{self, Service};
 mod codec;
 mod metadata;
 mod ratelimit_headers;
+mod reflection;
 mod response;
 mod route;
 mod routes;
@@ -27,6 +28,7 @@ pub mod unary;
 mod wire;
 
 pub use ratelimit_headers::{LIMIT_FIELD, POLICY_FIELD};
+pub use reflection::reflection_servers;
 pub use response::Answer;
 pub use route::RateLimitServer;
 pub use routes::{GrpcRoutes, Route};

@@ -462,3 +462,136 @@ async fn concurrent_calls_pass_exactly_the_limit() {
     }
     server.stop().await;
 }
+
+/// The parts of a `FileDescriptorProto` the reflection test reads.
+#[derive(Clone, PartialEq, prost::Message)]
+struct FileNames {
+    #[prost(string, optional, tag = "1")]
+    name: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    package: Option<String>,
+}
+
+/// gRPC reflection, in both versions clients speak: the port's services listed, and the
+/// file defining a service or a message found by its name (what `grpcurl list` and
+/// `grpcurl describe` ask), with no proto file on the client's side.
+#[tokio::test]
+async fn reflection_lists_and_describes_the_services() {
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1alpha::ServerReflectionRequest as AlphaReflectionRequest;
+    use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient as AlphaClient;
+    use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest as AlphaRequest;
+    use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse as AlphaResponse;
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("trading.yaml");
+    std::fs::write(&config, TRADING).unwrap();
+    let server = TestServer::start(&config, Algorithm::TokenBucket).await;
+    let url = format!("http://{}", server.grpc);
+    let ours = [
+        "envoy.service.rate_limit_quota.v3.RateLimitQuotaService",
+        "envoy.service.ratelimit.v3.RateLimitService",
+        "grpc.health.v1.Health",
+    ];
+
+    // v1: one stream, the questions asked in turn.
+    let channel = Channel::from_shared(url).unwrap().connect().await.unwrap();
+    let mut v1 = ServerReflectionClient::new(channel.clone());
+    let ask = |request: MessageRequest| ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(request),
+    };
+    let questions = vec![
+        ask(MessageRequest::ListServices(String::new())),
+        ask(MessageRequest::FileContainingSymbol(
+            "envoy.service.ratelimit.v3.RateLimitService".into(),
+        )),
+        ask(MessageRequest::FileContainingSymbol(
+            "envoy.service.ratelimit.v3.RateLimitRequest".into(),
+        )),
+        ask(MessageRequest::FileContainingSymbol(
+            "grpc.health.v1.Health".into(),
+        )),
+    ];
+    let mut answers = v1
+        .server_reflection_info(tokio_stream_iter(questions))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut replies = Vec::new();
+    while let Some(reply) = answers.message().await.unwrap() {
+        replies.push(reply.message_response.expect("an answer"));
+    }
+    let Some(MessageResponse::ListServicesResponse(list)) = replies.first() else {
+        panic!("{replies:?}");
+    };
+    let mut names: Vec<&str> = list.service.iter().map(|s| s.name.as_str()).collect();
+    names.sort_unstable();
+    let mut expected = ours.to_vec();
+    expected.push("grpc.reflection.v1.ServerReflection");
+    expected.sort_unstable();
+    assert_eq!(names, expected);
+    let files = |reply: &MessageResponse| match reply {
+        MessageResponse::FileDescriptorResponse(files) => files
+            .file_descriptor_proto
+            .iter()
+            .map(|bytes| {
+                let file = <FileNames as prost::Message>::decode(bytes.as_slice()).unwrap();
+                (
+                    file.name.unwrap_or_default(),
+                    file.package.unwrap_or_default(),
+                )
+            })
+            .collect::<Vec<_>>(),
+        other => panic!("not a file: {other:?}"),
+    };
+    for reply in &replies[1..3] {
+        let found = files(reply);
+        assert!(
+            found.contains(&(
+                "envoy/service/ratelimit/v3/rls.proto".into(),
+                "envoy.service.ratelimit.v3".into()
+            )),
+            "{found:?}"
+        );
+    }
+    assert!(
+        files(&replies[3])
+            .iter()
+            .any(|(_, p)| p == "grpc.health.v1")
+    );
+
+    // v1alpha, which grpcurl before 1.9 speaks.
+    let mut alpha = AlphaClient::new(channel);
+    let question = AlphaReflectionRequest {
+        host: String::new(),
+        message_request: Some(AlphaRequest::ListServices(String::new())),
+    };
+    let mut answers = alpha
+        .server_reflection_info(tokio_stream_iter(vec![question]))
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(AlphaResponse::ListServicesResponse(list)) = answers
+        .message()
+        .await
+        .unwrap()
+        .and_then(|r| r.message_response)
+    else {
+        panic!("no list");
+    };
+    let names: Vec<&str> = list.service.iter().map(|s| s.name.as_str()).collect();
+    for name in ours {
+        assert!(names.contains(&name), "{name} in {names:?}");
+    }
+}
+
+/// `items` as a request stream.
+fn tokio_stream_iter<T: Send + 'static>(
+    items: Vec<T>,
+) -> impl tonic::codegen::tokio_stream::Stream<Item = T> {
+    tonic::codegen::tokio_stream::iter(items)
+}

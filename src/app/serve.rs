@@ -211,6 +211,7 @@ pub async fn serve(
             .into_server(),
         health_service,
         quota_service.into_server(),
+        crate::grpc::reflection_servers(),
     );
     let grpc_options = ConnectionOptions {
         max_age: settings.grpc_max_connection_age,

@@ -4,8 +4,8 @@
 //! Not tonic's `Routes`, which is an axum router: per request it matched the path in a
 //! route tree, stored the wildcard's value in a new map of URL parameters and boxed the
 //! request body twice, about 2,000 instructions of a `ShouldRateLimit` that costs about
-//! 57,000 in all (`benches/grpc_callgrind.sh`). Three services need at most three
-//! comparisons of their names.
+//! 57,000 in all (`benches/grpc_callgrind.sh`). Five services need at most five
+//! comparisons of their names, and `ShouldRateLimit`'s is the first.
 //! Unknown services get what tonic's router answered: `UNIMPLEMENTED`, no message.
 
 use std::convert::Infallible;
@@ -17,21 +17,40 @@ use tonic::body::Body;
 use tonic::codegen::BoxFuture;
 use tonic::server::NamedService;
 
-/// The gRPC port's three services, each a tonic server. Cheap to clone: each server is.
+/// The gRPC port's services, each a tonic server. Cheap to clone: each server is.
 #[derive(Debug, Clone)]
-pub struct GrpcRoutes<Rls, Health, Quota> {
+pub struct GrpcRoutes<Rls, Health, Quota, Reflection, ReflectionAlpha> {
     /// `envoy.service.ratelimit.v3.RateLimitService`.
     rls: Rls,
     /// `grpc.health.v1.Health`.
     health: Health,
     /// `envoy.service.rate_limit_quota.v3.RateLimitQuotaService`.
     quota: Quota,
+    /// `grpc.reflection.v1.ServerReflection`.
+    reflection: Reflection,
+    /// `grpc.reflection.v1alpha.ServerReflection`, which older clients (grpcurl before
+    /// 1.9) speak.
+    reflection_alpha: ReflectionAlpha,
 }
 
-impl<Rls, Health, Quota> GrpcRoutes<Rls, Health, Quota> {
-    /// Routes to the three servers, by the names they give.
-    pub fn new(rls: Rls, health: Health, quota: Quota) -> Self {
-        Self { rls, health, quota }
+impl<Rls, Health, Quota, Reflection, ReflectionAlpha>
+    GrpcRoutes<Rls, Health, Quota, Reflection, ReflectionAlpha>
+{
+    /// Routes to the servers, by the names they give; reflection's two versions are the
+    /// last pair.
+    pub fn new(
+        rls: Rls,
+        health: Health,
+        quota: Quota,
+        (reflection, reflection_alpha): (Reflection, ReflectionAlpha),
+    ) -> Self {
+        Self {
+            rls,
+            health,
+            quota,
+            reflection,
+            reflection_alpha,
+        }
     }
 }
 
@@ -48,12 +67,15 @@ fn unimplemented() -> Response<Body> {
     Response::from_parts(parts, Body::empty())
 }
 
-impl<Rls, Health, Quota, RequestBody> tower_service::Service<Request<RequestBody>>
-    for GrpcRoutes<Rls, Health, Quota>
+impl<Rls, Health, Quota, Reflection, ReflectionAlpha, RequestBody>
+    tower_service::Service<Request<RequestBody>>
+    for GrpcRoutes<Rls, Health, Quota, Reflection, ReflectionAlpha>
 where
     Rls: Route<RequestBody>,
     Health: Route<RequestBody>,
     Quota: Route<RequestBody>,
+    Reflection: Route<RequestBody>,
+    ReflectionAlpha: Route<RequestBody>,
 {
     type Response = Response<Body>;
     type Error = Infallible;
@@ -69,6 +91,8 @@ where
             Some(name) if name == Rls::NAME => self.rls.call(request),
             Some(name) if name == Health::NAME => self.health.call(request),
             Some(name) if name == Quota::NAME => self.quota.call(request),
+            Some(name) if name == Reflection::NAME => self.reflection.call(request),
+            Some(name) if name == ReflectionAlpha::NAME => self.reflection_alpha.call(request),
             _ => Box::pin(std::future::ready(Ok(unimplemented()))),
         }
     }
