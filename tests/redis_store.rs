@@ -527,3 +527,58 @@ fn bucket_keys(redis: &RedisServer) -> usize {
         .lines()
         .count()
 }
+
+/// The key of `key=value` in the `shared` domain.
+fn redis_key(key: &str, value: &str) -> String {
+    format!("ml1:{{6:shared}}{}:{key}{}:{value}", key.len(), value.len())
+}
+
+/// `--redis-expiry-jitter-ms`: every key written lives up to the jitter longer, each by its
+/// own random amount; the decisions do not change, and a fixed window still restarts at
+/// its end though its key outlives it.
+#[tokio::test]
+async fn expiry_jitter_spreads_key_lifetimes_and_changes_no_decision() {
+    let redis = RedisServer::start();
+    // An hour's start plus 59 minutes: the hourly window ends in 60 s.
+    let clock = ManualClock::new(START + 59 * 60 * 1_000_000_000);
+    let jitter_ms = 300_000;
+    let service = replica(&redis.url(), Arc::new(clock.clone()), |o| {
+        o.time = TimeSource::Caller;
+        o.expiry_jitter = Duration::from_millis(jitter_ms);
+    });
+    let pttl = |key: &str| -> u64 {
+        let ttl = redis.cli(&["PTTL", key]);
+        ttl.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("PTTL {key}: {ttl}"))
+    };
+    // Token buckets of 10/s: full again 100 ms after one hit, without jitter.
+    let mut lifetimes = Vec::new();
+    for i in 0..20 {
+        let value = format!("k{i}");
+        assert!(passes(&service, &[("hot", &value)]).await);
+        let ttl = pttl(&redis_key("hot", &value));
+        assert!((1..=100 + jitter_ms).contains(&ttl), "{ttl}");
+        lifetimes.push(ttl);
+    }
+    lifetimes.sort_unstable();
+    lifetimes.dedup();
+    // Twenty draws from 0..=300,000 ms: the chance of fewer than 10 distinct ones is nil.
+    assert!(lifetimes.len() >= 10, "{lifetimes:?}");
+    assert!(lifetimes.iter().any(|&t| t > 1_000), "{lifetimes:?}");
+
+    // A fixed window: counted as ever, its key living past the window's end.
+    for _ in 0..40 {
+        assert!(passes(&service, &[("hourly", "w")]).await);
+    }
+    assert!(!passes(&service, &[("hourly", "w")]).await);
+    let ttl = pttl(&redis_key("hourly", "w"));
+    assert!((60_000..=60_000 + jitter_ms).contains(&ttl), "{ttl}");
+    clock.advance(Duration::from_secs(61));
+    let next = ask(&service, &[("hourly", "w")]).await.expect("decided");
+    assert!(!next.over_limit);
+    assert_eq!(
+        next.statuses[0].remaining, 39,
+        "a new window, whatever the key"
+    );
+}

@@ -92,6 +92,11 @@ pub struct Serve {
         value_parser = clap::value_parser!(u64).range(1..=64)
     )]
     pub(crate) redis_calls_in_flight: u64,
+    /// Each Redis key written lives up to this much longer, at random, so that the keys
+    /// of one fixed window do not all expire at its end (milliseconds; 0: none). The Go
+    /// server's EXPIRATION_JITTER_MAX_SECONDS.
+    #[arg(long, env = "MESHLIMIT_REDIS_EXPIRY_JITTER_MS", default_value_t = 0)]
+    pub(crate) redis_expiry_jitter_ms: u64,
     /// Algorithm for rules that do not set rate_limit.algorithm.
     #[arg(long, env = "MESHLIMIT_ALGORITHM", value_enum, default_value_t = AlgorithmArg::from(defaults::ALGORITHM))]
     pub(crate) algorithm: AlgorithmArg,

@@ -109,6 +109,7 @@ impl Serve {
                 cache_ttl: Duration::from_millis(self.redis_cache_ttl_ms),
                 // At most 64: the flag's range.
                 calls_in_flight: self.redis_calls_in_flight as usize,
+                expiry_jitter: Duration::from_millis(self.redis_expiry_jitter_ms),
                 fallback_buckets: self.max_buckets,
                 fallback_bytes: self.max_store_bytes,
                 ..RedisOptions::new(self.redis_url.clone().unwrap_or_default())

@@ -205,6 +205,18 @@ fn store(env: &mut Env<impl Fn(&str) -> Option<String>>) -> Result<(), String> {
         let url = redis_url(&url, &|name| env.set(name), &|name| env.flag(name))?;
         env.push(&["--store", "redis", "--redis-url", &url]);
     }
+    // Whole seconds in the Go server; 0 or less adds none there either. Not its default
+    // of 300 s when unset: meshlimit deletes a full token bucket instead of leaving it to
+    // expire, and keys whose TTL is a tenth of a second would live minutes for nothing.
+    if let Some(seconds) = env.set("EXPIRATION_JITTER_MAX_SECONDS")
+        && !env.ours("MESHLIMIT_REDIS_EXPIRY_JITTER_MS")
+    {
+        let seconds: i64 = seconds.trim().parse().map_err(|_| {
+            format!("EXPIRATION_JITTER_MAX_SECONDS={seconds:?} is not a whole number of seconds")
+        })?;
+        let ms = u64::try_from(seconds).unwrap_or(0).saturating_mul(1000);
+        env.push(&["--redis-expiry-jitter-ms", &ms.to_string()]);
+    }
     Ok(())
 }
 

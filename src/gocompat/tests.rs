@@ -113,6 +113,26 @@ fn redis_urls_for_each_type() {
 }
 
 #[test]
+fn expiration_jitter_is_in_milliseconds() {
+    assert_eq!(
+        args(&[("EXPIRATION_JITTER_MAX_SECONDS", "300")]),
+        "--redis-expiry-jitter-ms 300000"
+    );
+    assert_eq!(
+        args(&[("EXPIRATION_JITTER_MAX_SECONDS", "-5")]),
+        "--redis-expiry-jitter-ms 0"
+    );
+    assert!(run(&[("EXPIRATION_JITTER_MAX_SECONDS", "5m")]).is_err());
+    assert_eq!(
+        args(&[
+            ("EXPIRATION_JITTER_MAX_SECONDS", "300"),
+            ("MESHLIMIT_REDIS_EXPIRY_JITTER_MS", "1")
+        ]),
+        ""
+    );
+}
+
+#[test]
 fn behaviour_switches() {
     assert_eq!(
         args(&[

@@ -42,11 +42,6 @@ const UNSUPPORTED: &[(&str, Option<bool>, &str)] = &[
         "add labels in the Prometheus scrape config",
     ),
     (
-        "EXPIRATION_JITTER_MAX_SECONDS",
-        None,
-        "Redis keys expire exactly when their bucket is full again",
-    ),
-    (
         "CACHE_KEY_PREFIX",
         None,
         "meshlimit's Redis keys are `ml1:{<domain>}<bucket>`",

@@ -251,7 +251,7 @@ local function keep(key, s)
     else
       known[key] = s
       writes[key] = { struct.pack('<dddd', s.d, s.at, s.tok, s.q),
-                      math.ceil(ceil_div(s.d, s.rate) * s.q / 1000) }
+                      with_jitter(math.ceil(ceil_div(s.d, s.rate) * s.q / 1000)) }
     end
   elseif s.kind == 's' then
     local empty_in = sliding_empty_in(s.newest, s.c, s.width)
@@ -260,12 +260,12 @@ local function keep(key, s)
     else
       known[key] = s
       writes[key] = { struct.pack(SLIDING_FORMAT, s.newest, s.period, unpack(s.c)),
-                      math.ceil(empty_in / 1000) }
+                      with_jitter(math.ceil(empty_in / 1000)) }
     end
   else
     known[key] = s
     writes[key] = { struct.pack('<ddd', s.start, s.count, s.win),
-                    math.max(1, math.ceil(((s.start + s.win) * 1000000 - now_us) / 1000)) }
+                    with_jitter(math.max(1, math.ceil(((s.start + s.win) * 1000000 - now_us) / 1000))) }
   end
 end
 

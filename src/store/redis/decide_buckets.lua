@@ -137,7 +137,7 @@ for b = 1, #KEYS do
   local s = known[b]
   if s then
     local d, rate, q = s[1], s[5], s[4]
-    local ms = ceil(ceil_div(d, rate) * q / 1000)
+    local ms = with_jitter(ceil(ceil_div(d, rate) * q / 1000))
     local ttl = ttls[ms]
     if not ttl then
       ttl = string.format('%d', ms)

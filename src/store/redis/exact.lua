@@ -8,6 +8,21 @@
 
 local floor, ceil = math.floor, math.ceil
 
+-- A key's TTL of `ms` milliseconds, up to EXPIRY_JITTER_MS more at random (the line
+-- script.rs puts first sets it): keys of one fixed window then do not all expire at its
+-- end. The generator is seeded from Redis' clock once per call, as Redis before 7 seeds
+-- it alike for every call.
+local jitter_seeded = false
+local function with_jitter(ms)
+  if EXPIRY_JITTER_MS <= 0 then return ms end
+  if not jitter_seeded then
+    local t = redis.call('TIME')
+    math.randomseed(tonumber(t[1]) * 1000000 + tonumber(t[2]))
+    jitter_seeded = true
+  end
+  return ms + math.random(0, EXPIRY_JITTER_MS)
+end
+
 -- floor(a / b) for non-negative integers, corrected for the division's rounding.
 local function floor_div(a, b)
   local q = floor(a / b)

@@ -76,8 +76,8 @@ struct Inner {
     /// The node (or a Cluster's masters) requests go to, with their connections and
     /// circuits.
     backend: Backend,
-    /// SHA1s of the decision scripts, for `EVALSHA`.
-    shas: script::Shas,
+    /// The decision scripts and their SHA1s, for `EVALSHA`.
+    scripts: script::Scripts,
     /// What the store was built with.
     options: RedisOptions,
     /// Buckets Redis said are over their limit: refusals answered without asking again.
@@ -110,7 +110,7 @@ impl RedisStore {
         Ok(Self {
             inner: Arc::new(Inner {
                 backend: Backend::new(target, &options.url, options.timeout)?,
-                shas: script::Shas::new(),
+                scripts: script::Scripts::new(options.expiry_jitter),
                 blocked: OverLimitCache::new(options.cache_size, options.cache_ttl),
                 leases: Leases::new(options.lease, options.cache_size, options.lease_ttl),
                 fallback: Fallback::new(&options, clock),

@@ -68,6 +68,10 @@ pub struct RedisOptions {
     /// Requests of token buckets only go to the specialised script (`decide_buckets.lua`);
     /// `false` sends every request to the general one, for tests that compare the two.
     pub specialised: bool,
+    /// Each key written lives up to this much longer, at random (the Go server's
+    /// `EXPIRATION_JITTER_MAX_SECONDS`), so that keys of one fixed window do not all
+    /// expire at its end. Whole milliseconds; zero: none.
+    pub expiry_jitter: Duration,
 }
 
 impl std::fmt::Debug for RedisOptions {
@@ -85,6 +89,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("fallback_bytes", &self.fallback_bytes)
             .field("calls_in_flight", &self.calls_in_flight)
             .field("specialised", &self.specialised)
+            .field("expiry_jitter", &self.expiry_jitter)
             .finish()
     }
 }
@@ -107,6 +112,7 @@ impl RedisOptions {
             fallback_bytes: defaults::MAX_STORE_BYTES,
             calls_in_flight: defaults::REDIS_CALLS_IN_FLIGHT,
             specialised: true,
+            expiry_jitter: Duration::ZERO,
         }
     }
 }

@@ -7,6 +7,7 @@
 //! [`decide.lua`]: ./decide.lua
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 
@@ -29,39 +30,37 @@ const BUCKETS: &str = concat!(
     include_str!("decide_buckets.lua")
 );
 
-/// The decision scripts' SHA1s, for `EVALSHA`.
+/// The decision scripts as this store runs them, and their SHA1s for `EVALSHA`: each after
+/// a first line setting the expiry jitter, so that no call carries it.
 #[derive(Debug)]
-pub(super) struct Shas {
-    /// [`GENERAL`]'s.
-    general: String,
-    /// [`BUCKETS`]'.
-    buckets: String,
+pub(super) struct Scripts {
+    /// [`GENERAL`], and its SHA1.
+    general: (String, String),
+    /// [`BUCKETS`], and its SHA1.
+    buckets: (String, String),
 }
 
-impl Shas {
-    /// The scripts' hashes.
-    pub(super) fn new() -> Self {
-        let sha = |script| redis::Script::new(script).get_hash().to_string();
-        Shas {
-            general: sha(GENERAL),
-            buckets: sha(BUCKETS),
+impl Scripts {
+    /// The scripts, each key they write living up to `expiry_jitter` longer at random.
+    pub(super) fn new(expiry_jitter: Duration) -> Self {
+        let jitter_ms = expiry_jitter.as_millis();
+        let script = |body: &str| {
+            let text = format!("local EXPIRY_JITTER_MS = {jitter_ms}\n{body}");
+            let sha = redis::Script::new(&text).get_hash().to_string();
+            (text, sha)
+        };
+        Scripts {
+            general: script(GENERAL),
+            buckets: script(BUCKETS),
         }
     }
 
-    /// The hash of `shape`'s script.
-    fn of(&self, shape: Shape) -> &str {
+    /// `shape`'s script: its text and its SHA1.
+    fn of(&self, shape: Shape) -> &(String, String) {
         match shape {
             Shape::Buckets => &self.buckets,
             Shape::General => &self.general,
         }
-    }
-}
-
-/// The text of `shape`'s script.
-fn text(shape: Shape) -> &'static str {
-    match shape {
-        Shape::Buckets => BUCKETS,
-        Shape::General => GENERAL,
     }
 }
 
@@ -121,7 +120,7 @@ impl Inner {
         parts: &[&Part],
     ) -> Result<Vec<Reply>, Failure> {
         let shape = parts.first().map_or(Shape::General, |p| p.shape());
-        let cmd = part::evalsha(self.shas.of(shape), parts);
+        let cmd = part::evalsha(&self.scripts.of(shape).1, parts);
         let value = match self.run(node, &cmd, shape, false).await {
             Ok(value) => value,
             Err(e) => match (e.redirect_node(), self.backend.cluster()) {
@@ -174,14 +173,18 @@ impl Inner {
         let mut conn = node.conn().await?;
         let result = if asking {
             let mut pipe = redis::pipe();
-            pipe.cmd("ASKING").ignore().add_command(as_eval(cmd, shape));
+            pipe.cmd("ASKING")
+                .ignore()
+                .add_command(as_eval(cmd, &self.scripts.of(shape).0));
             pipe.query_async::<Vec<Value>>(&mut conn)
                 .await
                 .and_then(|mut values| values.pop().ok_or_else(|| timed_out("answering ASKING")))
         } else {
             match cmd.query_async::<Value>(&mut conn).await {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    as_eval(cmd, shape).query_async(&mut conn).await
+                    as_eval(cmd, &self.scripts.of(shape).0)
+                        .query_async(&mut conn)
+                        .await
                 }
                 other => other,
             }
@@ -196,10 +199,10 @@ impl Inner {
     }
 }
 
-/// The `EVAL` twin of an `EVALSHA` call of `shape`'s script: its text instead of its hash.
-fn as_eval(cmd: &Cmd, shape: Shape) -> Cmd {
+/// The `EVAL` twin of an `EVALSHA` call of the script `text`: its text instead of its hash.
+fn as_eval(cmd: &Cmd, text: &str) -> Cmd {
     let mut eval = redis::cmd("EVAL");
-    eval.arg(text(shape));
+    eval.arg(text);
     for arg in cmd.args_iter().skip(2) {
         if let redis::Arg::Simple(bytes) = arg {
             eval.arg(bytes);
