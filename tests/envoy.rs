@@ -177,3 +177,134 @@ async fn anonymous_auth_is_limited_per_client_ip(dashboard: SocketAddr) {
     assert_eq!(reply.status, 200, "{reply:?}");
     assert_eq!(reply.header("x-ratelimit-limit"), None, "{reply:?}");
 }
+
+/// Envoy reaching meshlimit over a Unix socket (`--grpc-uds`, a `pipe` address) and
+/// reading the dynamic metadata of its answers (`--response-dynamic-metadata`): the route
+/// copies `metadata.pool` into a response header, and the merged domain's rule `tier`
+/// comes from a second file (`--merge-domain-config`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_reads_dynamic_metadata_over_a_unix_socket() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("config");
+    std::fs::create_dir(&config).unwrap();
+    std::fs::write(
+        config.join("a.yaml"),
+        "domain: models\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 100}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        config.join("b.yaml"),
+        "domain: models\ndescriptors:\n  - key: tier\n    value: gold\n    metadata: {pool: fast}\n    rate_limit: {unit: day, requests_per_unit: 2}\n",
+    )
+    .unwrap();
+    let socket = dir.path().join("meshlimit.sock");
+    let (config, socket_arg) = (config.display().to_string(), socket.display().to_string());
+    let http = format!("127.0.0.1:{}", support::free_port());
+    let meshlimit = support::process::Meshlimit::start_with(
+        &[
+            "serve",
+            "--config",
+            &config,
+            "--http-addr",
+            &http,
+            "--grpc-uds",
+            &socket_arg,
+            "--merge-domain-config",
+            "--response-dynamic-metadata",
+            "--log",
+            "info",
+        ],
+        &[],
+    )
+    .await;
+    let envoy = Envoy::start(2, |ports| {
+        support::envoy::with_backend(METADATA_ENVOY)
+            .replace("@ADMIN@", &ports.admin.to_string())
+            .replace("@FRONT@", &ports.listeners[0].to_string())
+            .replace("@BACKEND@", &ports.listeners[1].to_string())
+            .replace("@SOCKET@", &socket_arg)
+    })
+    .await;
+    let front = envoy.listener(0);
+    let gold = [("x-user", "alice"), ("x-tier", "gold")];
+    for _ in 0..2 {
+        let reply = get(front, "/", &gold).await;
+        assert_eq!(reply.status, 200, "{reply:?}");
+        assert_eq!(reply.header("x-pool"), Some("fast"), "{reply:?}");
+    }
+    // Over the tier's limit: refused, and no rule that passed has metadata.
+    let reply = get(front, "/", &gold).await;
+    assert_eq!(reply.status, 429, "{reply:?}\n{}", meshlimit.log());
+    let reply = get(front, "/", &[("x-user", "bob")]).await;
+    assert_eq!(reply.status, 200, "{reply:?}");
+    // No passing rule with metadata: Envoy finds no `pool` and adds no header.
+    assert_eq!(reply.header("x-pool"), None, "{reply:?}");
+}
+
+/// One front listener whose route asks meshlimit (over a pipe) about `user` and `tier`
+/// and copies `metadata.pool` of the answer's dynamic metadata into `x-pool`.
+const METADATA_ENVOY: &str = r#"
+admin:
+  address:
+    socket_address: { address: 127.0.0.1, port_value: @ADMIN@ }
+static_resources:
+  listeners:
+  - name: front
+    address:
+      socket_address: { address: 127.0.0.1, port_value: @FRONT@ }
+    enable_reuse_port: false
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: front_http
+          route_config:
+            virtual_hosts:
+            - name: models
+              domains: ["*"]
+              routes:
+              - match: { prefix: "/" }
+                route:
+                  cluster: backend
+                  rate_limits:
+                  - actions:
+                    - request_headers: { header_name: x-user, descriptor_key: user }
+                  - actions:
+                    - request_headers: { header_name: x-tier, descriptor_key: tier }
+                response_headers_to_add:
+                - header:
+                    key: x-pool
+                    value: "%DYNAMIC_METADATA(envoy.filters.http.ratelimit:metadata:pool)%"
+          http_filters:
+          - name: envoy.filters.http.ratelimit
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+              domain: models
+              failure_mode_deny: true
+              timeout: 10s
+              rate_limit_service:
+                transport_api_version: V3
+                grpc_service: { envoy_grpc: { cluster_name: meshlimit } }
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+@BACKEND_LISTENER@
+  clusters:
+@BACKEND_CLUSTER@
+  - name: meshlimit
+    type: STATIC
+    connect_timeout: 5s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config:
+          http2_protocol_options: {}
+    load_assignment:
+      cluster_name: meshlimit
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              pipe: { path: "@SOCKET@" }
+"#;
