@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use support::process::Meshlimit;
 use support::redis::RedisServer;
-use support::{eventually_async, free_port, http_get};
+use support::statsd::StatsdServer;
+use support::{eventually, eventually_async, free_port, http_get};
 
 fn limits(requests_per_unit: u32) -> String {
     format!(
@@ -71,7 +72,7 @@ fn go_env(root: &Path, watch_root: bool) -> Vec<(String, String)> {
         // Mapped to --quota-mode; one descriptor a request, so nothing else changes.
         ("QUOTA_MODE", "true".into()),
         // Not supported: must be named in a warning, not break the start.
-        ("USE_STATSD", "true".into()),
+        ("GRPC_UDS", "/tmp/ratelimit.sock".into()),
         ("REDIS_POOL_SIZE", "20".into()),
     ]
     .into_iter()
@@ -112,7 +113,7 @@ async fn check_ports(ml: &Meshlimit, env: &[(String, String)]) {
         .lines()
         .find(|l| l.contains("does not support"))
         .unwrap_or_else(|| panic!("no warning about unsupported settings in:\n{log}"));
-    assert!(warning.contains("USE_STATSD"), "{warning}");
+    assert!(warning.contains("GRPC_UDS"), "{warning}");
     assert!(warning.contains("REDIS_POOL_SIZE"), "{warning}");
     assert!(!warning.contains("QUOTA_MODE"), "{warning}");
 }
@@ -199,4 +200,43 @@ async fn go_redis_variables_select_the_redis_store() {
     assert_eq!(hit(&ml, "r").await, Some(2));
     let keys = redis.cli_as(Some("s3cret"), &["KEYS", "ml1:{*"]);
     assert!(keys.contains("ml1:{6:legacy}4:user1:r"), "{keys}");
+}
+
+/// USE_STATSD with STATSD_HOST/STATSD_PORT, STATS_FLUSH_INTERVAL and EXTRA_TAGS: the Go
+/// server's stats reach its statsd server, over TCP, tags in the names as gostats writes
+/// them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_statsd_variables_send_stats() {
+    let statsd = StatsdServer::start(false).await;
+    let root = tempfile::tempdir().unwrap();
+    write(
+        &root.path().join("ratelimit/config/legacy.yaml"),
+        &limits(3),
+    );
+    let mut env = go_env(root.path(), false);
+    // The Go server refuses Prometheus beside statsd.
+    env.retain(|(k, _)| !k.starts_with("PROMETHEUS") && k != "USE_PROMETHEUS");
+    env.extend(
+        [
+            ("USE_STATSD", "true".to_string()),
+            ("STATSD_HOST", "127.0.0.1".into()),
+            ("STATSD_PORT", statsd.addr.port().to_string()),
+            ("STATS_FLUSH_INTERVAL", "50ms".into()),
+            ("EXTRA_TAGS", "deploy:blue".into()),
+        ]
+        .map(|(k, v)| (k.to_string(), v)),
+    );
+    let ml = start(&env).await;
+    assert_eq!(hit(&ml, "s").await, Some(2));
+    assert_eq!(hit(&ml, "s").await, Some(1));
+    let hits = "ratelimit.service.rate_limit.legacy.user.total_hits.__deploy=blue";
+    eventually(20, "the hits at the statsd server", || {
+        statsd.counters().get(hits) == Some(&2.0)
+    })
+    .await;
+    let requests = "ratelimit_server.ShouldRateLimit.total_requests.__deploy=blue";
+    eventually(20, "the requests at the statsd server", || {
+        statsd.counters().get(requests) == Some(&2.0)
+    })
+    .await;
 }

@@ -24,6 +24,31 @@ pub(crate) enum StoreKind {
     Redis,
 }
 
+/// `--statsd-protocol`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum StatsdProtocol {
+    Tcp,
+    Udp,
+}
+
+impl From<StatsdProtocol> for crate::statsd::Protocol {
+    fn from(protocol: StatsdProtocol) -> Self {
+        match protocol {
+            StatsdProtocol::Tcp => Self::Tcp,
+            StatsdProtocol::Udp => Self::Udp,
+        }
+    }
+}
+
+/// `--statsd-tags`: `key:value` pairs, parsed as the flag is read.
+#[derive(Debug, Clone)]
+pub(crate) struct StatsdTags(pub(crate) Vec<(String, String)>);
+
+/// Parses `--statsd-tags` (see [`crate::statsd::parse_tags`]).
+pub(super) fn statsd_tags(text: &str) -> Result<StatsdTags, String> {
+    crate::statsd::parse_tags(text).map(StatsdTags)
+}
+
 /// `--redis-failure`, the flag's spelling of [`FailurePolicy`].
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum FailureArg {
