@@ -132,6 +132,81 @@ impl Flusher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::SystemClock;
+    use crate::store::{MemoryStore, Store};
+    use arc_swap::ArcSwap;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn metrics() -> Metrics {
+        let store = Store::Memory(MemoryStore::new(1000, Arc::new(SystemClock)));
+        Metrics::new(Arc::new(ArcSwap::from_pointee(Default::default())), store)
+    }
+
+    /// Every flush's counter lines, until one has none, summed by name.
+    fn flush_all(flusher: &mut Flusher, metrics: &Metrics) -> (HashMap<String, u64>, usize) {
+        let (mut sums, mut flushes) = (HashMap::new(), 0);
+        loop {
+            let mut out = Vec::new();
+            flusher.flush(metrics, &mut out);
+            assert!(out.len() <= flusher.max_bytes, "{} bytes", out.len());
+            if out.is_empty() {
+                return (sums, flushes);
+            }
+            flushes += 1;
+            for line in String::from_utf8(out).unwrap().lines() {
+                let (name, rest) = line.split_once(':').unwrap();
+                let value = rest.strip_suffix("|c").unwrap().parse::<u64>().unwrap();
+                *sums.entry(name.to_string()).or_default() += value;
+            }
+        }
+    }
+
+    #[test]
+    fn counters_past_the_bound_wait_for_the_next_flush_and_only_changes_go() {
+        let metrics = metrics();
+        for i in 0..40 {
+            metrics.domain_not_found(&format!("ghost{i}"), i + 1);
+        }
+        let mut flusher = Flusher::new(Tags::default());
+        flusher.max_bytes = 300;
+        let (sums, flushes) = flush_all(&mut flusher, &metrics);
+        assert!(flushes > 5, "{flushes} flushes");
+        assert_eq!(sums.len(), 41, "40 domains and config_load_success");
+        for i in 0..40 {
+            let name = format!("ratelimit.service.rate_limit.ghost{i}.domain_not_found");
+            assert_eq!(sums[&name], i as u64 + 1, "{name}");
+        }
+        metrics.domain_not_found("ghost3", 5);
+        let (sums, _) = flush_all(&mut flusher, &metrics);
+        let name = "ratelimit.service.rate_limit.ghost3.domain_not_found".to_string();
+        assert_eq!(sums, HashMap::from([(name, 5)]));
+    }
+
+    #[test]
+    fn the_timer_sends_each_bucket_once_with_its_count_as_sample_rate() {
+        let metrics = metrics();
+        for micros in [5, 6, 7, 20, 2_000_000] {
+            metrics.answered(Duration::from_micros(micros), None);
+        }
+        let mut flusher = Flusher::new(Tags::new(&[("a".into(), "b".into())], true));
+        let mut out = Vec::new();
+        flusher.flush(&metrics, &mut out);
+        let text = String::from_utf8(out).unwrap();
+        let timer: Vec<&str> = text.lines().filter(|l| l.contains("|ms")).collect();
+        let name = "ratelimit_server.ShouldRateLimit.response_time";
+        assert_eq!(
+            timer,
+            [
+                format!("{name}:0.01|ms|@0.3333333333333333|#a:b"),
+                format!("{name}:0.025|ms|#a:b"),
+                format!("{name}:1000|ms|#a:b"),
+            ]
+        );
+        let mut again = Vec::new();
+        flusher.flush(&metrics, &mut again);
+        assert!(again.is_empty(), "nothing moved");
+    }
 
     fn tags(pairs: &[(&str, &str)], dog: bool) -> Tags {
         let pairs: Vec<(String, String)> = pairs
