@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use super::source::SourceArgs;
 use super::values::{
     AlgorithmArg, FailureArg, LogFormat, RateLimitHeadersArg, StatsdProtocol, StatsdTags,
-    StoreKind, UnmatchedArg, at_least_one, metrics_path, millis, ratio, statsd_tags,
+    StoreKind, UnmatchedArg, at_least_one, host_port, metrics_path, millis, ratio, statsd_tags,
 };
 use crate::app::{self, Listeners};
 use crate::source::ConfigSource;
@@ -237,7 +237,7 @@ pub struct Serve {
     pub(crate) rlqs_assignment_ttl_ms: u64,
     /// Send the Go server's stats to this statsd server (host:port), besides /metrics.
     /// Default: no statsd.
-    #[arg(long, env = "MESHLIMIT_STATSD_ADDR")]
+    #[arg(long, env = "MESHLIMIT_STATSD_ADDR", value_parser = host_port)]
     pub(crate) statsd_addr: Option<String>,
     /// Transport to the statsd server (the Go server's statsd sink speaks TCP).
     #[arg(long, env = "MESHLIMIT_STATSD_PROTOCOL", value_enum, default_value_t = StatsdProtocol::Tcp)]
