@@ -207,6 +207,16 @@ async fn go_redis_variables_select_the_redis_store() {
 /// them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn go_statsd_variables_send_stats() {
+    statsd_in_drop_in(Some("true")).await;
+}
+
+/// Without USE_STATSD, started without arguments: on, as the Go server's default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_statsd_is_on_by_default_in_drop_in_mode() {
+    statsd_in_drop_in(None).await;
+}
+
+async fn statsd_in_drop_in(use_statsd: Option<&str>) {
     let statsd = StatsdServer::start(false).await;
     let root = tempfile::tempdir().unwrap();
     write(
@@ -218,14 +228,16 @@ async fn go_statsd_variables_send_stats() {
     env.retain(|(k, _)| !k.starts_with("PROMETHEUS") && k != "USE_PROMETHEUS");
     env.extend(
         [
-            ("USE_STATSD", "true".to_string()),
-            ("STATSD_HOST", "127.0.0.1".into()),
+            ("STATSD_HOST", "127.0.0.1".to_string()),
             ("STATSD_PORT", statsd.addr.port().to_string()),
             ("STATS_FLUSH_INTERVAL", "50ms".into()),
             ("EXTRA_TAGS", "deploy:blue".into()),
         ]
         .map(|(k, v)| (k.to_string(), v)),
     );
+    if let Some(value) = use_statsd {
+        env.push(("USE_STATSD".into(), value.into()));
+    }
     let ml = start(&env).await;
     assert_eq!(hit(&ml, "s").await, Some(2));
     assert_eq!(hit(&ml, "s").await, Some(1));
