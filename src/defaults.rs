@@ -88,6 +88,9 @@ pub const NEAR_LIMIT_RATIO: f32 = 0.8;
 /// metric labels before the rest share one overflow series.
 pub const MAX_METRIC_VALUES: usize = 1000;
 
+/// `--statsd-flush-ms`: the Go server's `STATS_FLUSH_INTERVAL`.
+pub const STATSD_FLUSH: Duration = Duration::from_secs(10);
+
 /// `--rlqs-assignment-ttl-ms`: how long a quota assignment holds in Envoy without being
 /// renewed; past it, Envoy applies the bucket's `expired_assignment_behavior`.
 pub const RLQS_ASSIGNMENT_TTL: Duration = Duration::from_secs(10);

@@ -65,5 +65,6 @@ pub mod rules;
 pub mod service;
 mod short_eq;
 pub mod source;
+pub mod statsd;
 pub mod store;
 mod throttle;

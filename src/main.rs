@@ -17,7 +17,8 @@ fn main() -> ExitCode {
     let names: Vec<String> = std::env::vars_os()
         .filter_map(|(name, _)| name.into_string().ok())
         .collect();
-    let go = match gocompat::translate(|name| std::env::var(name).ok(), &names) {
+    let without_arguments = std::env::args_os().len() <= 1;
+    let go = match gocompat::translate(|name| std::env::var(name).ok(), &names, without_arguments) {
         Ok(go) => go,
         Err(e) => return fail(e),
     };

@@ -20,7 +20,8 @@ use envoy_types::pb::google::protobuf as prost_types_struct;
 use hyper_util::rt::TokioIo;
 use support::process::Meshlimit;
 use support::redis::RedisServer;
-use support::{eventually_async, free_port, http_get};
+use support::statsd::StatsdServer;
+use support::{eventually, eventually_async, free_port, http_get};
 use tonic::transport::{Channel, Endpoint};
 
 fn limits(requests_per_unit: u32) -> String {
@@ -81,7 +82,7 @@ fn go_env(root: &Path, watch_root: bool) -> Vec<(String, String)> {
         // Mapped to --quota-mode; one descriptor a request, so nothing else changes.
         ("QUOTA_MODE", "true".into()),
         // Not supported: must be named in a warning, not break the start.
-        ("USE_STATSD", "true".into()),
+        ("CACHE_KEY_PREFIX", "legacy_".into()),
         ("REDIS_POOL_SIZE", "20".into()),
     ]
     .into_iter()
@@ -122,7 +123,7 @@ async fn check_ports(ml: &Meshlimit, env: &[(String, String)]) {
         .lines()
         .find(|l| l.contains("does not support"))
         .unwrap_or_else(|| panic!("no warning about unsupported settings in:\n{log}"));
-    assert!(warning.contains("USE_STATSD"), "{warning}");
+    assert!(warning.contains("CACHE_KEY_PREFIX"), "{warning}");
     assert!(warning.contains("REDIS_POOL_SIZE"), "{warning}");
     assert!(!warning.contains("QUOTA_MODE"), "{warning}");
 }
@@ -383,4 +384,55 @@ async fn the_same_with_flags() {
     .await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains(r#""dynamicMetadata":{"descriptors":[{"entries":["tier=x"]}],"domain":"legacy","metadata":{"pool":"green","#), "{body}");
+}
+
+/// USE_STATSD with STATSD_HOST/STATSD_PORT, STATS_FLUSH_INTERVAL and EXTRA_TAGS: the Go
+/// server's stats reach its statsd server, over TCP, tags in the names as gostats writes
+/// them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_statsd_variables_send_stats() {
+    statsd_in_drop_in(Some("true")).await;
+}
+
+/// Without USE_STATSD, started without arguments: on, as the Go server's default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_statsd_is_on_by_default_in_drop_in_mode() {
+    statsd_in_drop_in(None).await;
+}
+
+async fn statsd_in_drop_in(use_statsd: Option<&str>) {
+    let statsd = StatsdServer::start(false).await;
+    let root = tempfile::tempdir().unwrap();
+    write(
+        &root.path().join("ratelimit/config/legacy.yaml"),
+        &limits(3),
+    );
+    let mut env = go_env(root.path(), false);
+    // The Go server refuses Prometheus beside statsd.
+    env.retain(|(k, _)| !k.starts_with("PROMETHEUS") && k != "USE_PROMETHEUS");
+    env.extend(
+        [
+            ("STATSD_HOST", "127.0.0.1".to_string()),
+            ("STATSD_PORT", statsd.addr.port().to_string()),
+            ("STATS_FLUSH_INTERVAL", "50ms".into()),
+            ("EXTRA_TAGS", "deploy:blue".into()),
+        ]
+        .map(|(k, v)| (k.to_string(), v)),
+    );
+    if let Some(value) = use_statsd {
+        env.push(("USE_STATSD".into(), value.into()));
+    }
+    let ml = start(&env).await;
+    assert_eq!(hit(&ml, "s").await, Some(2));
+    assert_eq!(hit(&ml, "s").await, Some(1));
+    let hits = "ratelimit.service.rate_limit.legacy.user.total_hits.__deploy=blue";
+    eventually(20, "the hits at the statsd server", || {
+        statsd.counters().get(hits) == Some(&2.0)
+    })
+    .await;
+    let requests = "ratelimit_server.ShouldRateLimit.total_requests.__deploy=blue";
+    eventually(20, "the requests at the statsd server", || {
+        statsd.counters().get(requests) == Some(&2.0)
+    })
+    .await;
 }

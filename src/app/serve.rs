@@ -21,6 +21,7 @@ use crate::page::Page;
 use crate::rlqs::service::Drain;
 use crate::rlqs::{QuotaService, Registry};
 use crate::source::History;
+use crate::statsd;
 
 /// The sockets a server answers on, bound by the caller.
 #[derive(Debug)]
@@ -85,6 +86,10 @@ pub async fn serve(
     };
     let metrics = service.metrics().expect("build_service counts").clone();
     metrics.follow_source(history.clone());
+    let statsd = settings
+        .statsd
+        .clone()
+        .map(|statsd| statsd::spawn(metrics.clone(), statsd));
     let health = Health::new();
     let (reporter, health_service) = tonic_health::server::health_reporter();
     set_grpc_health(
@@ -232,6 +237,9 @@ pub async fn serve(
     .await;
     maintenance.abort();
     page_sampler.abort();
+    if let Some(statsd) = statsd {
+        statsd.abort();
+    }
     drop(follower);
     quota_refresh.abort();
     if let Some(watch) = token_watch {

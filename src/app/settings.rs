@@ -12,6 +12,7 @@ use crate::net::TlsFiles;
 use crate::request_limits::RequestLimits;
 use crate::rules::Algorithm;
 use crate::source::ConfigSource;
+use crate::statsd::StatsdSettings;
 use crate::store::redis::RedisOptions;
 
 /// What `meshlimit serve` needs, whatever it was parsed from.
@@ -92,6 +93,9 @@ pub struct Settings {
     pub rlqs_unmatched: Unmatched,
     /// The time to live of every quota assignment (`--rlqs-assignment-ttl-ms`).
     pub rlqs_assignment_ttl: Duration,
+    /// Where the Go server's stats also go, by statsd (`--statsd-addr`); `None`: only
+    /// `/metrics`.
+    pub statsd: Option<StatsdSettings>,
 }
 
 impl Settings {
@@ -136,6 +140,7 @@ impl Settings {
             max_metric_values: defaults::MAX_METRIC_VALUES,
             rlqs_unmatched: Unmatched::Allow,
             rlqs_assignment_ttl: defaults::RLQS_ASSIGNMENT_TTL,
+            statsd: None,
         }
     }
 }

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use super::source::SourceArgs;
 use super::values::{
-    AlgorithmArg, FailureArg, LogFormat, RateLimitHeadersArg, StoreKind, UnmatchedArg,
-    at_least_one, metrics_path, millis, ratio,
+    AlgorithmArg, FailureArg, LogFormat, RateLimitHeadersArg, StatsdProtocol, StatsdTags,
+    StoreKind, UnmatchedArg, at_least_one, host_port, metrics_path, millis, ratio, statsd_tags,
 };
 use crate::app::{self, Listeners};
 use crate::net::Listener;
@@ -250,6 +250,23 @@ pub struct Serve {
     /// bucket's expired_assignment_behavior.
     #[arg(long, env = "MESHLIMIT_RLQS_ASSIGNMENT_TTL_MS", default_value_t = millis(defaults::RLQS_ASSIGNMENT_TTL))]
     pub(crate) rlqs_assignment_ttl_ms: u64,
+    /// Send the Go server's stats to this statsd server (host:port), besides /metrics.
+    /// Default: no statsd.
+    #[arg(long, env = "MESHLIMIT_STATSD_ADDR", value_parser = host_port)]
+    pub(crate) statsd_addr: Option<String>,
+    /// Transport to the statsd server (the Go server's statsd sink speaks TCP).
+    #[arg(long, env = "MESHLIMIT_STATSD_PROTOCOL", value_enum, default_value_t = StatsdProtocol::Tcp)]
+    pub(crate) statsd_protocol: StatsdProtocol,
+    /// Milliseconds between two statsd flushes (the Go server's STATS_FLUSH_INTERVAL).
+    #[arg(long, env = "MESHLIMIT_STATSD_FLUSH_MS", default_value_t = millis(defaults::STATSD_FLUSH), value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) statsd_flush_ms: u64,
+    /// Tags on every statsd stat, as k:v,k2:v2 (the Go server's EXTRA_TAGS): in the name
+    /// as gostats writes them (.__k=v), or as DogStatsD tags with --dogstatsd.
+    #[arg(long, env = "MESHLIMIT_STATSD_TAGS", value_parser = statsd_tags)]
+    pub(crate) statsd_tags: Option<StatsdTags>,
+    /// Speak DogStatsD to the statsd server: tags as |#k:v (the Go server's USE_DOG_STATSD).
+    #[arg(long, env = "MESHLIMIT_DOGSTATSD")]
+    pub(crate) dogstatsd: bool,
 }
 
 impl Serve {

@@ -10,6 +10,7 @@ use crate::grpc::{HeaderNames, LIMIT_FIELD, POLICY_FIELD};
 use crate::net::TlsFiles;
 use crate::request_limits::RequestLimits;
 use crate::source::ConfigSource;
+use crate::statsd::StatsdSettings;
 use crate::store::redis::RedisOptions;
 
 impl Serve {
@@ -66,6 +67,13 @@ impl Serve {
             max_metric_values: self.max_metric_values,
             rlqs_unmatched: self.rlqs_unmatched.into(),
             rlqs_assignment_ttl: Duration::from_millis(self.rlqs_assignment_ttl_ms),
+            statsd: self.statsd_addr.map(|addr| StatsdSettings {
+                addr,
+                protocol: self.statsd_protocol.into(),
+                flush: Duration::from_millis(self.statsd_flush_ms),
+                tags: self.statsd_tags.map(|t| t.0).unwrap_or_default(),
+                dogstatsd: self.dogstatsd,
+            }),
             ..Settings::from_source(config)
         }
     }

@@ -24,6 +24,43 @@ pub(crate) enum StoreKind {
     Redis,
 }
 
+/// `--statsd-protocol`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum StatsdProtocol {
+    Tcp,
+    Udp,
+}
+
+impl From<StatsdProtocol> for crate::statsd::Protocol {
+    fn from(protocol: StatsdProtocol) -> Self {
+        match protocol {
+            StatsdProtocol::Tcp => Self::Tcp,
+            StatsdProtocol::Udp => Self::Udp,
+        }
+    }
+}
+
+/// `--statsd-addr`: `host:port`, the host a name or an address (IPv6 in brackets),
+/// resolved at each connection.
+pub(super) fn host_port(text: &str) -> Result<String, String> {
+    let bad = || format!("{text:?} is not host:port");
+    let (host, port) = text.rsplit_once(':').ok_or_else(bad)?;
+    let bracketed = host.starts_with('[') && host.ends_with(']');
+    if host.is_empty() || (host.contains(':') && !bracketed) || port.parse::<u16>().is_err() {
+        return Err(bad());
+    }
+    Ok(text.to_string())
+}
+
+/// `--statsd-tags`: `key:value` pairs, parsed as the flag is read.
+#[derive(Debug, Clone)]
+pub(crate) struct StatsdTags(pub(crate) Vec<(String, String)>);
+
+/// Parses `--statsd-tags` (see [`crate::statsd::parse_tags`]).
+pub(super) fn statsd_tags(text: &str) -> Result<StatsdTags, String> {
+    crate::statsd::parse_tags(text).map(StatsdTags)
+}
+
 /// `--redis-failure`, the flag's spelling of [`FailurePolicy`].
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum FailureArg {
@@ -140,6 +177,28 @@ pub(super) fn ratio(text: &str) -> Result<f32, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn statsd_addresses_are_host_and_port() {
+        for ok in [
+            "localhost:8125",
+            "10.0.0.1:1",
+            "[::1]:8125",
+            "stats.svc.local:9125",
+        ] {
+            assert_eq!(host_port(ok).as_deref(), Ok(ok));
+        }
+        for bad in [
+            "localhost",
+            ":8125",
+            "::1:8125",
+            "host:port",
+            "host:70000",
+            "",
+        ] {
+            assert!(host_port(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn a_metrics_path_is_plain_and_not_a_guarded_endpoints() {

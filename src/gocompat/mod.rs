@@ -10,6 +10,7 @@
 mod go_duration;
 mod grpc_server;
 mod redis_url;
+mod statsd;
 #[cfg(test)]
 mod tests;
 mod unsupported;
@@ -43,7 +44,10 @@ fn parse_bool(value: &str) -> Option<bool> {
 }
 
 /// Reads the Go server's variables through `var` (the process environment in `main`,
-/// a map in tests) and `names` (every variable name set, for the prefix families).
+/// a map in tests) and `names` (every variable name set, for the prefix families);
+/// `without_arguments`: meshlimit was started with none, as the Go image's `ENTRYPOINT`
+/// starts the Go server (with any Go variable set, that is drop-in mode, where
+/// `USE_STATSD` defaults to true as in the Go server).
 ///
 /// # Errors
 /// A variable the Go server would also refuse: `CONFIG_TYPE` other than `FILE` or
@@ -54,6 +58,7 @@ fn parse_bool(value: &str) -> Option<bool> {
 pub fn translate(
     var: impl Fn(&str) -> Option<String>,
     names: &[String],
+    without_arguments: bool,
 ) -> Result<Translated, String> {
     let mut env = Env {
         var,
@@ -73,9 +78,16 @@ pub fn translate(
     let mut unsupported = grpc.ignored;
     unsupported.extend(xds.ignored);
     unsupported.extend(unsupported::named(&set, names));
+    let go_set = !env.args.is_empty()
+        || !grpc.args.is_empty()
+        || !xds.args.is_empty()
+        || !unsupported.is_empty()
+        || statsd_vars_set(&set);
+    let stats = statsd::translate(&set, &ours, without_arguments && go_set)?;
     let mut args = env.args;
     args.extend(grpc.args);
     args.extend(xds.args);
+    args.extend(stats);
     Ok(Translated { args, unsupported })
 }
 
@@ -107,6 +119,23 @@ impl<V: Fn(&str) -> Option<String>> Env<V> {
     fn push(&mut self, args: &[&str]) {
         self.args.extend(args.iter().map(|s| s.to_string()));
     }
+}
+
+/// Whether a Go stats variable is set: with the others, what tells a Go environment
+/// (those that map to nothing, such as `USE_STATSD=false`, count too).
+fn statsd_vars_set(set: &impl Fn(&str) -> Option<String>) -> bool {
+    [
+        "USE_STATSD",
+        "USE_DOG_STATSD",
+        "USE_PROMETHEUS",
+        "STATSD_HOST",
+        "STATSD_PORT",
+        "DISABLE_STATS",
+        "STATS_FLUSH_INTERVAL",
+        "EXTRA_TAGS",
+    ]
+    .iter()
+    .any(|name| set(name).is_some())
 }
 
 /// Config and rate-limit backends meshlimit does not have: files or xDS, and Redis only.
@@ -314,6 +343,11 @@ pub fn runtime_config_path(set: &impl Fn(&str) -> Option<String>) -> String {
 fn address(host: Option<String>, port: Option<String>, default: SocketAddr) -> String {
     let host = host.unwrap_or_else(|| default.ip().to_string());
     let port = port.unwrap_or_else(|| default.port().to_string());
+    join_host_port(&host, &port)
+}
+
+/// `host:port`, an IPv6 literal in brackets.
+fn join_host_port(host: &str, port: &str) -> String {
     if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]:{port}") // an IPv6 literal
     } else {

@@ -5,12 +5,17 @@ use std::collections::HashMap;
 use super::*;
 
 fn run(vars: &[(&str, &str)]) -> Result<Translated, String> {
+    run_with(vars, false)
+}
+
+/// `vars` as meshlimit started with arguments (`false`) or without (`true`).
+fn run_with(vars: &[(&str, &str)], without_arguments: bool) -> Result<Translated, String> {
     let map: HashMap<String, String> = vars
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     let names: Vec<String> = map.keys().cloned().collect();
-    translate(|name| map.get(name).cloned(), &names)
+    translate(|name| map.get(name).cloned(), &names, without_arguments)
 }
 
 fn args(vars: &[(&str, &str)]) -> String {
@@ -165,7 +170,7 @@ fn behaviour_switches() {
 #[test]
 fn unsupported_variables_are_named() {
     let t = run(&[
-        ("USE_STATSD", "true"),
+        ("CACHE_KEY_PREFIX", "rl_"),
         ("USE_DOG_STATSD", "false"),
         ("REDIS_POOL_SIZE", "20"),
         ("CONFIG_GRPC_XDS_SERVER_URL", "x:1"),
@@ -179,7 +184,7 @@ fn unsupported_variables_are_named() {
         .collect();
     assert_eq!(names.len(), 3, "{:?}", t.unsupported);
     for name in [
-        "USE_STATSD",
+        "CACHE_KEY_PREFIX",
         "REDIS_POOL_SIZE",
         "CONFIG_GRPC_XDS_SERVER_URL",
     ] {
@@ -336,5 +341,77 @@ fn xds_variables_yield_to_ours_and_to_files() {
             .unsupported
             .iter()
             .all(|u| u.contains("CONFIG_TYPE=GRPC_XDS_SOTW"))
+    );
+}
+
+#[test]
+fn statsd_is_on_by_default_only_in_drop_in_mode() {
+    let go_env = [("REDIS_URL", "redis:6379")];
+    let statsd = "--statsd-addr localhost:8125";
+    // Started without arguments in a Go environment: the Go server's default.
+    let bare = run_with(&go_env, true).unwrap().args.join(" ");
+    assert!(bare.ends_with(statsd), "{bare}");
+    // With arguments, or without any Go variable: off unless asked for.
+    assert!(
+        !run_with(&go_env, false)
+            .unwrap()
+            .args
+            .join(" ")
+            .contains("statsd")
+    );
+    assert_eq!(run_with(&[], true).unwrap(), Translated::default());
+    // Asked for with arguments too.
+    assert_eq!(args(&[("USE_STATSD", "true")]), statsd);
+    // Off when said so, when stats are disabled, and with Prometheus (the Go server
+    // refuses both sinks at once).
+    for off in [
+        [("USE_STATSD", "false"), ("REDIS_URL", "redis:6379")],
+        [("DISABLE_STATS", "true"), ("USE_STATSD", "true")],
+        [("USE_PROMETHEUS", "true"), ("REDIS_URL", "redis:6379")],
+    ] {
+        let args = run_with(&off, true).unwrap().args.join(" ");
+        assert!(!args.contains("statsd"), "{off:?}: {args}");
+    }
+}
+
+#[test]
+fn statsd_host_port_interval_and_tags() {
+    assert_eq!(
+        args(&[
+            ("USE_STATSD", "true"),
+            ("STATSD_HOST", "stats.local"),
+            ("STATSD_PORT", "9125"),
+            ("STATS_FLUSH_INTERVAL", "1m30s"),
+            ("EXTRA_TAGS", "env:prod,team:edge"),
+        ]),
+        "--statsd-addr stats.local:9125 --statsd-flush-ms 90000 \
+         --statsd-tags env:prod,team:edge"
+    );
+    assert_eq!(
+        args(&[("USE_STATSD", "1"), ("STATSD_HOST", "::1")]),
+        "--statsd-addr [::1]:8125"
+    );
+    assert!(run(&[("USE_STATSD", "true"), ("STATS_FLUSH_INTERVAL", "10")]).is_err());
+    assert!(run(&[("USE_STATSD", "true"), ("STATS_FLUSH_INTERVAL", "0s")]).is_err());
+}
+
+#[test]
+fn dog_statsd_speaks_udp_and_our_variables_win() {
+    assert_eq!(
+        args(&[("USE_DOG_STATSD", "true"), ("USE_STATSD", "false")]),
+        "--statsd-addr localhost:8125 --dogstatsd --statsd-protocol udp"
+    );
+    assert_eq!(
+        args(&[
+            ("USE_DOG_STATSD", "true"),
+            ("MESHLIMIT_STATSD_ADDR", "127.0.0.1:1"),
+            ("MESHLIMIT_DOGSTATSD", "false"),
+            ("MESHLIMIT_STATSD_PROTOCOL", "tcp"),
+            ("STATS_FLUSH_INTERVAL", "5s"),
+            ("MESHLIMIT_STATSD_FLUSH_MS", "100"),
+            ("EXTRA_TAGS", "a:b"),
+            ("MESHLIMIT_STATSD_TAGS", "c:d"),
+        ]),
+        ""
     );
 }

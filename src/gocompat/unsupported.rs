@@ -4,42 +4,12 @@
 use super::parse_bool;
 
 /// Go variables meshlimit does not act on, with why. Booleans are named with the value
-/// that matters: `USE_STATSD=true` warns, `USE_STATSD=false` does not.
+/// that matters: `REDIS_PERSECOND=true` warns, `REDIS_PERSECOND=false` does not.
 const UNSUPPORTED: &[(&str, Option<bool>, &str)] = &[
     (
-        "USE_STATSD",
-        Some(true),
-        "statsd is not supported; scrape /metrics",
-    ),
-    (
-        "USE_DOG_STATSD",
-        Some(true),
-        "statsd is not supported; scrape /metrics",
-    ),
-    (
-        "STATSD_HOST",
+        "USE_DOG_STATSD_MOGRIFIERS",
         None,
-        "statsd is not supported; scrape /metrics",
-    ),
-    (
-        "STATSD_PORT",
-        None,
-        "statsd is not supported; scrape /metrics",
-    ),
-    (
-        "DISABLE_STATS",
-        Some(true),
-        "metrics are always on at /metrics",
-    ),
-    (
-        "STATS_FLUSH_INTERVAL",
-        None,
-        "Prometheus metrics are read when scraped",
-    ),
-    (
-        "EXTRA_TAGS",
-        None,
-        "add labels in the Prometheus scrape config",
+        "DogStatsD stats keep the Go server's names, with the --statsd-tags as tags",
     ),
     (
         "CACHE_KEY_PREFIX",

@@ -10,7 +10,7 @@
 //! created keep counting. The count is per rule, named by the labels its config path
 //! gives it, and survives reloads, as the series do.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
@@ -110,14 +110,11 @@ impl Metrics {
 
     /// `meshlimit_metric_values_overflow_total`, one sample per detailed rule.
     pub(super) fn render_overflow(&self, out: &mut String) {
-        let mut rules: Vec<(Labels, u64)> = self
-            .series
-            .lock()
-            .detailed
-            .values()
-            .map(|d| (d.labels.clone(), d.overflowed.load(Relaxed)))
-            .collect();
-        rules.sort_unstable();
+        // Rules that differ only below their second level share their labels: summed.
+        let mut rules: BTreeMap<Labels, u64> = BTreeMap::new();
+        for rule in self.series.lock().detailed.values() {
+            *rules.entry(rule.labels.labelled()).or_default() += rule.overflowed.load(Relaxed);
+        }
         let name = "meshlimit_metric_values_overflow_total";
         family(
             out,

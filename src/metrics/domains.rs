@@ -48,7 +48,7 @@ impl UnknownDomains {
     }
 
     /// Descriptors by `domain` label, sorted; domains that sanitise alike add up.
-    fn by_label(&self) -> BTreeMap<String, u64> {
+    pub(super) fn by_label(&self) -> BTreeMap<String, u64> {
         let mut labels = BTreeMap::new();
         for (domain, count) in &self.counts {
             *labels.entry(sanitize(domain)).or_default() += count;

@@ -1,7 +1,8 @@
-//! The labels of the per-rule series: `domain`, `key1` and `key2`, sanitised as the Go
-//! server names its stats.
+//! The names of the per-rule series: the labels `domain`, `key1` and `key2`, and the levels
+//! below them, sanitised as the Go server names its stats.
 
-/// The labels of a per-rule series; `key1` is `None` only for limits sent in requests.
+/// The name of a per-rule series: its Prometheus labels and its whole path, the Go
+/// server's stat name for statsd; `key1` is `None` only for limits sent in requests.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(super) struct Labels {
     /// The `domain` label: the config domain, sanitised.
@@ -11,6 +12,10 @@ pub(super) struct Labels {
     /// The `key2` label: the second level, sanitised; `None` for a one-level rule and for
     /// limits sent in requests.
     key2: Option<String>,
+    /// The levels below the second, sanitised: not labels (Prometheus sums the series that
+    /// differ only there), but part of the statsd name, so rules that differ only there
+    /// keep series of their own.
+    deeper: Box<[String]>,
 }
 
 impl Labels {
@@ -20,6 +25,7 @@ impl Labels {
             domain: sanitize(domain),
             key1: levels.first().map(|l| sanitize(l)),
             key2: levels.get(1).map(|l| sanitize(l)),
+            deeper: levels.iter().skip(2).map(|l| sanitize(l)).collect(),
         }
     }
 
@@ -32,6 +38,7 @@ impl Labels {
             domain: sanitize(domain),
             key1: names.next().map(|n| sanitize(n.as_ref())),
             key2: names.next().map(|n| sanitize(n.as_ref())),
+            deeper: names.map(|n| sanitize(n.as_ref())).collect(),
         }
     }
 
@@ -54,6 +61,7 @@ impl Labels {
             domain: sanitize(domain),
             key1: level(),
             key2: level(),
+            deeper: std::iter::from_fn(level).collect(),
         }
     }
 
@@ -63,6 +71,29 @@ impl Labels {
             domain: sanitize(domain),
             key1: None,
             key2: None,
+            deeper: Box::default(),
+        }
+    }
+
+    /// The Prometheus labels alone: the series of rules that differ only below their
+    /// second level share them, and are summed under them.
+    pub(super) fn labelled(&self) -> Labels {
+        Labels {
+            deeper: Box::default(),
+            ..self.clone()
+        }
+    }
+
+    /// Appends the Go server's stat path, `<domain>.<level>.<level>…`, to `out`. Each
+    /// part is sanitised on its own, where the Go server sanitises the joined path: they
+    /// differ only where an IPv4-shaped run spans two levels (a level ending in digits
+    /// followed by one starting `d.d.d`), which keys do not do.
+    pub(super) fn stat_path(&self, out: &mut String) {
+        out.push_str(&self.domain);
+        let levels = [&self.key1, &self.key2].into_iter().flatten();
+        for level in levels.chain(self.deeper.iter()) {
+            out.push('.');
+            out.push_str(level);
         }
     }
 
@@ -153,6 +184,12 @@ mod tests {
         (l.domain.as_str(), l.key1.as_deref(), l.key2.as_deref())
     }
 
+    fn path(l: &Labels) -> String {
+        let mut out = String::new();
+        l.stat_path(&mut out);
+        out
+    }
+
     #[test]
     fn labels_are_the_first_two_levels() {
         let l = Labels::of_levels("d", &["k1_v"]);
@@ -164,5 +201,19 @@ mod tests {
         let entries = [("ip", "10.1.2.3"), ("path", ""), ("x", "y")];
         let l = Labels::of_request("d:x", entries.into_iter());
         assert_eq!(triple(&l), ("d_x", Some("ip_10_1_2_3"), Some("path")));
+        assert_eq!(path(&l), "d_x.ip_10_1_2_3.path.x_y");
+    }
+
+    #[test]
+    fn the_stat_path_has_every_level_and_the_labels_the_first_two() {
+        let l = Labels::of_levels("d.e", &["a", "m_/p.S/M", "c", "e_1.2.3.4"]);
+        assert_eq!(path(&l), "d.e.a.m_/p.S/M.c.e_1_2_3_4");
+        assert_eq!(path(&l.labelled()), "d.e.a.m_/p.S/M");
+        assert_eq!(
+            l.labelled(),
+            Labels::of_levels("d.e", &["a", "m_/p.S/M", "x"]).labelled()
+        );
+        assert_eq!(path(&Labels::of_names("d", ["k", "l"].iter())), "d.k.l");
+        assert_eq!(path(&Labels::of_domain("d")), "d");
     }
 }

@@ -49,8 +49,9 @@
 //! `key_value` where the config entry has a value (a wildcard's pattern, as in `tier_gold*`),
 //! sanitised (`:` and `|` become `_`, and so do the dots of IPv4 addresses). Here `domain` is
 //! the domain, `key1` the first level and `key2` the second (absent for a one-level rule),
-//! each sanitised the same way; deeper levels are left out, so rules that differ only below
-//! their second level share series. That is what the Go mapping makes of one- and
+//! each sanitised the same way; deeper levels are not labels, so the series of rules that
+//! differ only below their second level are summed under the same labels (each keeps its
+//! own series, for its statsd name: see [`gostats`]). That is what the Go mapping makes of one- and
 //! three-level paths whose keys and values hold no dots. It splits on every dot, though:
 //! it leaves two-part paths unmapped (each gets a metric name of its own, without labels),
 //! puts the leading parts of longer ones into `domain`, and cuts values such as
@@ -81,6 +82,7 @@
 mod connections;
 mod detailed;
 mod domains;
+mod gostats;
 mod hits;
 mod labels;
 mod limits;
@@ -163,6 +165,8 @@ pub struct Metrics {
     unknown_domains: Mutex<UnknownDomains>,
     /// The descriptors each rule refused most often lately, for the operator page.
     refusals: refusals::Refusals,
+    /// What the statsd sink did, if one runs.
+    statsd: gostats::SinkCounts,
 }
 
 impl fmt::Debug for Metrics {
@@ -199,6 +203,7 @@ impl Metrics {
             max_metric_values: AtomicUsize::new(defaults::MAX_METRIC_VALUES),
             unknown_domains: Mutex::new(UnknownDomains::default()),
             refusals: refusals::Refusals::default(),
+            statsd: gostats::SinkCounts::default(),
         }
     }
 

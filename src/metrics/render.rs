@@ -1,5 +1,6 @@
 //! The text a scrape gets: every family, in the Prometheus text format 0.0.4.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -13,21 +14,18 @@ use crate::store::Store;
 impl Metrics {
     /// Everything, in the Prometheus text format 0.0.4 ([`CONTENT_TYPE`]).
     pub fn render(&self) -> String {
-        drop(self.refresh()); // every configured rule has its series
-        let mut series: Vec<(Labels, Arc<RuleStats>)> = self
-            .series
-            .lock()
-            .by_labels
-            .iter()
-            .map(|(labels, stats)| (labels.clone(), stats.clone()))
-            .collect();
-        series.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        // Series that differ only below their second level share their labels: summed.
+        let mut series: BTreeMap<Labels, Vec<Arc<RuleStats>>> = BTreeMap::new();
+        for (labels, stats) in self.rule_series() {
+            series.entry(labels.labelled()).or_default().push(stats);
+        }
 
         let mut out = String::with_capacity(2048 + 6 * 96 * series.len());
         for (name, help, counter) in RULE_FAMILIES {
             family(&mut out, name, "counter", help);
             for (labels, stats) in &series {
-                sample(&mut out, name, labels.pairs(), counter(stats));
+                let sum: u64 = stats.iter().map(|s| counter(s)).sum();
+                sample(&mut out, name, labels.pairs(), sum);
             }
         }
         self.series.lock().limits.render(&mut out);
@@ -35,6 +33,7 @@ impl Metrics {
         self.render_domains_not_found(&mut out);
         self.render_service(&mut out);
         self.render_store(&mut out);
+        self.render_statsd(&mut out);
         if let Some(connections) = self.connections.lock().as_ref() {
             connections::render(&mut out, connections);
         }
@@ -42,6 +41,17 @@ impl Metrics {
             super::rlqs::render(&mut out, quotas);
         }
         out
+    }
+
+    /// Every per-rule series with its name, once every configured rule has its series.
+    pub(super) fn rule_series(&self) -> Vec<(Labels, Arc<RuleStats>)> {
+        drop(self.refresh());
+        self.series
+            .lock()
+            .by_labels
+            .iter()
+            .map(|(labels, stats)| (labels.clone(), stats.clone()))
+            .collect()
     }
 
     fn render_service(&self, out: &mut String) {

@@ -14,7 +14,7 @@ use super::labels::Labels;
 use super::limits::{self, LimitStats};
 use super::live::RuleCounts;
 use super::stripes::Counters;
-use super::value_to_metric::{Valued, names_labels};
+use super::value_to_metric::{Valued, names_values};
 use crate::config::Config;
 use crate::limiter::Report;
 use crate::rules::{Algorithm, Limit, Rule};
@@ -271,7 +271,7 @@ pub(super) fn build_table(series: &Mutex<Series>, config: Arc<Config>) -> RuleTa
                     let labels = Labels::of_levels(domain, levels);
                     let counted = if rule.detailed_metric {
                         Counted::Detailed(series.detailed_rule(labels))
-                    } else if names_labels(rule.value_to_metric) {
+                    } else if names_values(rule.value_to_metric) {
                         let cap = series.detailed_rule(labels);
                         Counted::Valued(Valued::new(cap, levels, rule.value_to_metric))
                     } else {

@@ -17,12 +17,17 @@ use super::text::{family, sample};
 use crate::clock::NANOS_PER_SEC;
 use crate::source::History;
 
+/// Configs loaded and rejected; without a `history`, one load and no error.
+pub(super) fn loads(history: Option<&History>) -> (u64, u64) {
+    history.map_or((1, 0), |h| {
+        (h.applied.load(Relaxed), h.rejected.load(Relaxed))
+    })
+}
+
 /// Writes the families; without a `history` (a service built by hand), one load and no
 /// error, as for a config loaded once.
 pub(super) fn render(out: &mut String, history: Option<&History>) {
-    let (applied, rejected) = history.map_or((1, 0), |h| {
-        (h.applied.load(Relaxed), h.rejected.load(Relaxed))
-    });
+    let (applied, rejected) = loads(history);
     let name = "ratelimit_service_config_load_success";
     family(
         out,

@@ -60,6 +60,16 @@ impl Histogram {
         (0..=BUCKETS.len()).map(|i| self.bucket(i)).sum()
     }
 
+    /// Observations in each bucket (not cumulative), each with its upper bound in
+    /// milliseconds; the last bucket, above every bound, with the highest bound.
+    pub(super) fn buckets_ms(&self) -> Vec<(f64, u64)> {
+        let bounds = BUCKETS.into_iter().chain([BUCKETS[BUCKETS.len() - 1]]);
+        bounds
+            .enumerate()
+            .map(|(index, bound)| (bound as f64 / 1e6, self.bucket(index)))
+            .collect()
+    }
+
     pub(super) fn render(&self, out: &mut String, name: &str, label: (&str, &str)) {
         let bucket = format!("{name}_bucket");
         let mut seen = 0;

@@ -9,11 +9,12 @@
 //! wildcard keeps its pattern. A rule with `detailed_metric` ignores the flags: every
 //! level is the request's already.
 //!
-//! Only `key1` and `key2`, the first two levels, are labels: a rule flagged deeper only
-//! counts as it would without the flags. Request values are the caller's choice, so such
-//! rules share the cap of detailed ones ([`super::detailed`]): at most
-//! `--max-metric-values` series each, the rest on an overflow series whose flagged levels
-//! read `key__other_`.
+//! Only `key1` and `key2`, the first two levels, are Prometheus labels: a rule flagged
+//! deeper has series per request value there too (they name its statsd stats, see
+//! [`super::gostats`]), which Prometheus sums under the labels of its first two levels.
+//! Request values are the caller's choice, so such rules share the cap of detailed ones
+//! ([`super::detailed`]): at most `--max-metric-values` series each, the rest on an
+//! overflow series whose flagged levels read `key__other_`.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -25,12 +26,9 @@ use super::detailed::{Detailed, OVERFLOW_VALUE};
 use super::labels::Labels;
 use super::rules::RuleStats;
 
-/// Levels that are labels: `key1` and `key2`.
-const LABELLED: usize = 2;
-
-/// Whether a rule whose `value_to_metric` bits are `levels` has labels of request values.
-pub(super) fn names_labels(levels: u64) -> bool {
-    levels & ((1 << LABELLED) - 1) != 0
+/// Whether a rule whose `value_to_metric` bits are `levels` names series by request values.
+pub(super) fn names_values(levels: u64) -> bool {
+    levels != 0
 }
 
 /// How the hits of one `value_to_metric` rule find their series.
@@ -38,8 +36,8 @@ pub(super) fn names_labels(levels: u64) -> bool {
 pub(super) struct Valued {
     /// The rule's cap on series, kept under the labels of its config path.
     cap: Arc<Detailed>,
-    /// The rule's config levels (composite keys) that are labels, unsanitised.
-    config: SmallVec<[Box<str>; LABELLED]>,
+    /// The rule's config levels (composite keys), unsanitised.
+    config: SmallVec<[Box<str>; 2]>,
     /// `Rule::value_to_metric`.
     levels: u64,
 }
@@ -49,7 +47,7 @@ impl Valued {
     pub(super) fn new(cap: Arc<Detailed>, config: &[&str], levels: u64) -> Self {
         Self {
             cap,
-            config: config.iter().take(LABELLED).map(|&l| l.into()).collect(),
+            config: config.iter().map(|&l| l.into()).collect(),
             levels,
         }
     }
@@ -92,7 +90,7 @@ impl Metrics {
     ) -> Arc<RuleStats> {
         let labels = Labels::of_names(domain, stat_levels(&rule.config, entries, rule.levels));
         let overflow = || {
-            let others: SmallVec<[(&str, &str); LABELLED]> = entries
+            let others: SmallVec<[(&str, &str); 2]> = entries
                 .iter()
                 .map(|&(key, _)| (key, OVERFLOW_VALUE))
                 .collect();
@@ -148,11 +146,11 @@ mod tests {
     }
 
     #[test]
-    fn only_the_first_two_levels_are_labels() {
-        assert!(!names_labels(0));
-        assert!(names_labels(0b01));
-        assert!(names_labels(0b10));
-        assert!(!names_labels(0b100));
-        assert!(!names_labels(1 << 63));
+    fn any_flagged_level_names_series_by_values() {
+        assert!(!names_values(0));
+        assert!(names_values(0b01));
+        assert!(names_values(0b10));
+        assert!(names_values(0b100));
+        assert!(names_values(1 << 63));
     }
 }

@@ -10,6 +10,7 @@ pub mod postgres;
 pub mod process;
 pub mod redis;
 pub mod rng;
+pub mod statsd;
 
 use std::path::PathBuf;
 use std::sync::Arc;
