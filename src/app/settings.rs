@@ -12,6 +12,7 @@ use crate::request_limits::RequestLimits;
 use crate::rules::Algorithm;
 use crate::source::ConfigSource;
 use crate::store::redis::RedisOptions;
+use crate::traces::TracingOptions;
 
 /// What `meshlimit serve` needs, whatever it was parsed from.
 #[derive(Debug, Clone)]
@@ -89,6 +90,8 @@ pub struct Settings {
     pub rlqs_unmatched: Unmatched,
     /// The time to live of every quota assignment (`--rlqs-assignment-ttl-ms`).
     pub rlqs_assignment_ttl: Duration,
+    /// OpenTelemetry tracing (`--tracing`); `None`: off, the default.
+    pub tracing: Option<TracingOptions>,
 }
 
 impl Settings {
@@ -129,6 +132,7 @@ impl Settings {
             max_metric_values: defaults::MAX_METRIC_VALUES,
             rlqs_unmatched: Unmatched::Allow,
             rlqs_assignment_ttl: defaults::RLQS_ASSIGNMENT_TTL,
+            tracing: None,
         }
     }
 }

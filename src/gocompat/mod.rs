@@ -12,6 +12,7 @@ mod grpc_server;
 mod redis_url;
 #[cfg(test)]
 mod tests;
+mod tracing;
 mod unsupported;
 mod xds;
 
@@ -70,12 +71,14 @@ pub fn translate(
     let ours = |name: &str| env.ours(name);
     let grpc = grpc_server::translate(&set, &ours, env.flag("GRPC_SERVER_USE_TLS"))?;
     let xds = xds::translate(&set, &ours, names)?;
+    let tracing = tracing::translate(&set, &ours, env.flag("TRACING_ENABLED"));
     let mut unsupported = grpc.ignored;
     unsupported.extend(xds.ignored);
     unsupported.extend(unsupported::named(&set, names));
     let mut args = env.args;
     args.extend(grpc.args);
     args.extend(xds.args);
+    args.extend(tracing);
     Ok(Translated { args, unsupported })
 }
 
