@@ -22,8 +22,8 @@
 //! - `service/threads/{one_key,own_keys}/N`: two-descriptor requests from N = 1, 2 threads,
 //!   as time per request across all threads, on one user's buckets or each thread's own:
 //!   how the service scales across cores, and what sharing one key's buckets costs.
-//! - `tracing/{off,on_unsampled_parent,on_unsampled_root,on_sampled}`: a call through the
-//!   gRPC route without `--tracing`, with it but not sampled, and sampled (see `spans.rs`).
+//! - `tracing/...`: a call through the gRPC route without `--tracing`, with it but not
+//!   sampled, and sampled; the sampling decision alone (see `spans.rs`).
 
 use criterion::{criterion_group, criterion_main};
 

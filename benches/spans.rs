@@ -1,21 +1,27 @@
 //! What tracing costs a `ShouldRateLimit` call, through the gRPC route as a connection
-//! hands it a request (headers as Envoy sends them, one DATA frame), on the embedded store:
+//! hands it a request (headers as Envoy sends them, one DATA frame), on the embedded store;
+//! the requests are built outside the timed loop:
 //!
 //! - `tracing/off`: no `--tracing`; the request carries an unsampled `traceparent`.
 //! - `tracing/on_unsampled_parent`: `--tracing`, the same request: the parent is not
 //!   sampled, so neither is the call.
-//! - `tracing/on_unsampled_root`: `--tracing-sampling-rate 0`, no trace headers.
+//! - `tracing/off_no_headers`, `tracing/on_unsampled_root`: no trace headers, without
+//!   `--tracing` and with `--tracing-sampling-rate 0`.
 //! - `tracing/on_sampled`: a sampled `traceparent`: the span is built, recorded and handed
 //!   to the batch processor (its exporter discards the batches).
+//! - `tracing/decision/{unsampled_parent,unsampled_root,sampled}`: the sampling decision
+//!   alone (`Traces::server_span` on the request's headers), which is all an unsampled
+//!   call adds.
 //!
-//! Target: `on_unsampled_*` at most 100 ns above `off`.
+//! Target: `on_unsampled_parent` at most 100 ns above `off`, `on_unsampled_root` above
+//! `off_no_headers`.
 
 use std::hint::black_box;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use criterion::{BenchmarkGroup, Criterion, Throughput, measurement::WallTime};
+use criterion::{BatchSize, BenchmarkGroup, Criterion, Throughput, measurement::WallTime};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -48,6 +54,7 @@ pub fn tracing(c: &mut Criterion) {
     let cases = [
         ("off", None, Some(UNSAMPLED)),
         ("on_unsampled_parent", traced(&every), Some(UNSAMPLED)),
+        ("off_no_headers", None, None),
         ("on_unsampled_root", traced(&none), None),
         ("on_sampled", traced(&every), Some(SAMPLED)),
     ];
@@ -55,12 +62,25 @@ pub fn tracing(c: &mut Criterion) {
         let server = Rls::new(service(true)).with_traces(traces).into_server();
         calls(&mut group, name, server, &frames, parent);
     }
+    let decisions = [
+        ("decision/unsampled_parent", &every, Some(UNSAMPLED)),
+        ("decision/unsampled_root", &none, None),
+        ("decision/sampled", &every, Some(SAMPLED)),
+    ];
+    for (name, provider, parent) in decisions {
+        let traces = Traces::new(provider.tracer("bench"));
+        let headers = request(Bytes::new(), parent).into_parts().0.headers;
+        group.bench_function(name, |b| {
+            b.iter(|| black_box(traces.server_span(black_box(&headers), "bench")))
+        });
+    }
     group.finish();
     let _ = every.shutdown();
     let _ = none.shutdown();
 }
 
-/// Bench `name`: a call of each of `frames` in turn, with `traceparent` if given.
+/// Bench `name`: a call of each of `frames` in turn, with `traceparent` if given; each
+/// request is built before its call is timed.
 fn calls(
     group: &mut BenchmarkGroup<'_, WallTime>,
     name: &str,
@@ -70,21 +90,30 @@ fn calls(
 ) {
     let mut i = 0;
     group.bench_function(name, |b| {
-        b.iter(|| {
-            i = (i + 1) % frames.len();
-            let mut request = Request::post(PATH)
-                .header("content-type", "application/grpc")
-                .header("te", "trailers")
-                .header("x-envoy-internal", "true")
-                .body(OneFrame(Some(frames[i].clone())))
-                .unwrap();
-            if let Some(parent) = traceparent {
-                let value = HeaderValue::from_static(parent);
-                request.headers_mut().insert("traceparent", value);
-            }
-            black_box(ready(server.call(request)).unwrap());
-        })
+        b.iter_batched(
+            || {
+                i = (i + 1) % frames.len();
+                request(frames[i].clone(), traceparent)
+            },
+            |request| black_box(ready(server.call(request)).unwrap()),
+            BatchSize::SmallInput,
+        )
     });
+}
+
+/// A call of `frame` with Envoy's headers, and `traceparent` if given.
+fn request(frame: Bytes, traceparent: Option<&'static str>) -> Request<OneFrame> {
+    let mut request = Request::post(PATH)
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("x-envoy-internal", "true")
+        .body(OneFrame(Some(frame)))
+        .unwrap();
+    if let Some(parent) = traceparent {
+        let value = HeaderValue::from_static(parent);
+        request.headers_mut().insert("traceparent", value);
+    }
+    request
 }
 
 /// Tracing as `--tracing` builds it, parent-based with roots sampled at `rate`, its spans

@@ -334,6 +334,17 @@ async fn envoys_span_and_meshlimits_are_one_trace() {
         .expect("waited for");
     assert_eq!(hex(&parent.span.trace_id), trace, "one trace");
     assert_eq!(parent.resource("service.name").as_deref(), Some("envoy"));
+    // Envoy's span of its rate-limit call, a child of its span of the request.
+    assert!(
+        parent.span.name.contains("ShouldRateLimit"),
+        "{:?}",
+        parent.span.name
+    );
+    collector
+        .wait_for("Envoy's span of the request", |r| {
+            r.span.span_id == parent.span.parent_span_id && hex(&r.span.trace_id) == trace
+        })
+        .await;
     assert_eq!(ours.resource("service.name").as_deref(), Some("RateLimit"));
     assert_eq!(ours.attribute("domain").as_deref(), Some("traced"));
 }
