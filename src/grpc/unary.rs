@@ -368,6 +368,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_call_through_tonic_is_traced_as_one_in_the_common_shape() {
+        let (traces, ended, _provider) = crate::traces::recording::traces(1.0);
+        let rls = Arc::new(CachePadded::new(
+            CachePadded::into_inner(Arc::into_inner(rls()).unwrap()).with_traces(Some(traces)),
+        ));
+        let frame = prefixed(0, REQUEST);
+        let (head, tail) = frame.split_at(7);
+        // The common shape, then the same message over two frames (through tonic).
+        for chunks in [vec![&frame[..]], vec![head, tail]] {
+            let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+            let (status, _, _, trailers) =
+                seen(answer(rls.clone(), request(&[("traceparent", parent)], &chunks)).await).await;
+            assert_eq!(status, http::StatusCode::OK);
+            assert_eq!(trailers["grpc-status"], "0");
+        }
+        let ended = ended.lock().unwrap();
+        assert_eq!(ended.len(), 2, "{ended:?}");
+        for span in ended.iter() {
+            assert_eq!(span.name, crate::traces::SHOULD_RATE_LIMIT_SPAN);
+            let domain = span
+                .attributes
+                .iter()
+                .find(|kv| kv.key.as_str() == "domain");
+            assert_eq!(domain.map(|kv| kv.value.to_string()).as_deref(), Some("t"));
+        }
+    }
+
+    #[tokio::test]
     async fn a_body_error_gets_tonics_answer() {
         let failing = || {
             let mut request = request(&[], &[]);

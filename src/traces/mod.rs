@@ -133,3 +133,115 @@ impl RequestSpan {
         result
     }
 }
+
+/// Traces whose spans are kept in memory as they end, for tests.
+#[cfg(test)]
+pub(crate) mod recording {
+    use std::sync::{Arc, Mutex};
+
+    use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry_sdk::error::OTelSdkResult;
+    use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider, SpanData, SpanExporter};
+
+    use super::Traces;
+
+    /// The spans ended so far.
+    pub(crate) type Ended = Arc<Mutex<Vec<SpanData>>>;
+
+    /// Keeps every span it is given.
+    #[derive(Debug)]
+    struct Keep(Ended);
+
+    impl SpanExporter for Keep {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            self.0.lock().unwrap().extend(batch);
+            Ok(())
+        }
+    }
+
+    /// Traces sampled as `--tracing` samples them (roots at `rate`), each span kept when it
+    /// ends; the provider must live as long as the traces are used.
+    pub(crate) fn traces(rate: f64) -> (Traces, Ended, SdkTracerProvider) {
+        let ended = Ended::default();
+        let provider = SdkTracerProvider::builder()
+            .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+                rate,
+            ))))
+            .with_simple_exporter(Keep(ended.clone()))
+            .build();
+        (Traces::new(provider.tracer("test")), ended, provider)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderValue;
+    use opentelemetry::trace::{SpanId, TraceId};
+
+    use super::*;
+
+    const SAMPLED: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const UNSAMPLED: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+
+    fn with_traceparent(value: &'static str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert("traceparent", HeaderValue::from_static(value));
+        headers
+    }
+
+    #[test]
+    fn a_call_is_sampled_as_its_parent_and_roots_at_the_rate() {
+        let (every, _, _every) = recording::traces(1.0);
+        let (none, _, _none) = recording::traces(0.0);
+        let sampled = with_traceparent(SAMPLED);
+        let unsampled = with_traceparent(UNSAMPLED);
+        assert!(every.server_span(&sampled, "t").is_some());
+        assert!(
+            none.server_span(&sampled, "t").is_some(),
+            "the parent decides"
+        );
+        assert!(
+            every.server_span(&unsampled, "t").is_none(),
+            "the parent decides"
+        );
+        assert!(every.server_span(&HeaderMap::new(), "t").is_some());
+        assert!(none.server_span(&HeaderMap::new(), "t").is_none());
+    }
+
+    #[tokio::test]
+    async fn the_span_records_the_call_and_its_store_child() {
+        let (traces, ended, _provider) = recording::traces(1.0);
+        let span = traces
+            .server_span(&with_traceparent(SAMPLED), "call")
+            .expect("sampled");
+        span.request("d", 3);
+        let failed: Result<(), &str> = span.child("store", Vec::new(), async { Err("down") }).await;
+        assert!(failed.is_err());
+        span.answered(true);
+        drop(span);
+        let ended = ended.lock().unwrap();
+        let [store, call] = &ended[..] else {
+            panic!("two spans: {ended:?}")
+        };
+        assert_eq!(call.name, "call");
+        assert_eq!(
+            call.span_context.trace_id(),
+            TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap()
+        );
+        assert_eq!(
+            call.parent_span_id,
+            SpanId::from_hex("00f067aa0ba902b7").unwrap()
+        );
+        let attribute = |key: &str| {
+            call.attributes
+                .iter()
+                .find(|kv| kv.key.as_str() == key)
+                .map(|kv| kv.value.to_string())
+        };
+        assert_eq!(attribute("domain").as_deref(), Some("d"));
+        assert_eq!(attribute("descriptors").as_deref(), Some("3"));
+        assert_eq!(attribute("overall_code").as_deref(), Some("OVER_LIMIT"));
+        assert_eq!(store.parent_span_id, call.span_context.span_id());
+        assert_eq!(store.status, Status::error("down"));
+    }
+}
