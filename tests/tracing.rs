@@ -274,6 +274,22 @@ async fn the_redis_call_is_a_child_of_meshlimits_span() {
     assert_eq!(store.attribute("checks").as_deref(), Some("1"));
 }
 
+/// 50 sampled calls to `ml`, each answered OK; then a warning containing `warning`, then
+/// another call answered.
+async fn answers_and_warns(ml: &Meshlimit, warning: &str) {
+    for i in 0..50 {
+        let parent = traceparent(TRACE_A, PARENT, true);
+        let answer = ask(ml, &format!("v{i}"), &[("traceparent", &parent)]).await;
+        assert_eq!(answer.overall_code, Code::Ok as i32);
+    }
+    support::eventually(30, &format!("a warning {warning:?}"), || {
+        ml.log().contains(warning)
+    })
+    .await;
+    let answer = ask(ml, "after", &[]).await;
+    assert_eq!(answer.overall_code, Code::Ok as i32);
+}
+
 #[tokio::test]
 async fn a_collector_that_is_down_costs_no_request() {
     let dir = limits();
@@ -288,19 +304,50 @@ async fn a_collector_that_is_down_costs_no_request() {
     ];
     for flags in [&grpc[..], &http[..]] {
         let ml = traced(dir.path(), flags, &[]).await;
-        for i in 0..50 {
-            let parent = traceparent(TRACE_A, PARENT, true);
-            let answer = ask(&ml, &format!("v{i}"), &[("traceparent", &parent)]).await;
-            assert_eq!(answer.overall_code, Code::Ok as i32, "{flags:?}");
+        answers_and_warns(&ml, "cannot export spans").await;
+    }
+}
+
+#[tokio::test]
+async fn a_collector_that_never_answers_costs_no_request_and_a_full_queue_drops_spans() {
+    let dir = limits();
+    // Accepts connections and never answers on them.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", silent.local_addr().unwrap());
+    let holder = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
         }
+    });
+    let over_http = format!("{endpoint}/v1/traces");
+    let grpc = [
+        "--tracing-protocol",
+        "grpc",
+        "--tracing-endpoint",
+        &endpoint,
+    ];
+    let http = [
+        "--tracing-protocol",
+        "http",
+        "--tracing-endpoint",
+        &over_http,
+    ];
+    // A queue of 8 spans, exports bounded by half a second.
+    let env = [
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "8"),
+        ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "8"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "500"),
+    ];
+    for flags in [&grpc[..], &http[..]] {
+        let ml = traced(dir.path(), flags, &env).await;
+        answers_and_warns(&ml, "SpanDroppingStarted").await;
         support::eventually(30, "a warning about the lost spans", || {
             ml.log().contains("cannot export spans")
         })
         .await;
-        // Still answering after the failed exports.
-        let answer = ask(&ml, "after", &[]).await;
-        assert_eq!(answer.overall_code, Code::Ok as i32, "{flags:?}");
     }
+    holder.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
