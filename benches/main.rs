@@ -22,11 +22,14 @@
 //! - `service/threads/{one_key,own_keys}/N`: two-descriptor requests from N = 1, 2 threads,
 //!   as time per request across all threads, on one user's buckets or each thread's own:
 //!   how the service scales across cores, and what sharing one key's buckets costs.
+//! - `tracing/...`: a call through the gRPC route without `--tracing`, with it but not
+//!   sampled, and sampled; the sampling decision alone (see `spans.rs`).
 
 use criterion::{criterion_group, criterion_main};
 
 mod fixture;
 mod service;
+mod spans;
 mod store;
 
 criterion_group!(
@@ -39,6 +42,7 @@ criterion_group!(
     service::three_descriptors,
     service::per_descriptor,
     service::limits,
-    service::threads
+    service::threads,
+    spans::tracing
 );
 criterion_main!(benches);

@@ -95,6 +95,13 @@ pub const STATSD_FLUSH: Duration = Duration::from_secs(10);
 /// renewed; past it, Envoy applies the bucket's `expired_assignment_behavior`.
 pub const RLQS_ASSIGNMENT_TTL: Duration = Duration::from_secs(10);
 
+/// `--tracing-service-name`: the Go server's `TRACING_SERVICE_NAME` default.
+pub const TRACING_SERVICE_NAME: &str = "RateLimit";
+
+/// `--tracing-sampling-rate`: every trace meshlimit starts is sampled, as the Go server's
+/// `TRACING_SAMPLING_RATE` default.
+pub const TRACING_SAMPLING_RATE: f64 = 1.0;
+
 /// `--drain-delay-ms`: after the shutdown signal, how long health checks fail while
 /// everything still serves, so that load balancers stop sending before connections close.
 pub const DRAIN_DELAY: Duration = Duration::from_secs(1);

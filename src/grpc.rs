@@ -6,6 +6,7 @@ use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as PbUnit;
+use opentelemetry::KeyValue;
 use prost::Message;
 use tonic::Status;
 
@@ -15,6 +16,7 @@ use crate::error::RequestError;
 use crate::request::{Override, RequestDescriptor};
 use crate::rules::Unit;
 use crate::service::{self, Service};
+use crate::traces::{RequestSpan, Traces};
 
 mod codec;
 mod metadata;
@@ -42,6 +44,8 @@ pub struct Rls {
     headers: Option<HeaderNames>,
     /// Also ask for the IETF draft's `RateLimit-Policy` and `RateLimit` fields.
     draft_fields: bool,
+    /// Traces sampled calls (`--tracing`); `None`: tracing off, no call looks further.
+    traces: Option<Traces>,
 }
 
 /// Names of the response headers meshlimit asks Envoy to add (the Go server's
@@ -73,7 +77,15 @@ impl Rls {
             service,
             headers: None,
             draft_fields: false,
+            traces: None,
         }
+    }
+
+    /// Traces sampled calls with `traces` (`None`: no tracing, the default).
+    #[must_use]
+    pub fn with_traces(mut self, traces: Option<Traces>) -> Self {
+        self.traces = traces;
+        self
     }
 
     /// Adds `RateLimit-*` style headers, named by `names`, to every answer with a limit
@@ -109,6 +121,30 @@ impl Rls {
     /// `message`; any other is decoded by prost, which also words the refusal of a
     /// malformed one (`INVALID_ARGUMENT`). The answer is the same either way.
     pub async fn should_rate_limit(&self, message: Bytes) -> Result<Answer, Status> {
+        self.should_rate_limit_in(message, None).await
+    }
+
+    /// [`Rls::should_rate_limit`], recorded in `span` when the call is sampled: its domain,
+    /// descriptors and overall code, or why it failed.
+    pub async fn should_rate_limit_in(
+        &self,
+        message: Bytes,
+        span: Option<&RequestSpan>,
+    ) -> Result<Answer, Status> {
+        let Some(span) = span else {
+            return self.read_and_answer(message, None).await;
+        };
+        let answer = self.read_and_answer(message, Some(span)).await;
+        record(span, &answer);
+        answer
+    }
+
+    /// [`Rls::should_rate_limit_in`] before the outcome is recorded.
+    async fn read_and_answer(
+        &self,
+        message: Bytes,
+        span: Option<&RequestSpan>,
+    ) -> Result<Answer, Status> {
         let mut request = wire::WireRequest::default();
         if wire::read(&message, &mut request).is_some() {
             let refund = request.descriptors.iter().position(|d| d.is_negative_hits);
@@ -118,6 +154,7 @@ impl Rls {
                     &request.descriptors,
                     request.hits_addend,
                     refund,
+                    span,
                 )
                 .await;
         }
@@ -132,6 +169,7 @@ impl Rls {
             &request.descriptors,
             request.hits_addend,
             refund,
+            span,
         )
         .await
     }
@@ -144,7 +182,11 @@ impl Rls {
         descriptors: &[D],
         hits_addend: u32,
         refund: Option<usize>,
+        span: Option<&RequestSpan>,
     ) -> Result<Answer, Status> {
+        if let Some(span) = span {
+            span.request(domain, descriptors.len());
+        }
         if let Some(i) = refund {
             return Err(Status::invalid_argument(format!(
                 "descriptor {i}: is_negative_hits (refunds) is not supported"
@@ -159,7 +201,7 @@ impl Rls {
             // one, is a box already (`grpc/route.rs`).
             None => {
                 self.service
-                    .decide_waiting(domain, descriptors, hits_addend)
+                    .decide_waiting(domain, descriptors, hits_addend, span)
                     .await
             }
         }
@@ -178,6 +220,25 @@ impl Rls {
             response: answer,
             headers,
         })
+    }
+}
+
+/// Records a call's outcome in its span: the RPC's names and status code, the overall
+/// code of an answer, or why there is none.
+fn record(span: &RequestSpan, answer: &Result<Answer, Status>) {
+    let code = match answer {
+        Ok(_) => tonic::Code::Ok,
+        Err(status) => status.code(),
+    };
+    span.set([
+        KeyValue::new("rpc.system", "grpc"),
+        KeyValue::new("rpc.service", route::SERVICE),
+        KeyValue::new("rpc.method", "ShouldRateLimit"),
+        KeyValue::new("rpc.grpc.status_code", code as i64),
+    ]);
+    match answer {
+        Ok(answer) => span.answered(answer.response.over_limit),
+        Err(status) => span.failed(status.message().to_string()),
     }
 }
 

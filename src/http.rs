@@ -36,6 +36,7 @@ use crate::rules::Rule;
 use crate::service::Service;
 use crate::source::History;
 use crate::store::StoreHealth;
+use crate::traces::{JSON_SPAN, RequestSpan, Traces};
 
 /// Whether the server answers as healthy; cleared while draining.
 #[derive(Debug, Clone, Default)]
@@ -84,6 +85,8 @@ pub struct Operator {
     pub quotas: Arc<crate::rlqs::Registry>,
     /// The operator page and its sampled rates.
     pub page: Arc<Page>,
+    /// Traces sampled `/json` requests (`--tracing`); `None`: off.
+    pub traces: Option<Traces>,
 }
 
 const INDEX: &str = "meshlimit operator endpoints:
@@ -241,22 +244,51 @@ fn bad_request(why: impl std::fmt::Display) -> Response {
 
 /// `POST /json`: see [`json_answer`]. Other methods get 405 with `Allow: POST` (from the
 /// router): a `GET` must not consume quota, as links, crawlers and prefetches send them.
-async fn json_endpoint(State(op): State<Operator>, body: Bytes) -> Response {
-    json_answer(&op.service, &body).await
+async fn json_endpoint(State(op): State<Operator>, headers: HeaderMap, body: Bytes) -> Response {
+    let span = match &op.traces {
+        None => None,
+        Some(traces) => traces.server_span(&headers, JSON_SPAN),
+    };
+    json_answer_in(&op.service, &body, span.as_ref()).await
 }
 
 /// What `/json` answers for `body`, a `RateLimitRequest` in JSON: 200 with the response
 /// when OK, 429 when over the limit, 400 for a body that is not a request or any service
 /// error (the Go server's codes). Public for the `/json` fuzz target.
 pub async fn json_answer(service: &Service, body: &[u8]) -> Response {
+    json_answer_in(service, body, None).await
+}
+
+/// [`json_answer`], recorded in `span` when the request is sampled.
+async fn json_answer_in(service: &Service, body: &[u8], span: Option<&RequestSpan>) -> Response {
     let request = match json::parse_request(body) {
         Ok(request) => request,
-        Err(e) => return bad_request(e),
+        Err(e) => {
+            if let Some(span) = span {
+                span.failed(e.to_string());
+            }
+            return bad_request(e);
+        }
     };
-    match service
-        .should_rate_limit(&request.domain, &request.descriptors, request.hits_addend)
-        .await
-    {
+    let (domain, descriptors) = (&request.domain, &request.descriptors);
+    if let Some(span) = span {
+        span.request(domain, descriptors.len());
+    }
+    let decided = match service.decide_at_once(domain, descriptors, request.hits_addend) {
+        Some(answer) => answer,
+        None => {
+            service
+                .decide_waiting(domain, descriptors, request.hits_addend, span)
+                .await
+        }
+    };
+    if let Some(span) = span {
+        match &decided {
+            Ok(answer) => span.answered(answer.over_limit),
+            Err(e) => span.failed(e.to_string()),
+        }
+    }
+    match decided {
         Ok(answer) => {
             let status = if answer.over_limit {
                 StatusCode::TOO_MANY_REQUESTS

@@ -28,6 +28,7 @@
 //! - [`file_watch`]: debounced directory watches that tell changes from reads (the config
 //!   path, TLS files).
 //! - [`clock`]: the one source of time; `throttle`: at most one log line per interval.
+//! - [`traces`]: OpenTelemetry spans of sampled requests, exported over OTLP.
 
 #![forbid(unsafe_code)]
 #![warn(
@@ -68,3 +69,4 @@ pub mod source;
 pub mod statsd;
 pub mod store;
 mod throttle;
+pub mod traces;

@@ -49,4 +49,7 @@ pub enum Error {
     /// `--admin-token-file` gives no token.
     #[error("{0}")]
     AdminToken(#[from] crate::admin_token::TokenError),
+    /// Tracing cannot start with its settings.
+    #[error("{0}")]
+    Tracing(#[from] crate::traces::TracingError),
 }

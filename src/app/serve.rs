@@ -22,6 +22,7 @@ use crate::rlqs::service::Drain;
 use crate::rlqs::{QuotaService, Registry};
 use crate::source::History;
 use crate::statsd;
+use crate::traces;
 
 /// The sockets a server answers on, bound by the caller.
 #[derive(Debug)]
@@ -72,6 +73,11 @@ pub async fn serve(
         Some(path) => Some(AdminToken::load(path)?),
         None => None,
     };
+    let tracing = match &settings.tracing {
+        Some(options) => Some(traces::start(options, |name| std::env::var(name).ok())?),
+        None => None,
+    };
+    let traces = tracing.as_ref().map(|t| t.traces.clone());
     // The shutdown is followed from the start, so that a server still waiting for its
     // first config stops when asked.
     let (stop_tx, mut stopped) = watch::channel(false);
@@ -81,6 +87,9 @@ pub async fn serve(
     });
     let Some(follower) = start_source(&settings, service.config(), &history, &mut stopped).await?
     else {
+        if let Some(tracing) = tracing {
+            tracing.shutdown().await;
+        }
         info!("meshlimit stopped before its first config loaded");
         return Ok(());
     };
@@ -148,6 +157,7 @@ pub async fn serve(
         metrics_path: settings.metrics_path.clone(),
         admin_token: admin_token.clone(),
         quotas: quotas.clone(),
+        traces: traces.clone(),
     };
     let token_watch = admin_token.map(AdminToken::watch);
     let also: Vec<String> = listeners
@@ -213,6 +223,7 @@ pub async fn serve(
         Rls::new(service)
             .with_response_headers(settings.response_headers.clone())
             .with_draft_fields(settings.draft_headers)
+            .with_traces(traces)
             .into_server(),
         health_service,
         quota_service.into_server(),
@@ -252,6 +263,9 @@ pub async fn serve(
             .map_err(|join| Error::Http(std::io::Error::other(join)))?;
     }
     grpc_result.map_err(|join| Error::Http(std::io::Error::other(join)))?;
+    if let Some(tracing) = tracing {
+        tracing.shutdown().await;
+    }
     info!("meshlimit stopped");
     Ok(())
 }

@@ -14,6 +14,7 @@ use crate::rules::Algorithm;
 use crate::source::ConfigSource;
 use crate::statsd::StatsdSettings;
 use crate::store::redis::RedisOptions;
+use crate::traces::TracingOptions;
 
 /// What `meshlimit serve` needs, whatever it was parsed from.
 #[derive(Debug, Clone)]
@@ -96,6 +97,8 @@ pub struct Settings {
     /// Where the Go server's stats also go, by statsd (`--statsd-addr`); `None`: only
     /// `/metrics`.
     pub statsd: Option<StatsdSettings>,
+    /// OpenTelemetry tracing (`--tracing`); `None`: off, the default.
+    pub tracing: Option<TracingOptions>,
 }
 
 impl Settings {
@@ -141,6 +144,7 @@ impl Settings {
             rlqs_unmatched: Unmatched::Allow,
             rlqs_assignment_ttl: defaults::RLQS_ASSIGNMENT_TTL,
             statsd: None,
+            tracing: None,
         }
     }
 }

@@ -9,6 +9,7 @@ mod explain;
 mod serve;
 mod settings;
 mod source;
+mod tracing;
 mod validate;
 mod values;
 

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use super::source::SourceArgs;
+use super::tracing::TracingArgs;
 use super::values::{
     AlgorithmArg, FailureArg, LogFormat, RateLimitHeadersArg, StatsdProtocol, StatsdTags,
     StoreKind, UnmatchedArg, at_least_one, host_port, metrics_path, millis, ratio, statsd_tags,
@@ -22,6 +23,9 @@ pub struct Serve {
     /// /srv/runtime_data/current/config.
     #[command(flatten)]
     pub(crate) source: SourceArgs,
+    /// OpenTelemetry tracing: off unless --tracing.
+    #[command(flatten)]
+    pub(crate) tracing: TracingArgs,
     /// Serve an empty config (every request allowed) until the source's first config
     /// loads, instead of waiting for it (xDS) or refusing to start (a file or PostgreSQL
     /// that cannot be read or is invalid).

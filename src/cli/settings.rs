@@ -74,6 +74,7 @@ impl Serve {
                 tags: self.statsd_tags.map(|t| t.0).unwrap_or_default(),
                 dogstatsd: self.dogstatsd,
             }),
+            tracing: self.tracing.options(),
             ..Settings::from_source(config)
         }
     }
@@ -177,6 +178,47 @@ mod tests {
         assert!(renamed("--reset-header", "RateLimit-Policies").is_ok());
         // One kind alone may use any name.
         assert!(check(&["--response-headers", "--limit-header", "RateLimit"]).is_ok());
+    }
+
+    #[test]
+    fn the_tracing_flags_reach_the_options() {
+        let settings = |args: &[&str]| serve(args).into_settings(ConfigSource::parse("c.yaml"));
+        assert!(
+            settings(&["--tracing-sampling-rate", "0.5"])
+                .tracing
+                .is_none()
+        );
+        let on = settings(&["--tracing"]).tracing.expect("on");
+        assert_eq!(on.protocol, None);
+        assert_eq!(on.service_name, "RateLimit");
+        assert_eq!(on.sampling_rate, 1.0);
+        let all = settings(&[
+            "--tracing",
+            "--tracing-protocol",
+            "grpc",
+            "--tracing-endpoint",
+            "http://collector:4317",
+            "--tracing-service-name",
+            "rl",
+            "--tracing-service-namespace",
+            "edge",
+            "--tracing-service-instance-id",
+            "pod-1",
+            "--tracing-sampling-rate",
+            "0.25",
+        ])
+        .tracing
+        .expect("on");
+        assert_eq!(all.protocol, Some(crate::traces::ExportProtocol::Grpc));
+        assert_eq!(all.endpoint.as_deref(), Some("http://collector:4317"));
+        assert_eq!(all.service_name, "rl");
+        assert_eq!(all.service_namespace.as_deref(), Some("edge"));
+        assert_eq!(all.service_instance_id.as_deref(), Some("pod-1"));
+        assert_eq!(all.sampling_rate, 0.25);
+        for bad in ["NaN", "inf", "half"] {
+            let argv = ["meshlimit", "serve", "--tracing-sampling-rate", bad];
+            assert!(Cli::try_parse_from(argv).is_err(), "{bad}");
+        }
     }
 
     #[test]

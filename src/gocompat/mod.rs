@@ -13,6 +13,7 @@ mod redis_url;
 mod statsd;
 #[cfg(test)]
 mod tests;
+mod tracing;
 mod unsupported;
 mod xds;
 
@@ -75,6 +76,7 @@ pub fn translate(
     let ours = |name: &str| env.ours(name);
     let grpc = grpc_server::translate(&set, &ours, env.flag("GRPC_SERVER_USE_TLS"))?;
     let xds = xds::translate(&set, &ours, names)?;
+    let tracing = tracing::translate(&set, &ours, env.flag("TRACING_ENABLED"));
     let mut unsupported = grpc.ignored;
     unsupported.extend(xds.ignored);
     unsupported.extend(unsupported::named(&set, names));
@@ -88,6 +90,7 @@ pub fn translate(
     args.extend(grpc.args);
     args.extend(xds.args);
     args.extend(stats);
+    args.extend(tracing);
     Ok(Translated { args, unsupported })
 }
 

@@ -415,3 +415,42 @@ fn dog_statsd_speaks_udp_and_our_variables_win() {
         ""
     );
 }
+
+#[test]
+fn tracing_variables_become_the_tracing_flags() {
+    assert_eq!(
+        args(&[
+            ("TRACING_ENABLED", "true"),
+            ("TRACING_EXPORTER_PROTOCOL", "grpc"),
+            ("TRACING_SERVICE_NAME", "rl"),
+            ("TRACING_SERVICE_NAMESPACE", "edge"),
+            ("TRACING_SERVICE_INSTANCE_ID", "pod-1"),
+            ("TRACING_SAMPLING_RATE", "0.1"),
+        ]),
+        "--tracing --tracing-protocol grpc --tracing-service-name rl \
+         --tracing-service-namespace edge --tracing-service-instance-id pod-1 \
+         --tracing-sampling-rate 0.1"
+    );
+    // The Go server exports over HTTP unless told grpc, whatever OTEL_* says.
+    assert_eq!(
+        args(&[
+            ("TRACING_ENABLED", "true"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        ]),
+        "--tracing --tracing-protocol http"
+    );
+    assert_eq!(args(&[("TRACING_ENABLED", "false")]), "");
+    let translated = run(&[("TRACING_ENABLED", "true")]).unwrap();
+    assert!(translated.unsupported.is_empty(), "{translated:?}");
+    // meshlimit's own variables win over the Go ones.
+    assert_eq!(
+        args(&[
+            ("TRACING_ENABLED", "true"),
+            ("MESHLIMIT_TRACING", "false"),
+            ("TRACING_SERVICE_NAME", "rl"),
+            ("MESHLIMIT_TRACING_SERVICE_NAME", "ours"),
+            ("MESHLIMIT_TRACING_PROTOCOL", "grpc"),
+        ]),
+        ""
+    );
+}

@@ -87,11 +87,6 @@ const UNSUPPORTED: &[(&str, Option<bool>, &str)] = &[
         None,
         "meshlimit starts at once and reconnects in the background",
     ),
-    (
-        "TRACING_ENABLED",
-        Some(true),
-        "OpenTelemetry tracing is not supported",
-    ),
 ];
 
 /// Prefixes of whole families of unsupported variables.

@@ -16,9 +16,10 @@ use tonic::server::{NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 
 use super::{Answer, Rls, unary};
+use crate::traces::RequestSpan;
 
 /// The full gRPC name of the service.
-const SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
+pub(super) const SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
 /// The one method's path.
 const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
@@ -72,6 +73,8 @@ pub(super) struct ShouldRateLimit(
     /// The server's `Rls`, moved into the call's future: one count taken a request (tonic's
     /// generated servers take two).
     pub(super) Option<Arc<CachePadded<Rls>>>,
+    /// The call's span, when it is sampled; moved into the call's future.
+    pub(super) Option<RequestSpan>,
 );
 
 impl UnaryService<Bytes> for ShouldRateLimit {
@@ -79,11 +82,11 @@ impl UnaryService<Bytes> for ShouldRateLimit {
     type Future = BoxFuture<Response<Answer>, Status>;
 
     fn call(&mut self, request: Request<Bytes>) -> Self::Future {
-        let rls = self.0.take();
+        let (rls, span) = (self.0.take(), self.1.take());
         Box::pin(async move {
             // `Grpc::unary` calls the method it was given once and drops it.
             let rls = rls.ok_or_else(|| Status::internal("ShouldRateLimit called twice"))?;
-            rls.should_rate_limit(request.into_inner())
+            rls.should_rate_limit_in(request.into_inner(), span.as_ref())
                 .await
                 .map(Response::new)
         })

@@ -30,6 +30,7 @@ use tonic::server::Grpc;
 use super::Rls;
 use super::codec::ShouldRateLimitCodec;
 use super::route::ShouldRateLimit;
+use crate::traces::{RequestSpan, SHOULD_RATE_LIMIT_SPAN};
 
 /// The gRPC message prefix: a compressed flag, then the length as 4 big-endian bytes.
 const PREFIX: usize = 5;
@@ -44,16 +45,21 @@ where
     B: HttpBody<Data = Bytes> + Unpin + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + Unpin,
 {
+    // Tracing off: this one test of the handle.
+    let span = match &rls.traces {
+        None => None,
+        Some(traces) => traces.server_span(request.headers(), SHOULD_RATE_LIMIT_SPAN),
+    };
     if request.headers().contains_key(GRPC_ENCODING) {
-        return through_tonic(rls, request).await;
+        return through_tonic(rls, request, span).await;
     }
     let (parts, mut body) = request.into_parts();
     let (first, message) = first_frame(&mut body).await;
     let Some(message) = message else {
         let body = Prepended { first, rest: body };
-        return through_tonic(rls, Request::from_parts(parts, body)).await;
+        return through_tonic(rls, Request::from_parts(parts, body), span).await;
     };
-    match rls.should_rate_limit(message).await {
+    match rls.should_rate_limit_in(message, span.as_ref()).await {
         Ok(answer) => one_message_response(|bytes| answer.encode(bytes)),
         Err(status) => status.into_http(),
     }
@@ -113,14 +119,19 @@ fn one_message(data: &Bytes) -> Option<Bytes> {
         .then(|| data.slice(PREFIX..))
 }
 
-/// The call as tonic makes it, for every shape [`answer`] does not take.
-async fn through_tonic<B>(rls: Arc<CachePadded<Rls>>, request: Request<B>) -> Response<Body>
+/// The call as tonic makes it, for every shape [`answer`] does not take, traced in `span`
+/// when sampled.
+async fn through_tonic<B>(
+    rls: Arc<CachePadded<Rls>>,
+    request: Request<B>,
+    span: Option<RequestSpan>,
+) -> Response<Body>
 where
     B: HttpBody<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send,
 {
     let mut grpc = Grpc::new(ShouldRateLimitCodec);
-    grpc.unary(ShouldRateLimit(Some(rls)), request).await
+    grpc.unary(ShouldRateLimit(Some(rls), span), request).await
 }
 
 /// A request body with its first frame (already read) put back in front.
@@ -299,12 +310,20 @@ mod tests {
         answers
     }
 
+    /// [`through_tonic`] without a span.
+    async fn untraced_tonic(
+        rls: Arc<CachePadded<Rls>>,
+        request: Request<Frames>,
+    ) -> Response<Body> {
+        through_tonic(rls, request, None).await
+    }
+
     #[tokio::test]
     async fn the_common_shape_is_answered_as_tonic_answers_it() {
         let frame = prefixed(0, REQUEST);
         let one = || request(&[], &[&frame]);
         let ours = three_answers(answer, one).await;
-        let tonics = three_answers(through_tonic, one).await;
+        let tonics = three_answers(untraced_tonic, one).await;
         assert_eq!(ours, tonics);
         let (status, headers, data, trailers) = &ours[2];
         assert_eq!(*status, http::StatusCode::OK);
@@ -343,8 +362,36 @@ mod tests {
         for (headers, chunks) in shapes {
             let make = || request(&headers, &chunks);
             let ours = three_answers(answer, make).await;
-            let tonics = three_answers(through_tonic, make).await;
+            let tonics = three_answers(untraced_tonic, make).await;
             assert_eq!(ours, tonics, "{headers:?} {chunks:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_through_tonic_is_traced_as_one_in_the_common_shape() {
+        let (traces, ended, _provider) = crate::traces::recording::traces(1.0);
+        let rls = Arc::new(CachePadded::new(
+            CachePadded::into_inner(Arc::into_inner(rls()).unwrap()).with_traces(Some(traces)),
+        ));
+        let frame = prefixed(0, REQUEST);
+        let (head, tail) = frame.split_at(7);
+        // The common shape, then the same message over two frames (through tonic).
+        for chunks in [vec![&frame[..]], vec![head, tail]] {
+            let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+            let (status, _, _, trailers) =
+                seen(answer(rls.clone(), request(&[("traceparent", parent)], &chunks)).await).await;
+            assert_eq!(status, http::StatusCode::OK);
+            assert_eq!(trailers["grpc-status"], "0");
+        }
+        let ended = ended.lock().unwrap();
+        assert_eq!(ended.len(), 2, "{ended:?}");
+        for span in ended.iter() {
+            assert_eq!(span.name, crate::traces::SHOULD_RATE_LIMIT_SPAN);
+            let domain = span
+                .attributes
+                .iter()
+                .find(|kv| kv.key.as_str() == "domain");
+            assert_eq!(domain.map(|kv| kv.value.to_string()).as_deref(), Some("t"));
         }
     }
 
@@ -360,7 +407,7 @@ mod tests {
         };
         assert_eq!(
             three_answers(answer, failing).await,
-            three_answers(through_tonic, failing).await
+            three_answers(untraced_tonic, failing).await
         );
     }
 

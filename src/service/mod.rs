@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 pub use answer::{CurrentLimit, LimitStatus, Response, Status};
 pub use decision::Decision;
+use opentelemetry::KeyValue;
 
 use crate::clock::{Clock, Stopwatch};
 use crate::config::{Config, SharedConfig};
@@ -19,6 +20,7 @@ use crate::request::RequestDescriptor;
 use crate::request_limits::RequestLimits;
 use crate::rules::Algorithm;
 use crate::store::{MemoryStore, Reports, Store};
+use crate::traces::{REDIS_SPAN, RequestSpan};
 
 /// The rate-limit service: config, store and clock. Cheap to clone (handles only), so
 /// that the gRPC and HTTP servers each hold one.
@@ -164,6 +166,7 @@ impl Service {
                 domain,
                 descriptors,
                 hits_addend,
+                None,
             ))),
         }
     }
@@ -226,7 +229,8 @@ impl Service {
     /// [`Service::should_rate_limit`]'s answer waited for (Redis; any store), with the
     /// response time counted. The steps of [`Service::decide_now`] written again with the
     /// store call awaited: one body generic over the call would make the embedded store's
-    /// decision a future again.
+    /// decision a future again. With `span` (a sampled request), the store call is a child
+    /// span of it.
     ///
     /// # Errors
     /// As [`Service::should_rate_limit`].
@@ -235,6 +239,7 @@ impl Service {
         domain: &str,
         descriptors: &[D],
         hits_addend: u32,
+        span: Option<&RequestSpan>,
     ) -> Result<Response, RequestError> {
         let timer = ResponseTimer::start(self.metrics.as_deref());
         let mut decided_at = None;
@@ -250,7 +255,17 @@ impl Service {
                 Reports::new()
             } else {
                 let started = self.metrics.is_some().then(Stopwatch::start);
-                let reports = self.store.check(&checks, self.clock.now()).await;
+                let call = self.store.check(&checks, self.clock.now());
+                let reports = match span {
+                    None => call.await,
+                    Some(span) => {
+                        let attributes = vec![
+                            KeyValue::new("db.system.name", "redis"),
+                            KeyValue::new("checks", checks.len() as i64),
+                        ];
+                        span.child(REDIS_SPAN, attributes, call).await
+                    }
+                };
                 if let (Some(metrics), Some(started)) = (&self.metrics, started) {
                     decided_at = Some(metrics.store_answered(started, reports.is_err()));
                 }
