@@ -355,25 +355,8 @@ async fn the_same_with_flags() {
     let config = dir.path().join("config");
     write_split_domain(&config);
     let socket = dir.path().join("meshlimit.sock");
-    let (config, socket_arg) = (config.display().to_string(), socket.display().to_string());
-    let http = format!("127.0.0.1:{}", free_port());
-    let ml = Meshlimit::start_with(
-        &[
-            "serve",
-            "--config",
-            &config,
-            "--http-addr",
-            &http,
-            "--grpc-uds",
-            &socket_arg,
-            "--merge-domain-config",
-            "--response-dynamic-metadata",
-            "--log",
-            "info",
-        ],
-        &[],
-    )
-    .await;
+    let flags = ["--merge-domain-config", "--response-dynamic-metadata"];
+    let ml = Meshlimit::start_on_socket(&config, &socket, &flags).await;
     check_socket_merge_and_metadata(&socket).await;
     // /json answers with the same metadata, as protojson writes it.
     let (status, body) = support::http_post(

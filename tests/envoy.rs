@@ -198,31 +198,20 @@ async fn envoy_reads_dynamic_metadata_over_a_unix_socket() {
     )
     .unwrap();
     let socket = dir.path().join("meshlimit.sock");
-    let (config, socket_arg) = (config.display().to_string(), socket.display().to_string());
-    let http = format!("127.0.0.1:{}", support::free_port());
-    let meshlimit = support::process::Meshlimit::start_with(
-        &[
-            "serve",
-            "--config",
-            &config,
-            "--http-addr",
-            &http,
-            "--grpc-uds",
-            &socket_arg,
-            "--merge-domain-config",
-            "--response-dynamic-metadata",
-            "--log",
-            "info",
-        ],
-        &[],
-    )
-    .await;
+    let flags = ["--merge-domain-config", "--response-dynamic-metadata"];
+    let meshlimit = support::process::Meshlimit::start_on_socket(&config, &socket, &flags).await;
     let envoy = Envoy::start(2, |ports| {
-        support::envoy::with_backend(METADATA_ENVOY)
+        support::envoy::with_front(&support::envoy::with_backend(METADATA_ENVOY))
             .replace("@ADMIN@", &ports.admin.to_string())
             .replace("@FRONT@", &ports.listeners[0].to_string())
             .replace("@BACKEND@", &ports.listeners[1].to_string())
-            .replace("@SOCKET@", &socket_arg)
+            .replace(
+                "@MESHLIMIT_CLUSTER@\n",
+                &support::envoy::h2_cluster(
+                    "meshlimit",
+                    &format!("pipe: {{ path: \"{}\" }}", socket.display()),
+                ),
+            )
     })
     .await;
     let front = envoy.listener(0);
@@ -244,20 +233,7 @@ async fn envoy_reads_dynamic_metadata_over_a_unix_socket() {
 /// One front listener whose route asks meshlimit (over a pipe) about `user` and `tier`
 /// and copies `metadata.pool` of the answer's dynamic metadata into `x-pool`.
 const METADATA_ENVOY: &str = r#"
-admin:
-  address:
-    socket_address: { address: 127.0.0.1, port_value: @ADMIN@ }
-static_resources:
-  listeners:
-  - name: front
-    address:
-      socket_address: { address: 127.0.0.1, port_value: @FRONT@ }
-    enable_reuse_port: false
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+@FRONT_HEAD@
           stat_prefix: front_http
           route_config:
             virtual_hosts:
@@ -292,19 +268,5 @@ static_resources:
 @BACKEND_LISTENER@
   clusters:
 @BACKEND_CLUSTER@
-  - name: meshlimit
-    type: STATIC
-    connect_timeout: 5s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config:
-          http2_protocol_options: {}
-    load_assignment:
-      cluster_name: meshlimit
-      endpoints:
-      - lb_endpoints:
-        - endpoint:
-            address:
-              pipe: { path: "@SOCKET@" }
+@MESHLIMIT_CLUSTER@
 "#;

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use support::envoy::{Envoy, EnvoyPorts};
+use support::envoy::{Envoy, EnvoyPorts, h2_cluster, loopback};
 use support::otlp::{Collector, Received, hex};
 use support::process::{Meshlimit, serve_on_loopback};
 use support::redis::RedisServer;
@@ -399,53 +399,19 @@ async fn envoys_span_and_meshlimits_are_one_trace() {
 /// A front listener (port 0) that rate-limits every request on `x-key` through meshlimit
 /// and traces every request to the collector, and the backend (port 1).
 fn envoy_yaml(ports: &EnvoyPorts, grpc: SocketAddr, otlp: SocketAddr) -> String {
-    support::envoy::with_backend(ENVOY)
+    support::envoy::with_front(&support::envoy::with_backend(ENVOY))
         .replace("@ADMIN@", &ports.admin.to_string())
         .replace("@FRONT@", &ports.listeners[0].to_string())
         .replace("@BACKEND@", &ports.listeners[1].to_string())
-        .replace("@MESHLIMIT_CLUSTER@\n", &h2_cluster("meshlimit", grpc))
-        .replace("@OTLP_CLUSTER@\n", &h2_cluster("otlp", otlp))
+        .replace(
+            "@MESHLIMIT_CLUSTER@\n",
+            &h2_cluster("meshlimit", &loopback(grpc)),
+        )
+        .replace("@OTLP_CLUSTER@\n", &h2_cluster("otlp", &loopback(otlp)))
 }
-
-/// A cluster `name` of one HTTP/2 endpoint, `address`: meshlimit's gRPC, the collector's.
-fn h2_cluster(name: &str, address: SocketAddr) -> String {
-    H2_CLUSTER
-        .replace("@NAME@", name)
-        .replace("@PORT@", &address.port().to_string())
-}
-
-const H2_CLUSTER: &str = r#"  - name: @NAME@
-    type: STATIC
-    connect_timeout: 5s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config:
-          http2_protocol_options: {}
-    load_assignment:
-      cluster_name: @NAME@
-      endpoints:
-      - lb_endpoints:
-        - endpoint:
-            address:
-              socket_address: { address: 127.0.0.1, port_value: @PORT@ }
-"#;
 
 const ENVOY: &str = r#"
-admin:
-  address:
-    socket_address: { address: 127.0.0.1, port_value: @ADMIN@ }
-static_resources:
-  listeners:
-  - name: front
-    address:
-      socket_address: { address: 127.0.0.1, port_value: @FRONT@ }
-    enable_reuse_port: false
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+@FRONT_HEAD@
           stat_prefix: front
           tracing:
             random_sampling: { value: 100 }

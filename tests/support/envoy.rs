@@ -333,3 +333,58 @@ const BACKEND_CLUSTER: &str = r#"  - name: backend
             address:
               socket_address: { address: 127.0.0.1, port_value: @BACKEND@ }
 "#;
+
+/// `template` with its `@FRONT_HEAD@` line replaced by the admin listener on `@ADMIN@`
+/// and the start of a listener `front` on `@FRONT@` with an HTTP connection manager, up
+/// to its `@type` (the caller goes on with `stat_prefix`, tracing, routes and filters).
+pub fn with_front(template: &str) -> String {
+    template.replace("@FRONT_HEAD@\n", FRONT_HEAD)
+}
+
+const FRONT_HEAD: &str = r#"admin:
+  address:
+    socket_address: { address: 127.0.0.1, port_value: @ADMIN@ }
+static_resources:
+  listeners:
+  - name: front
+    address:
+      socket_address: { address: 127.0.0.1, port_value: @FRONT@ }
+    enable_reuse_port: false
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+"#;
+
+/// A cluster `name` of one HTTP/2 endpoint (a gRPC server: meshlimit, a collector) at
+/// `address`, an Envoy address in YAML flow form ([`loopback`], or a `pipe`).
+pub fn h2_cluster(name: &str, address: &str) -> String {
+    H2_CLUSTER
+        .replace("@NAME@", name)
+        .replace("@ADDRESS@", address)
+}
+
+/// `addr`'s port on 127.0.0.1 as an Envoy `socket_address`.
+pub fn loopback(addr: SocketAddr) -> String {
+    format!(
+        "socket_address: {{ address: 127.0.0.1, port_value: {} }}",
+        addr.port()
+    )
+}
+
+const H2_CLUSTER: &str = r#"  - name: @NAME@
+    type: STATIC
+    connect_timeout: 5s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config:
+          http2_protocol_options: {}
+    load_assignment:
+      cluster_name: @NAME@
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address: { @ADDRESS@ }
+"#;

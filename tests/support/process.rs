@@ -92,6 +92,14 @@ impl Meshlimit {
         Self::start_with(&argv, &[]).await
     }
 
+    /// [`Meshlimit::start`] serving gRPC on the Unix socket `socket` (`--grpc-uds`).
+    pub async fn start_on_socket(config: &Path, socket: &Path, args: &[&str]) -> Meshlimit {
+        let socket = socket.display().to_string();
+        let mut argv = vec!["--grpc-uds", socket.as_str()];
+        argv.extend_from_slice(args);
+        Self::start(config, &argv).await
+    }
+
     /// Starts `meshlimit argv...` with `env` added to its environment and waits until it
     /// serves (it must log at info level, in either format).
     pub async fn start_with(argv: &[&str], env: &[(&str, &str)]) -> Meshlimit {
