@@ -320,9 +320,7 @@ impl Service {
         }
         response
     }
-}
 
-impl Service {
     /// Gives `response` its dynamic metadata, when answers carry it.
     fn add_metadata<D: RequestDescriptor>(
         &self,
