@@ -447,6 +447,13 @@ async fn global_quota_mode_refuses_only_when_every_descriptor_is_over() {
             .1
             .contains("# global quota mode")
     );
+    // /explain says so of a rule that is not in quota mode itself.
+    let (status, text) = http_get(ml.http, "/explain?domain=ops&descriptor=three=q").await;
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        text.contains("; quota mode (--quota-mode): denies only when"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -127,7 +127,7 @@ pub fn explain_bucket(
         } else {
             limits.join("; ")
         },
-        flags(rule)
+        flags(rule, rule.mode)
     );
     let quota = match quota_of(rule, defaults.algorithm) {
         Quota::AllowAll => "blanket_rule ALLOW_ALL".to_string(),

@@ -126,7 +126,7 @@ pub async fn explain(
                             rule.full_key,
                             name(rule),
                             describe(&limit),
-                            flags(rule)
+                            flags(rule, plan.mode_of(resolved))
                         );
                     }
                     let now = state_of(0, limit.algorithm);
@@ -139,7 +139,7 @@ pub async fn explain(
                         "  rule: {}: {} limits, all must have room{}",
                         rule.full_key,
                         limits.len(),
-                        flags(rule)
+                        flags(rule, plan.mode_of(resolved))
                     );
                 }
                 let bound = binding(&reports);
@@ -305,12 +305,19 @@ fn state(report: &Report, algorithm: Algorithm) -> String {
     format!("OK: {} remaining; {rest}", report.remaining)
 }
 
-fn flags(rule: &Rule) -> &'static str {
-    match rule.mode {
-        Mode::Enforce => "",
-        Mode::Shadow => "; shadow_mode: an over-limit status is reported as OK",
-        Mode::Quota => "; quota_mode: denies only when every quota descriptor is over",
-        Mode::ShadowQuota => "; shadow_mode and quota_mode: never denies",
+/// What `mode`, the mode `rule`'s descriptor is decided in, does; global quota mode
+/// (`--quota-mode`) makes it a quota one whatever the rule says.
+fn flags(rule: &Rule, mode: Mode) -> &'static str {
+    let global = mode.is_quota() && !rule.mode.is_quota();
+    match (mode, global) {
+        (Mode::Enforce, _) => "",
+        (Mode::Shadow, _) => "; shadow_mode: an over-limit status is reported as OK",
+        (Mode::Quota, false) => "; quota_mode: denies only when every quota descriptor is over",
+        (Mode::Quota, true) => {
+            "; quota mode (--quota-mode): denies only when every descriptor but unlimited ones is over"
+        }
+        (Mode::ShadowQuota, false) => "; shadow_mode and quota_mode: never denies",
+        (Mode::ShadowQuota, true) => "; shadow_mode, and quota mode (--quota-mode): never denies",
     }
 }
 
