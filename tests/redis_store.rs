@@ -15,7 +15,7 @@ use meshlimit::error::{RequestError, StoreErrorKind};
 use meshlimit::request::Descriptor;
 use meshlimit::service::{Response, Service};
 use meshlimit::store::StoreHealth;
-use meshlimit::store::redis::{FailurePolicy, RedisOptions, TimeSource};
+use meshlimit::store::redis::{FailurePolicy, RedisOptions, RedisTlsFiles, TimeSource};
 use support::START;
 use support::redis::RedisServer;
 
@@ -518,6 +518,55 @@ async fn tls_urls_work() {
     }
     assert!(!passes(&service, &[("pair", "tls")]).await);
     assert_eq!(bucket_keys(&redis), 1);
+}
+
+/// `--redis-tls-ca` and `--redis-tls-cert`/`--redis-tls-key`: a Redis whose certificate a
+/// private CA signed, and which asks every client for a certificate of that CA (the Go
+/// server's REDIS_TLS_CACERT, REDIS_TLS_CLIENT_CERT, REDIS_TLS_CLIENT_KEY). Verified, not
+/// `#insecure`: without the CA the server is not trusted, without the client certificate
+/// the server refuses meshlimit.
+#[tokio::test]
+async fn mutual_tls_with_a_private_ca() {
+    let pki = support::pki::Pki::new();
+    pki.issue("redis", "IP:127.0.0.1", 1);
+    pki.issue("meshlimit", "DNS:meshlimit", 2);
+    let tls_port = support::free_port().to_string();
+    let _redis = RedisServer::start_with(&[
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        &pki.arg("redis.pem"),
+        "--tls-key-file",
+        &pki.arg("redis.key"),
+        "--tls-ca-cert-file",
+        &pki.arg("ca.pem"),
+        "--tls-auth-clients",
+        "yes",
+    ]);
+    let url = format!("rediss://127.0.0.1:{tls_port}");
+    let with = |tls: RedisTlsFiles| {
+        replica(&url, system(), move |o| {
+            o.tls = tls;
+            o.timeout = Duration::from_secs(2);
+        })
+    };
+    let client = Some((pki.path("meshlimit.pem"), pki.path("meshlimit.key")));
+    let both = with(RedisTlsFiles {
+        ca: Some(pki.path("ca.pem")),
+        client: client.clone(),
+    });
+    for _ in 0..2 {
+        assert!(passes(&both, &[("pair", "mtls")]).await);
+    }
+    assert!(!passes(&both, &[("pair", "mtls")]).await);
+
+    let no_client = with(RedisTlsFiles {
+        ca: Some(pki.path("ca.pem")),
+        client: None,
+    });
+    assert!(ask(&no_client, &[("pair", "c")]).await.is_err());
+    let system_roots = with(RedisTlsFiles { ca: None, client });
+    assert!(ask(&system_roots, &[("pair", "r")]).await.is_err());
 }
 
 /// The bucket keys Redis holds (not the store's short-lived probe keys).

@@ -22,7 +22,7 @@ pub use settings::Settings;
 use crate::config::render_errors;
 use crate::error::ConfigError;
 use crate::net::TlsError;
-use crate::store::redis::UrlError;
+use crate::store::redis::SetupError;
 
 /// Why the server could not start or stopped abnormally.
 #[derive(Debug, thiserror::Error)]
@@ -42,7 +42,7 @@ pub enum Error {
     Http(#[from] std::io::Error),
     /// The Redis URL is invalid.
     #[error("{0}")]
-    Redis(#[from] UrlError),
+    Redis(#[from] SetupError),
     /// A TLS certificate, key or CA file is missing or invalid.
     #[error("TLS: {0}")]
     Tls(#[from] TlsError),

@@ -101,6 +101,17 @@ pub struct Serve {
     /// server's EXPIRATION_JITTER_MAX_SECONDS.
     #[arg(long, env = "MESHLIMIT_REDIS_EXPIRY_JITTER_MS", default_value_t = 0)]
     pub(crate) redis_expiry_jitter_ms: u64,
+    /// CA certificates (PEM) a rediss:// server's certificate must chain to, instead of
+    /// the system's roots.
+    #[arg(long, env = "MESHLIMIT_REDIS_TLS_CA")]
+    pub(crate) redis_tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for a rediss:// server that asks for one, with
+    /// --redis-tls-key.
+    #[arg(long, env = "MESHLIMIT_REDIS_TLS_CERT", requires = "redis_tls_key")]
+    pub(crate) redis_tls_cert: Option<PathBuf>,
+    /// Client key (PEM), with --redis-tls-cert.
+    #[arg(long, env = "MESHLIMIT_REDIS_TLS_KEY", requires = "redis_tls_cert")]
+    pub(crate) redis_tls_key: Option<PathBuf>,
     /// Algorithm for rules that do not set rate_limit.algorithm.
     #[arg(long, env = "MESHLIMIT_ALGORITHM", value_enum, default_value_t = AlgorithmArg::from(defaults::ALGORITHM))]
     pub(crate) algorithm: AlgorithmArg,

@@ -11,7 +11,7 @@ use crate::net::TlsFiles;
 use crate::request_limits::RequestLimits;
 use crate::source::ConfigSource;
 use crate::statsd::StatsdSettings;
-use crate::store::redis::RedisOptions;
+use crate::store::redis::{RedisOptions, RedisTlsFiles};
 
 impl Serve {
     /// The settings these flags ask for, serving `config`.
@@ -119,6 +119,10 @@ impl Serve {
                 // At most 64: the flag's range.
                 calls_in_flight: self.redis_calls_in_flight as usize,
                 expiry_jitter: Duration::from_millis(self.redis_expiry_jitter_ms),
+                tls: RedisTlsFiles {
+                    ca: self.redis_tls_ca.clone(),
+                    client: self.redis_tls_cert.clone().zip(self.redis_tls_key.clone()),
+                },
                 fallback_buckets: self.max_buckets,
                 fallback_bytes: self.max_store_bytes,
                 ..RedisOptions::new(self.redis_url.clone().unwrap_or_default())
@@ -233,6 +237,37 @@ mod tests {
             let argv = ["meshlimit", "serve"].into_iter().chain(flags(n));
             assert!(Cli::try_parse_from(argv).is_err(), "{n}");
         }
+    }
+
+    #[test]
+    fn redis_tls_files_and_expiry_jitter_reach_the_store() {
+        let redis = ["--store", "redis", "--redis-url", "rediss://h:1"];
+        let options = |more: &[&'static str]| {
+            serve(&[&redis[..], more].concat())
+                .redis_options()
+                .expect("redis")
+        };
+        let all = options(&[
+            "--redis-tls-ca",
+            "ca.pem",
+            "--redis-tls-cert",
+            "c.pem",
+            "--redis-tls-key",
+            "c.key",
+            "--redis-expiry-jitter-ms",
+            "300000",
+        ]);
+        assert_eq!(all.tls.ca, Some("ca.pem".into()));
+        assert_eq!(all.tls.client, Some(("c.pem".into(), "c.key".into())));
+        assert_eq!(all.expiry_jitter, Duration::from_secs(300));
+        let argv = ["meshlimit", "serve"]
+            .into_iter()
+            .chain(redis)
+            .chain(["--redis-tls-cert", "c.pem"]);
+        assert!(
+            Cli::try_parse_from(argv).is_err(),
+            "a certificate needs its key"
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 mod go_duration;
 mod grpc_server;
+mod redis_tls;
 mod redis_url;
 mod statsd;
 #[cfg(test)]
@@ -76,9 +77,11 @@ pub fn translate(
     let ours = |name: &str| env.ours(name);
     let grpc = grpc_server::translate(&set, &ours, env.flag("GRPC_SERVER_USE_TLS"))?;
     let xds = xds::translate(&set, &ours, names)?;
+    let redis_tls = redis_tls::translate(&set, &ours, env.flag("REDIS_TLS"));
     let tracing = tracing::translate(&set, &ours, env.flag("TRACING_ENABLED"));
     let mut unsupported = grpc.ignored;
     unsupported.extend(xds.ignored);
+    unsupported.extend(redis_tls.ignored);
     unsupported.extend(unsupported::named(&set, names));
     let go_set = !env.args.is_empty()
         || !grpc.args.is_empty()
@@ -89,6 +92,7 @@ pub fn translate(
     let mut args = env.args;
     args.extend(grpc.args);
     args.extend(xds.args);
+    args.extend(redis_tls.args);
     args.extend(stats);
     args.extend(tracing);
     Ok(Translated { args, unsupported })

@@ -118,6 +118,39 @@ fn redis_urls_for_each_type() {
 }
 
 #[test]
+fn redis_tls_files_need_redis_tls_and_come_in_pairs() {
+    let url = [
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", "r:6380"),
+        ("REDIS_TLS", "true"),
+    ];
+    let files = [
+        ("REDIS_TLS_CACERT", "/tls/ca.pem"),
+        ("REDIS_TLS_CLIENT_CERT", "/tls/c.pem"),
+        ("REDIS_TLS_CLIENT_KEY", "/tls/c.key"),
+    ];
+    assert_eq!(
+        args(&[&url[..], &files[..]].concat()),
+        "--store redis --redis-url rediss://r:6380 --redis-tls-ca /tls/ca.pem \
+         --redis-tls-cert /tls/c.pem --redis-tls-key /tls/c.key"
+    );
+    // Without REDIS_TLS, the files are named as ignored, as the Go server ignores them.
+    let plain = run(&[&url[..2], &files[..]].concat()).unwrap();
+    assert_eq!(
+        plain.args.join(" "),
+        "--store redis --redis-url redis://r:6380"
+    );
+    assert_eq!(plain.unsupported.len(), 3, "{:?}", plain.unsupported);
+    // A certificate without its key is not used.
+    let half = run(&[&url[..], &files[1..2]].concat()).unwrap();
+    assert_eq!(
+        half.args.join(" "),
+        "--store redis --redis-url rediss://r:6380"
+    );
+    assert!(half.unsupported[0].starts_with("REDIS_TLS_CLIENT_CERT (ignored"));
+}
+
+#[test]
 fn expiration_jitter_is_in_milliseconds() {
     assert_eq!(
         args(&[("EXPIRATION_JITTER_MAX_SECONDS", "300")]),

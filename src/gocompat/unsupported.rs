@@ -53,21 +53,6 @@ const UNSUPPORTED: &[(&str, Option<bool>, &str)] = &[
         "use MESHLIMIT_REDIS_TIMEOUT_MS, a per-request bound",
     ),
     (
-        "REDIS_TLS_CLIENT_CERT",
-        None,
-        "client certificates are not supported",
-    ),
-    (
-        "REDIS_TLS_CLIENT_KEY",
-        None,
-        "client certificates are not supported",
-    ),
-    (
-        "REDIS_TLS_CACERT",
-        None,
-        "the system's root certificates are used",
-    ),
-    (
         "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
         Some(true),
         "health follows Redis answering",

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::cluster::Cluster;
-use super::conn::{Target, UrlError, redact};
+use super::conn::{SetupError, Target, redact};
 use super::node::{Node, Source};
 use crate::error::StoreError;
 
@@ -20,7 +20,7 @@ pub(crate) enum Backend {
 
 impl Backend {
     /// The nodes of `target`, `url` naming a single one in messages; connects to nothing.
-    pub(crate) fn new(target: Target, url: &str, timeout: Duration) -> Result<Self, UrlError> {
+    pub(crate) fn new(target: Target, url: &str, timeout: Duration) -> Result<Self, SetupError> {
         let one = |source| Backend::One(Arc::new(Node::new(redact(url), source, timeout)));
         match target {
             Target::Single(client) => Ok(one(Source::Client(client))),
@@ -31,9 +31,10 @@ impl Backend {
                 seeds,
                 url_prefix,
                 url_suffix,
-            } => Cluster::new(seeds, url_prefix, url_suffix, timeout)
+                certs,
+            } => Cluster::new(seeds, (url_prefix, url_suffix), certs, timeout)
                 .map(|c| Backend::Cluster(Arc::new(c)))
-                .map_err(|e| UrlError(format!("{}: {}", redact(url), e.message))),
+                .map_err(|e| SetupError::Url(format!("{}: {}", redact(url), e.message))),
         }
     }
 

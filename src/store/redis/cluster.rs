@@ -32,6 +32,8 @@ pub(crate) struct Cluster {
     url_prefix: String,
     /// What goes after it (`/#insecure` for unchecked TLS).
     url_suffix: String,
+    /// The CA and client certificate of TLS connections to the nodes, if given.
+    certs: Option<redis::TlsCertificates>,
     /// Longest a node's connection or reply is waited for, and a slot map read per node.
     timeout: Duration,
     /// Which master serves each slot, as last read; swapped whole by a refresh, so that
@@ -59,20 +61,22 @@ impl std::fmt::Debug for Cluster {
 
 impl Cluster {
     /// A cluster reached through `seeds` (`host:port`), each node's URL being
-    /// `<url_prefix>host:port<url_suffix>`. Connects to nothing yet.
+    /// `<url_prefix>host:port<url_suffix>`, its TLS connections made with `certs` when
+    /// given. Connects to nothing yet.
     ///
     /// # Errors
     /// A node URL that redis-rs rejects.
     pub(crate) fn new(
         seeds: Vec<String>,
-        url_prefix: String,
-        url_suffix: String,
+        (url_prefix, url_suffix): (String, String),
+        certs: Option<redis::TlsCertificates>,
         timeout: Duration,
     ) -> Result<Self, StoreError> {
         let cluster = Self {
             seeds,
             url_prefix,
             url_suffix,
+            certs,
             timeout,
             map: ArcSwap::default(),
             nodes: Mutex::new(HashMap::new()),
@@ -96,7 +100,7 @@ impl Cluster {
             return Ok(node.clone());
         }
         let url = format!("{}{addr}{}", self.url_prefix, self.url_suffix);
-        let client = conn::client(&url).map_err(|e| {
+        let client = conn::client(&url, self.certs.as_ref()).map_err(|e| {
             StoreError::new(
                 StoreErrorKind::Unreachable,
                 format!("Redis Cluster node {addr}: {e}"),

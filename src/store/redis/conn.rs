@@ -12,7 +12,12 @@
 
 use redis::io::tcp::TcpSettings;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{Client, ConnectionAddr, IntoConnectionInfo, RedisResult, TlsMode};
+use std::path::Path;
+
+use redis::{
+    Client, ClientTlsConfig, ConnectionAddr, IntoConnectionInfo, RedisResult, TlsCertificates,
+    TlsMode,
+};
 
 /// A Redis deployment, parsed from a URL.
 pub(crate) enum Target {
@@ -26,6 +31,8 @@ pub(crate) enum Target {
         url_prefix: String,
         /// What follows a node's `host:port` (`/#insecure` for unchecked TLS).
         url_suffix: String,
+        /// The CA and client certificate of TLS connections to the nodes, if given.
+        certs: Option<TlsCertificates>,
     },
     /// The master the sentinels name.
     Sentinel(SentinelClient),
@@ -41,24 +48,29 @@ impl std::fmt::Debug for Target {
     }
 }
 
-/// A URL that does not name a Redis deployment meshlimit can use.
+/// Why the Redis store cannot be set up: a URL that does not name a Redis deployment
+/// meshlimit can use, or TLS files that cannot be read.
 #[derive(Debug, thiserror::Error)]
-#[error("invalid Redis URL: {0}")]
-pub struct UrlError(
+pub enum SetupError {
     /// The URL (its password hidden) and what is wrong with it.
-    pub(super) String,
-);
+    #[error("invalid Redis URL: {0}")]
+    Url(String),
+    /// A `--redis-tls-*` file and why it cannot be used.
+    #[error("Redis TLS: {0}")]
+    Tls(String),
+}
 
 impl Target {
-    /// Parses `url` (see the module docs); connects to nothing yet.
-    pub(crate) fn parse(url: &str) -> Result<Target, UrlError> {
-        let bad = |e: &dyn std::fmt::Display| UrlError(format!("{}: {e}", redact(url)));
+    /// Parses `url` (see the module docs), its TLS connections made with `certs` (a CA,
+    /// a client certificate) when given; connects to nothing yet.
+    pub(crate) fn parse(url: &str, certs: Option<&TlsCertificates>) -> Result<Target, SetupError> {
+        let bad = |e: &dyn std::fmt::Display| SetupError::Url(format!("{}: {e}", redact(url)));
         let (scheme, rest) = url
             .split_once("://")
-            .ok_or_else(|| UrlError(format!("{}: no scheme", redact(url))))?;
+            .ok_or_else(|| SetupError::Url(format!("{}: no scheme", redact(url))))?;
         match scheme {
             "redis" | "rediss" | "unix" | "redis+unix" => {
-                client(url).map(Target::Single).map_err(|e| bad(&e))
+                client(url, certs).map(Target::Single).map_err(|e| bad(&e))
             }
             "redis+cluster" | "rediss+cluster" => {
                 let tls = scheme.starts_with("rediss");
@@ -74,25 +86,30 @@ impl Target {
                     .map(str::to_string)
                     .collect();
                 if seeds.is_empty() {
-                    return Err(UrlError(format!("{}: no cluster nodes", redact(url))));
+                    return Err(SetupError::Url(format!(
+                        "{}: no cluster nodes",
+                        redact(url)
+                    )));
                 }
                 let url_prefix = format!("{}://{auth}", if tls { "rediss" } else { "redis" });
                 for seed in &seeds {
-                    client(&format!("{url_prefix}{seed}{url_suffix}")).map_err(|e| bad(&e))?;
+                    client(&format!("{url_prefix}{seed}{url_suffix}"), certs)
+                        .map_err(|e| bad(&e))?;
                 }
                 Ok(Target::Cluster {
                     seeds,
                     url_prefix,
                     url_suffix: url_suffix.to_string(),
+                    certs: certs.cloned(),
                 })
             }
             "redis+sentinel" | "rediss+sentinel" => {
                 let tls = scheme.starts_with("rediss");
-                sentinel(rest, tls)
+                sentinel(rest, tls, certs)
                     .map(Target::Sentinel)
                     .map_err(|e| bad(&e))
             }
-            other => Err(UrlError(format!(
+            other => Err(SetupError::Url(format!(
                 "{}: unknown scheme {other:?} (redis, rediss, unix, redis+unix, \
                  redis+cluster, rediss+cluster, redis+sentinel, rediss+sentinel)",
                 redact(url)
@@ -110,9 +127,43 @@ fn tcp_settings() -> TcpSettings {
 }
 
 /// A client of the server at `url` (one server, or a Cluster node), whose connections use
-/// [`tcp_settings`].
-pub(crate) fn client(url: &str) -> RedisResult<Client> {
-    Client::open(url.into_connection_info()?.set_tcp_settings(tcp_settings()))
+/// [`tcp_settings`] and, over TLS, `certs` when given (a `redis://` URL with `certs` is
+/// refused: the files would go unused).
+pub(crate) fn client(url: &str, certs: Option<&TlsCertificates>) -> RedisResult<Client> {
+    let info = url.into_connection_info()?.set_tcp_settings(tcp_settings());
+    match certs {
+        Some(certs) => Client::build_with_tls(info, certs.clone()),
+        None => Client::open(info),
+    }
+}
+
+/// The PEM files of `--redis-tls-ca` and `--redis-tls-cert`/`--redis-tls-key`, read;
+/// `None` when neither is given.
+///
+/// # Errors
+/// A file that cannot be read, naming it.
+pub(crate) fn certificates(
+    ca: Option<&Path>,
+    client: Option<(&Path, &Path)>,
+) -> Result<Option<TlsCertificates>, SetupError> {
+    let read = |path: &Path| {
+        std::fs::read(path).map_err(|e| SetupError::Tls(format!("{}: {e}", path.display())))
+    };
+    if ca.is_none() && client.is_none() {
+        return Ok(None);
+    }
+    let client_tls = match client {
+        Some((cert, key)) => Some(ClientTlsConfig {
+            client_cert: read(cert)?,
+            client_key: read(key)?,
+        }),
+        None => None,
+    };
+    let root_cert = ca.map(read).transpose()?;
+    Ok(Some(TlsCertificates {
+        client_tls,
+        root_cert,
+    }))
 }
 
 /// `user:password@` (kept with its `@`) and the rest.
@@ -135,7 +186,11 @@ pub(crate) fn redact(url: &str) -> String {
     }
 }
 
-fn sentinel(rest: &str, tls: bool) -> Result<SentinelClient, String> {
+fn sentinel(
+    rest: &str,
+    tls: bool,
+    certs: Option<&TlsCertificates>,
+) -> Result<SentinelClient, String> {
     let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
     let (auth, rest) = split_auth(rest);
     let (hosts, path) = rest
@@ -192,6 +247,13 @@ fn sentinel(rest: &str, tls: bool) -> Result<SentinelClient, String> {
     }
     if tls {
         builder = builder.set_client_to_redis_tls_mode(TlsMode::Secure);
+        if let Some(certs) = certs {
+            builder = builder.set_client_to_redis_certificates(certs.clone());
+        }
+    } else if certs.is_some() {
+        return Err(
+            "TLS files given for a redis+sentinel:// URL (rediss+sentinel:// is TLS)".into(),
+        );
     }
     builder.build().map_err(|e| e.to_string())
 }
@@ -224,23 +286,26 @@ mod tests {
     #[test]
     fn urls_parse_or_say_why() {
         assert!(matches!(
-            Target::parse("redis://127.0.0.1:6379/2"),
+            Target::parse("redis://127.0.0.1:6379/2", None),
             Ok(Target::Single(_))
         ));
         assert!(matches!(
-            Target::parse("redis+unix:///tmp/redis.sock"),
+            Target::parse("redis+unix:///tmp/redis.sock", None),
             Ok(Target::Single(_))
         ));
         assert!(matches!(
-            Target::parse("rediss://u:p@127.0.0.1:6380"),
+            Target::parse("rediss://u:p@127.0.0.1:6380", None),
             Ok(Target::Single(_))
         ));
         assert!(matches!(
-            Target::parse("redis+cluster://127.0.0.1:7000,127.0.0.1:7001"),
+            Target::parse("redis+cluster://127.0.0.1:7000,127.0.0.1:7001", None),
             Ok(Target::Cluster { .. })
         ));
         assert!(matches!(
-            Target::parse("redis+sentinel://:pw@127.0.0.1:26379,127.0.0.1:26380/mymaster/1"),
+            Target::parse(
+                "redis+sentinel://:pw@127.0.0.1:26379,127.0.0.1:26380/mymaster/1",
+                None
+            ),
             Ok(Target::Sentinel(_))
         ));
         for (url, why) in [
@@ -250,7 +315,7 @@ mod tests {
             ("redis+sentinel://127.0.0.1/m", "no port"),
             ("redis+cluster://", "no cluster nodes"),
         ] {
-            let err = Target::parse(url).unwrap_err().to_string();
+            let err = Target::parse(url, None).unwrap_err().to_string();
             assert!(err.contains(why), "{url}: {err}");
         }
     }
@@ -258,13 +323,16 @@ mod tests {
     #[test]
     fn connections_to_redis_send_without_delay() {
         for url in ["redis://127.0.0.1:6379", "redis+cluster://127.0.0.1:7000"] {
-            let client = match Target::parse(url) {
+            let client = match Target::parse(url, None) {
                 Ok(Target::Single(client)) => client,
                 Ok(Target::Cluster {
                     seeds,
                     url_prefix,
                     url_suffix,
-                }) => client(&format!("{url_prefix}{}{url_suffix}", seeds[0])).expect("valid"),
+                    ..
+                }) => {
+                    client(&format!("{url_prefix}{}{url_suffix}", seeds[0]), None).expect("valid")
+                }
                 other => panic!("{url}: {other:?}"),
             };
             assert!(
@@ -280,8 +348,28 @@ mod tests {
             redact("redis://user:secret@host:1/0"),
             "redis://user:***@host:1/0"
         );
-        let err = Target::parse("nope://u:secret@h").unwrap_err().to_string();
+        let err = Target::parse("nope://u:secret@h", None)
+            .unwrap_err()
+            .to_string();
         assert!(!err.contains("secret"), "{err}");
         assert_eq!(percent_decode("p%40ss"), "p@ss");
+    }
+
+    #[test]
+    fn tls_files_are_read_or_named() {
+        assert!(certificates(None, None).unwrap().is_none());
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "PEM").unwrap();
+        let certs = certificates(Some(&ca), None).unwrap().unwrap();
+        assert_eq!(certs.root_cert.as_deref(), Some(&b"PEM"[..]));
+        assert!(certs.client_tls.is_none());
+        let missing = dir.path().join("client.pem");
+        let err = certificates(Some(&ca), Some((&missing, &ca))).unwrap_err();
+        assert!(err.to_string().starts_with("Redis TLS: "), "{err}");
+        assert!(err.to_string().contains("client.pem"), "{err}");
+        // TLS files for a plain connection would go unused: refused.
+        let plain = Target::parse("redis://127.0.0.1:6379", Some(&certs)).unwrap_err();
+        assert!(plain.to_string().contains("rediss://"), "{plain}");
     }
 }

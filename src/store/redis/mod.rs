@@ -46,12 +46,12 @@ mod stats;
 use std::sync::Arc;
 
 use backend::Backend;
+pub use conn::SetupError;
 use conn::Target;
-pub use conn::UrlError;
 use fallback::Fallback;
 pub use health::NodeStatus;
 use leases::{Leases, Refill, Want};
-pub use options::{FailurePolicy, RedisOptions, TimeSource};
+pub use options::{FailurePolicy, RedisOptions, RedisTlsFiles, TimeSource};
 use over_limit_cache::OverLimitCache;
 pub use quota_demands::Demand;
 pub use quota_nudges::{Nudge, Nudges, QUOTA_NUDGES};
@@ -105,8 +105,16 @@ impl RedisStore {
     ///
     /// # Errors
     /// The URL is invalid.
-    pub fn new(options: RedisOptions, clock: Arc<dyn Clock>) -> Result<Self, UrlError> {
-        let target = Target::parse(&options.url)?;
+    pub fn new(options: RedisOptions, clock: Arc<dyn Clock>) -> Result<Self, SetupError> {
+        let certs = conn::certificates(
+            options.tls.ca.as_deref(),
+            options
+                .tls
+                .client
+                .as_ref()
+                .map(|(c, k)| (c.as_path(), k.as_path())),
+        )?;
+        let target = Target::parse(&options.url, certs.as_ref())?;
         Ok(Self {
             inner: Arc::new(Inner {
                 backend: Backend::new(target, &options.url, options.timeout)?,

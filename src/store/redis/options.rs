@@ -1,6 +1,7 @@
 //! How to reach Redis and how to use it: [`RedisOptions`], with what to answer when Redis
 //! cannot decide ([`FailurePolicy`]) and where the scripts read the time ([`TimeSource`]).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::conn;
@@ -72,6 +73,19 @@ pub struct RedisOptions {
     /// `EXPIRATION_JITTER_MAX_SECONDS`), so that keys of one fixed window do not all
     /// expire at its end. Whole milliseconds; zero: none.
     pub expiry_jitter: Duration,
+    /// PEM files for TLS connections (a `rediss` URL) beyond the system's roots.
+    pub tls: RedisTlsFiles,
+}
+
+/// PEM files for TLS to Redis (`--redis-tls-ca`, `--redis-tls-cert`, `--redis-tls-key`):
+/// read once, when the store is made.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RedisTlsFiles {
+    /// CA certificates the servers' certificates must chain to, instead of the system's
+    /// roots.
+    pub ca: Option<PathBuf>,
+    /// A client certificate and its key, for servers that ask for one (mutual TLS).
+    pub client: Option<(PathBuf, PathBuf)>,
 }
 
 impl std::fmt::Debug for RedisOptions {
@@ -90,6 +104,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("calls_in_flight", &self.calls_in_flight)
             .field("specialised", &self.specialised)
             .field("expiry_jitter", &self.expiry_jitter)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -113,6 +128,7 @@ impl RedisOptions {
             calls_in_flight: defaults::REDIS_CALLS_IN_FLIGHT,
             specialised: true,
             expiry_jitter: Duration::ZERO,
+            tls: RedisTlsFiles::default(),
         }
     }
 }
