@@ -66,12 +66,15 @@ impl<'a> BucketKey<'a> {
         &key[..end]
     }
 
-    /// The Redis key of this bucket: [`REDIS_PREFIX`], then the domain part in braces, then
-    /// the rest. The braces are a Cluster hash tag: every bucket of a domain lives in one slot,
-    /// so that one script call can decide a whole request.
-    pub fn redis_key(&self) -> String {
+    /// The Redis key of this bucket: the deployment's `namespace` (`--redis-key-prefix`,
+    /// usually empty), [`REDIS_PREFIX`], then the domain part in braces, then the rest. The
+    /// braces are a Cluster hash tag: every bucket of a domain lives in one slot, so that
+    /// one script call can decide a whole request.
+    pub fn redis_key(&self, namespace: &str) -> String {
         let domain = self.domain_part();
-        let mut out = String::with_capacity(REDIS_PREFIX.len() + self.0.len() + 2);
+        let mut out =
+            String::with_capacity(namespace.len() + REDIS_PREFIX.len() + self.0.len() + 2);
+        out.push_str(namespace);
         out.push_str(REDIS_PREFIX);
         out.push('{');
         out.push_str(domain);
@@ -212,14 +215,18 @@ mod tests {
     fn every_key_of_a_domain_shares_one_hash_tag() {
         let key = key_of("trading", ["user_id", "alice"]);
         assert_eq!(
-            BucketKey::from(key.as_str()).redis_key(),
+            BucketKey::from(key.as_str()).redis_key(""),
             "ml1:{7:trading}7:user_id5:alice"
         );
         // A brace in the domain ends the tag early: still one slot for the whole domain.
-        assert_eq!(BucketKey::from("3:a}b1:k").redis_key(), "ml1:{3:a}b}1:k");
+        assert_eq!(BucketKey::from("3:a}b1:k").redis_key(""), "ml1:{3:a}b}1:k");
         // Keys not in the format (tests, tools) are tagged whole.
-        assert_eq!(BucketKey::from("junk").redis_key(), "ml1:{junk}");
-        assert_eq!(BucketKey::from("99:short").redis_key(), "ml1:{99:short}");
+        assert_eq!(BucketKey::from("junk").redis_key(""), "ml1:{junk}");
+        assert_eq!(BucketKey::from("99:short").redis_key(""), "ml1:{99:short}");
+        assert_eq!(
+            BucketKey::from("1:d1:k").redis_key("env:"),
+            "env:ml1:{1:d}1:k"
+        );
     }
 
     #[test]

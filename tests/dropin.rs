@@ -82,7 +82,7 @@ fn go_env(root: &Path, watch_root: bool) -> Vec<(String, String)> {
         // Mapped to --quota-mode; one descriptor a request, so nothing else changes.
         ("QUOTA_MODE", "true".into()),
         // Not supported: must be named in a warning, not break the start.
-        ("CACHE_KEY_PREFIX", "legacy_".into()),
+        ("REDIS_PERSECOND", "true".into()),
         ("REDIS_POOL_SIZE", "20".into()),
     ]
     .into_iter()
@@ -123,7 +123,7 @@ async fn check_ports(ml: &Meshlimit, env: &[(String, String)]) {
         .lines()
         .find(|l| l.contains("does not support"))
         .unwrap_or_else(|| panic!("no warning about unsupported settings in:\n{log}"));
-    assert!(warning.contains("CACHE_KEY_PREFIX"), "{warning}");
+    assert!(warning.contains("REDIS_PERSECOND"), "{warning}");
     assert!(warning.contains("REDIS_POOL_SIZE"), "{warning}");
     assert!(!warning.contains("QUOTA_MODE"), "{warning}");
 }
@@ -187,7 +187,8 @@ async fn go_env_with_files_edited_in_place() {
     assert_eq!(hit(&ml, "b").await, Some(1));
 }
 
-/// REDIS_SOCKET_TYPE/REDIS_URL/REDIS_AUTH select the Redis store, as in the Go server.
+/// REDIS_SOCKET_TYPE/REDIS_URL/REDIS_AUTH select the Redis store, as in the Go server,
+/// and CACHE_KEY_PREFIX comes before every key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn go_redis_variables_select_the_redis_store() {
     let redis = RedisServer::start_with(&["--requirepass", "s3cret"]);
@@ -203,13 +204,14 @@ async fn go_redis_variables_select_the_redis_store() {
             ("REDIS_TYPE", "single".into()),
             ("REDIS_URL", redis.addr()),
             ("REDIS_AUTH", "s3cret".into()),
+            ("CACHE_KEY_PREFIX", "legacy:".into()),
         ]
         .map(|(k, v)| (k.to_string(), v)),
     );
     let ml = start(&env).await;
     assert_eq!(hit(&ml, "r").await, Some(2));
-    let keys = redis.cli_as(Some("s3cret"), &["KEYS", "ml1:{*"]);
-    assert!(keys.contains("ml1:{6:legacy}4:user1:r"), "{keys}");
+    let keys = redis.cli_as(Some("s3cret"), &["KEYS", "*ml1:{*"]);
+    assert_eq!(keys.trim(), "legacy:ml1:{6:legacy}4:user1:r", "{keys}");
 }
 
 /// A RateLimitService client over the Unix socket at `path`.

@@ -86,7 +86,7 @@ fn settled_states(servers: &[RedisServer], names: &[String]) -> Vec<Vec<Option<V
     );
     let mut states = vec![Vec::new(); servers.len()];
     for name in names {
-        let redis_key = BucketKey::from(name.as_str()).redis_key();
+        let redis_key = BucketKey::from(name.as_str()).redis_key("");
         let seen: Vec<(Option<Vec<u8>>, i64)> = conns
             .iter_mut()
             .map(|conn| {

@@ -220,7 +220,7 @@ async fn healthy_again(process: &Meshlimit) {
 /// The Redis key of `bin`'s bucket `key=value` (the store's public key format).
 fn redis_key(key: &str, value: &str) -> String {
     let part = |s: &str| format!("{}:{s}", s.len());
-    BucketKey::from(format!("{}{}{}", part("bin"), part(key), part(value)).as_str()).redis_key()
+    BucketKey::from(format!("{}{}{}", part("bin"), part(key), part(value)).as_str()).redis_key("")
 }
 
 /// Phases of an outage, as the traffic sees them.

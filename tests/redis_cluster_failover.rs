@@ -38,7 +38,7 @@ fn bucket_key(domain: &str, key: &str, value: &str) -> String {
 
 /// The Redis key every call of `domain` uses (its slot is the domain's).
 fn redis_key(domain: &str) -> String {
-    BucketKey::from(bucket_key(domain, "k", "v").as_str()).redis_key()
+    BucketKey::from(bucket_key(domain, "k", "v").as_str()).redis_key("")
 }
 
 /// Four domain names for each master (by node index), from the cluster's own slot map.

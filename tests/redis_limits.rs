@@ -81,7 +81,7 @@ impl Pair {
         let mut pipe = redis::pipe();
         for (key, _) in keys {
             pipe.cmd("PERSIST")
-                .arg(BucketKey::from(key.as_str()).redis_key())
+                .arg(BucketKey::from(key.as_str()).redis_key(""))
                 .ignore();
         }
         pipe.query_async::<()>(conn).await.expect("PERSIST");
@@ -352,7 +352,7 @@ async fn multiplier_windows_align_to_the_epoch_and_keys_expire_with_their_state(
 
 /// Redis' PTTL of bucket `key` in milliseconds (-2: no such key).
 fn pttl(server: &RedisServer, key: &str) -> i64 {
-    let redis_key = BucketKey::from(key).redis_key();
+    let redis_key = BucketKey::from(key).redis_key("");
     server
         .cli(&["PTTL", &redis_key])
         .trim()

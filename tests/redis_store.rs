@@ -569,6 +569,45 @@ async fn mutual_tls_with_a_private_ca() {
     assert!(ask(&system_roots, &[("pair", "r")]).await.is_err());
 }
 
+/// `--redis-key-prefix`: two deployments on one Redis, each with its own prefix, keep
+/// their buckets apart; every key, probes included, starts with its deployment's prefix.
+#[tokio::test]
+async fn key_prefixes_keep_deployments_on_one_redis_apart() {
+    let redis = RedisServer::start();
+    let deployment = |prefix: &'static str| {
+        replica(&redis.url(), system(), move |o| {
+            o.key_prefix = prefix.to_string();
+        })
+    };
+    let (staging, production) = (deployment("staging:"), deployment("prod:"));
+    for _ in 0..2 {
+        assert!(passes(&staging, &[("pair", "same")]).await);
+    }
+    assert!(!passes(&staging, &[("pair", "same")]).await);
+    assert!(
+        passes(&production, &[("pair", "same")]).await,
+        "its own bucket"
+    );
+    let keys = redis.cli(&["--scan"]);
+    let mut keys: Vec<&str> = keys.lines().collect();
+    keys.sort_unstable();
+    assert!(!keys.is_empty());
+    for key in &keys {
+        assert!(
+            key.starts_with("staging:ml1:") || key.starts_with("prod:ml1:"),
+            "{keys:?}"
+        );
+    }
+    assert!(
+        keys.contains(&"staging:ml1:{6:shared}4:pair4:same"),
+        "{keys:?}"
+    );
+    assert!(
+        keys.contains(&"prod:ml1:{6:shared}4:pair4:same"),
+        "{keys:?}"
+    );
+}
+
 /// The bucket keys Redis holds (not the store's short-lived probe keys).
 fn bucket_keys(redis: &RedisServer) -> usize {
     redis

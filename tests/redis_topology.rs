@@ -116,8 +116,8 @@ async fn cluster_replicas_admit_exactly_the_limit_all_or_nothing() {
     support::assert_one_limit_across(&replicas).await;
 
     // The request's two keys share one slot (the domain is the hash tag).
-    let user = BucketKey::from(bucket_key("shared", "user", "b").as_str()).redis_key();
-    let tight = BucketKey::from(bucket_key("shared", "tight", "b").as_str()).redis_key();
+    let user = BucketKey::from(bucket_key("shared", "user", "b").as_str()).redis_key("");
+    let tight = BucketKey::from(bucket_key("shared", "tight", "b").as_str()).redis_key("");
     let node = cluster.node_for_key(&user);
     assert_eq!(cluster.node_for_key(&tight), node);
     let held = keys_by_node(&cluster);
@@ -181,7 +181,7 @@ async fn cluster_spreads_domains_keeps_each_on_one_node_and_survives_script_flus
     );
     // The keys are where the store's public key format says.
     for domain in DOMAINS {
-        let key = BucketKey::from(bucket_key(domain, "k", "v0").as_str()).redis_key();
+        let key = BucketKey::from(bucket_key(domain, "k", "v0").as_str()).redis_key("");
         assert!(held[cluster.node_for_key(&key)].contains(&key), "{key}");
     }
 
@@ -368,7 +368,7 @@ async fn sentinel_failovers_under_traffic_recover_and_still_limit_exactly() {
         support::concurrent(&replicas, "shared", 60, &[&[("twenty", "one")]]).await,
         20
     );
-    let key = BucketKey::from(bucket_key("shared", "twenty", "one").as_str()).redis_key();
+    let key = BucketKey::from(bucket_key("shared", "twenty", "one").as_str()).redis_key("");
     assert_eq!(setup.current_master().cli(&["EXISTS", &key]), "1", "{key}");
 
     // And back: the old master returns as a replica, then the new master dies.
@@ -390,7 +390,7 @@ async fn sentinel_failovers_under_traffic_recover_and_still_limit_exactly() {
         support::concurrent(&replicas, "shared", 60, &[&[("twenty", "two")]]).await,
         20
     );
-    let key = BucketKey::from(bucket_key("shared", "twenty", "two").as_str()).redis_key();
+    let key = BucketKey::from(bucket_key("shared", "twenty", "two").as_str()).redis_key("");
     assert_eq!(setup.current_master().cli(&["EXISTS", &key]), "1", "{key}");
 
     stop.store(true, Ordering::Release);

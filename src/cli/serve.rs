@@ -101,6 +101,11 @@ pub struct Serve {
     /// server's EXPIRATION_JITTER_MAX_SECONDS.
     #[arg(long, env = "MESHLIMIT_REDIS_EXPIRY_JITTER_MS", default_value_t = 0)]
     pub(crate) redis_expiry_jitter_ms: u64,
+    /// What every Redis key starts with, before meshlimit's own `ml1:` (the Go server's
+    /// CACHE_KEY_PREFIX): deployments sharing one Redis keep apart, and a Redis ACL can
+    /// grant exactly these keys.
+    #[arg(long, env = "MESHLIMIT_REDIS_KEY_PREFIX", default_value = "")]
+    pub(crate) redis_key_prefix: String,
     /// CA certificates (PEM) a rediss:// server's certificate must chain to, instead of
     /// the system's roots.
     #[arg(long, env = "MESHLIMIT_REDIS_TLS_CA")]

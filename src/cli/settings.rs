@@ -119,6 +119,7 @@ impl Serve {
                 // At most 64: the flag's range.
                 calls_in_flight: self.redis_calls_in_flight as usize,
                 expiry_jitter: Duration::from_millis(self.redis_expiry_jitter_ms),
+                key_prefix: self.redis_key_prefix.clone(),
                 tls: RedisTlsFiles {
                     ca: self.redis_tls_ca.clone(),
                     client: self.redis_tls_cert.clone().zip(self.redis_tls_key.clone()),
@@ -256,7 +257,10 @@ mod tests {
             "c.key",
             "--redis-expiry-jitter-ms",
             "300000",
+            "--redis-key-prefix",
+            "staging:",
         ]);
+        assert_eq!(all.key_prefix, "staging:");
         assert_eq!(all.tls.ca, Some("ca.pem".into()));
         assert_eq!(all.tls.client, Some(("c.pem".into(), "c.key".into())));
         assert_eq!(all.expiry_jitter, Duration::from_secs(300));

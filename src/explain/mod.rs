@@ -112,7 +112,10 @@ pub async fn explain(
                     (Ok(_), Some(report)) => state(report, algorithm),
                     (Ok(_), None) => "unknown".into(),
                 };
-                let redis = matches!(store, Store::Redis(_));
+                let redis = match store {
+                    Store::Redis(redis) => Some(redis.key_prefix()),
+                    _ => None,
+                };
                 let mut each = plan.limit_keys(limits, key);
                 if limits.len() == 1 {
                     // One limit: the rule's line says it all, as it always has.
@@ -274,12 +277,18 @@ fn describe(limit: &Limit) -> String {
     }
 }
 
-/// A bucket's lines, each after `indent`: its key, its Redis key on a Redis store, and
-/// its state `now`.
-fn bucket_lines(out: &mut String, indent: &str, bucket: &BucketKey<'_>, redis: bool, now: &str) {
+/// A bucket's lines, each after `indent`: its key, its Redis key on a Redis store (whose
+/// keys start with `redis`), and its state `now`.
+fn bucket_lines(
+    out: &mut String,
+    indent: &str,
+    bucket: &BucketKey<'_>,
+    redis: Option<&str>,
+    now: &str,
+) {
     let _ = writeln!(out, "{indent}bucket: {bucket}");
-    if redis {
-        let _ = writeln!(out, "{indent}redis key: {}", bucket.redis_key());
+    if let Some(namespace) = redis {
+        let _ = writeln!(out, "{indent}redis key: {}", bucket.redis_key(namespace));
     }
     let _ = writeln!(out, "{indent}state now: {now}");
 }

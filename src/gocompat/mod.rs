@@ -241,6 +241,11 @@ fn store(env: &mut Env<impl Fn(&str) -> Option<String>>) -> Result<(), String> {
         let url = redis_url(&url, &|name| env.set(name), &|name| env.flag(name))?;
         env.push(&["--store", "redis", "--redis-url", &url]);
     }
+    if let Some(prefix) = env.set("CACHE_KEY_PREFIX")
+        && !env.ours("MESHLIMIT_REDIS_KEY_PREFIX")
+    {
+        env.push(&["--redis-key-prefix", &prefix]);
+    }
     // Whole seconds in the Go server; 0 or less adds none there either. Not its default
     // of 300 s when unset: meshlimit deletes a full token bucket instead of leaving it to
     // expire, and keys whose TTL is a tenth of a second would live minutes for nothing.

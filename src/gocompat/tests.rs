@@ -151,7 +151,11 @@ fn redis_tls_files_need_redis_tls_and_come_in_pairs() {
 }
 
 #[test]
-fn expiration_jitter_is_in_milliseconds() {
+fn key_prefix_and_expiration_jitter_in_milliseconds() {
+    assert_eq!(
+        args(&[("CACHE_KEY_PREFIX", "staging:")]),
+        "--redis-key-prefix staging:"
+    );
     assert_eq!(
         args(&[("EXPIRATION_JITTER_MAX_SECONDS", "300")]),
         "--redis-expiry-jitter-ms 300000"
@@ -203,7 +207,7 @@ fn behaviour_switches() {
 #[test]
 fn unsupported_variables_are_named() {
     let t = run(&[
-        ("CACHE_KEY_PREFIX", "rl_"),
+        ("REDIS_PERSECOND", "true"),
         ("USE_DOG_STATSD", "false"),
         ("REDIS_POOL_SIZE", "20"),
         ("CONFIG_GRPC_XDS_SERVER_URL", "x:1"),
@@ -217,7 +221,7 @@ fn unsupported_variables_are_named() {
         .collect();
     assert_eq!(names.len(), 3, "{:?}", t.unsupported);
     for name in [
-        "CACHE_KEY_PREFIX",
+        "REDIS_PERSECOND",
         "REDIS_POOL_SIZE",
         "CONFIG_GRPC_XDS_SERVER_URL",
     ] {

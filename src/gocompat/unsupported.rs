@@ -12,11 +12,6 @@ const UNSUPPORTED: &[(&str, Option<bool>, &str)] = &[
         "DogStatsD stats keep the Go server's names, with the --statsd-tags as tags",
     ),
     (
-        "CACHE_KEY_PREFIX",
-        None,
-        "meshlimit's Redis keys are `ml1:{<domain>}<bucket>`",
-    ),
-    (
         "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
         Some(true),
         "token buckets never consume on a denied request; fixed windows count every hit",

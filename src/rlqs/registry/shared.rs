@@ -45,7 +45,8 @@ impl Shared {
     /// as the rate-limit buckets), then the id's entries, length-prefixed.
     pub(super) fn key(&self, key: &BucketKey) -> String {
         // `q:` keeps quota buckets apart from the rate-limit buckets of the same text.
-        let mut out = format!("{REDIS_PREFIX}{{q:{}}}", key.domain);
+        let namespace = self.store.key_prefix();
+        let mut out = format!("{namespace}{REDIS_PREFIX}{{q:{}}}", key.domain);
         for (k, v) in &key.id {
             KeyWriter::part(&mut out, k);
             KeyWriter::part(&mut out, v);
@@ -59,7 +60,8 @@ impl Registry {
     /// answer Envoy waits for while it lets every request of the new bucket through.
     pub async fn warm_up(&self) {
         if let Some(shared) = &self.shared {
-            let key = format!("{REDIS_PREFIX}{{q:}}warm-up");
+            let namespace = shared.store.key_prefix();
+            let key = format!("{namespace}{REDIS_PREFIX}{{q:}}warm-up");
             let now_ms = self.clock.now() / 1_000_000;
             let _ = shared
                 .store

@@ -57,11 +57,15 @@ impl Backend {
         }
     }
 
-    /// A key that `node` holds, for probe writes (`None`: it holds no slot any more).
-    pub(crate) fn probe_key(&self, node: &Node) -> Option<String> {
+    /// A key that `node` holds, for probe writes, after `namespace` (`--redis-key-prefix`)
+    /// as every key of the store (`None`: it holds no slot any more).
+    pub(crate) fn probe_key(&self, node: &Node, namespace: &str) -> Option<String> {
         match self {
-            Backend::One(_) => Some(format!("{}probe{{0}}", crate::bucket_key::REDIS_PREFIX)),
-            Backend::Cluster(cluster) => cluster.probe_key(node),
+            Backend::One(_) => Some(format!(
+                "{namespace}{}probe{{0}}",
+                crate::bucket_key::REDIS_PREFIX
+            )),
+            Backend::Cluster(cluster) => cluster.probe_key(node, namespace),
         }
     }
 

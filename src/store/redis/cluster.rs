@@ -168,11 +168,11 @@ impl Cluster {
         }
     }
 
-    /// A key in one of `node`'s slots, for its probe writes.
-    pub(crate) fn probe_key(&self, node: &Node) -> Option<String> {
+    /// A key in one of `node`'s slots after `namespace`, for its probe writes.
+    pub(crate) fn probe_key(&self, node: &Node, namespace: &str) -> Option<String> {
         let map = self.map.load();
         (0..100_000).find_map(|n| {
-            let key = format!("{}probe{{{n}}}", crate::bucket_key::REDIS_PREFIX);
+            let key = format!("{namespace}{}probe{{{n}}}", crate::bucket_key::REDIS_PREFIX);
             let owner = map.owner(slot(key.as_bytes()))?;
             std::ptr::eq(&**owner, node).then_some(key)
         })

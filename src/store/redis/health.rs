@@ -174,7 +174,7 @@ impl Inner {
     /// Writes a short-lived key on `node`, within the timeout: a node that answers but
     /// refuses writes (out of memory, read-only, ...) cannot decide either.
     async fn probe_write(&self, node: &Node) -> Result<(), StoreError> {
-        let Some(key) = self.backend.probe_key(node) else {
+        let Some(key) = self.backend.probe_key(node, &self.options.key_prefix) else {
             return Ok(());
         };
         let write = async {

@@ -270,7 +270,7 @@ impl RedisStore {
             descriptor: 0,
         }];
         let wants = [inner.leases.want_for_top_up(refill)];
-        let redis_key = key.redis_key();
+        let redis_key = key.redis_key(&inner.options.key_prefix);
         // A failure here costs nothing: the next request without tokens asks Redis itself.
         let asked = async {
             let node = inner.backend.node_for(&redis_key).await.ok()?;

@@ -154,8 +154,10 @@ impl RedisStore {
         // One budget for the whole request, waiting for a lease included (a deadline for
         // the runtime's timers, not a time any decision depends on).
         let deadline = tokio::time::Instant::now() + inner.options.timeout;
-        let keys: smallvec::SmallVec<[String; 4]> =
-            checks.iter().map(|c| c.key.redis_key()).collect();
+        let keys: smallvec::SmallVec<[String; 4]> = checks
+            .iter()
+            .map(|c| c.key.redis_key(&inner.options.key_prefix))
+            .collect();
         // Every key of a request shares its domain, so its hash tag and its slot.
         let routed = tokio::time::timeout_at(
             deadline,
@@ -237,8 +239,10 @@ impl RedisStore {
             })
             .collect();
         let wants: smallvec::SmallVec<[Want; 4]> = checks.iter().map(|_| Want::nothing()).collect();
-        let keys: smallvec::SmallVec<[String; 4]> =
-            checks.iter().map(|c| c.key.redis_key()).collect();
+        let keys: smallvec::SmallVec<[String; 4]> = checks
+            .iter()
+            .map(|c| c.key.redis_key(&inner.options.key_prefix))
+            .collect();
         let asked = async {
             let node = inner
                 .backend
@@ -263,6 +267,12 @@ impl RedisStore {
                 "Redis sent a malformed reply",
             )
         })
+    }
+
+    /// What every key of this store starts with (`--redis-key-prefix`), before meshlimit's
+    /// own `ml1:`.
+    pub fn key_prefix(&self) -> &str {
+        &self.inner.options.key_prefix
     }
 
     /// What the store does when Redis cannot decide.

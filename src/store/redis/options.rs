@@ -75,6 +75,10 @@ pub struct RedisOptions {
     pub expiry_jitter: Duration,
     /// PEM files for TLS connections (a `rediss` URL) beyond the system's roots.
     pub tls: RedisTlsFiles,
+    /// What every key starts with, before meshlimit's own `ml1:` (the Go server's
+    /// `CACHE_KEY_PREFIX`): deployments sharing one Redis keep apart, and Redis ACLs can
+    /// grant exactly these keys. Empty by default.
+    pub key_prefix: String,
 }
 
 /// PEM files for TLS to Redis (`--redis-tls-ca`, `--redis-tls-cert`, `--redis-tls-key`):
@@ -105,6 +109,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("specialised", &self.specialised)
             .field("expiry_jitter", &self.expiry_jitter)
             .field("tls", &self.tls)
+            .field("key_prefix", &self.key_prefix)
             .finish()
     }
 }
@@ -129,6 +134,7 @@ impl RedisOptions {
             specialised: true,
             expiry_jitter: Duration::ZERO,
             tls: RedisTlsFiles::default(),
+            key_prefix: String::new(),
         }
     }
 }
