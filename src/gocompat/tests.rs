@@ -208,6 +208,7 @@ fn behaviour_switches() {
 fn unsupported_variables_are_named() {
     let t = run(&[
         ("REDIS_PERSECOND", "true"),
+        ("DOG_STATSD_MOGRIFIER_HITS_PATTERN", "x"),
         ("USE_DOG_STATSD", "false"),
         ("REDIS_POOL_SIZE", "20"),
         ("CONFIG_GRPC_XDS_SERVER_URL", "x:1"),
@@ -219,9 +220,10 @@ fn unsupported_variables_are_named() {
         .iter()
         .map(|u| u.split(' ').next().unwrap())
         .collect();
-    assert_eq!(names.len(), 3, "{:?}", t.unsupported);
+    assert_eq!(names.len(), 4, "{:?}", t.unsupported);
     for name in [
         "REDIS_PERSECOND",
+        "DOG_STATSD_MOGRIFIER_HITS_PATTERN",
         "REDIS_POOL_SIZE",
         "CONFIG_GRPC_XDS_SERVER_URL",
     ] {

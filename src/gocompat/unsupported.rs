@@ -73,6 +73,10 @@ const UNSUPPORTED: &[(&str, Option<bool>, &str)] = &[
 const UNSUPPORTED_PREFIXES: &[(&str, &str)] = &[
     ("MEMCACHE_", "memcache is not supported"),
     ("REDIS_PERSECOND_", "one Redis holds every unit"),
+    (
+        "DOG_STATSD_MOGRIFIER_",
+        "DogStatsD stats keep the Go server's names, with the --statsd-tags as tags",
+    ),
 ];
 
 /// Every set variable of `names` (or of the table) that meshlimit ignores, as
