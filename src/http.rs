@@ -274,14 +274,9 @@ async fn json_answer_in(service: &Service, body: &[u8], span: Option<&RequestSpa
     if let Some(span) = span {
         span.request(domain, descriptors.len());
     }
-    let decided = match service.decide_at_once(domain, descriptors, request.hits_addend) {
-        Some(answer) => answer,
-        None => {
-            service
-                .decide_waiting(domain, descriptors, request.hits_addend, span)
-                .await
-        }
-    };
+    let decided = service
+        .should_rate_limit_traced(domain, descriptors, request.hits_addend, span)
+        .await;
     if let Some(span) = span {
         match &decided {
             Ok(answer) => span.answered(answer.over_limit),

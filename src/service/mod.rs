@@ -160,13 +160,28 @@ impl Service {
         descriptors: &'a [D],
         hits_addend: u32,
     ) -> Decision<'a> {
+        self.should_rate_limit_traced(domain, descriptors, hits_addend, None)
+    }
+
+    /// [`Service::should_rate_limit`], the store call a child of `span` (a sampled
+    /// request's) when one is waited for.
+    ///
+    /// # Errors
+    /// As [`Service::should_rate_limit`].
+    pub fn should_rate_limit_traced<'a, D: RequestDescriptor + Sync>(
+        &'a self,
+        domain: &'a str,
+        descriptors: &'a [D],
+        hits_addend: u32,
+        span: Option<&'a RequestSpan>,
+    ) -> Decision<'a> {
         match self.decide_at_once(domain, descriptors, hits_addend) {
             Some(answer) => Decision::Ready(Some(answer)),
             None => Decision::Waiting(Box::pin(self.decide_waiting(
                 domain,
                 descriptors,
                 hits_addend,
-                None,
+                span,
             ))),
         }
     }
