@@ -7,6 +7,7 @@
 
 use redis::Value;
 
+use super::script_args::Scale;
 use crate::clock::Nanos;
 use crate::limiter::Report;
 use crate::rules::{Algorithm, Limit};
@@ -42,7 +43,9 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// The report of a check under `limit` (the limit the script was asked about).
+    /// The report of a check under `limit` (the limit the script was asked about). What a
+    /// limit that charges owes follows from what the script left: a token bucket's debt
+    /// beyond its capacity in whole tokens, a window's count beyond its limit.
     pub fn report(&self, limit: &Limit) -> Report {
         let (reset, count) = match self.after {
             // A bucket that never refills does not say when: one period, as the embedded
@@ -53,8 +56,15 @@ impl Outcome {
                 (self.reset, count)
             }
         };
+        let owed = match self.after {
+            _ if !limit.charge => 0,
+            After::TokenBucket { debt, .. } => Scale::of(limit).owed(debt),
+            After::FixedWindow { count, .. } | After::SlidingWindow { count, .. } => {
+                count.saturating_sub(u64::from(limit.requests_per_unit))
+            }
+        };
         Report {
-            owed: 0,
+            owed,
             over: self.over,
             remaining: self.remaining,
             reset,

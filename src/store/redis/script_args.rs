@@ -4,14 +4,21 @@
 //!
 //! Token-bucket arithmetic in Lua runs on doubles, exact below 2^53: [`Scale`] expresses a
 //! limit in integers (microsecond quanta, a token reduced by the gcd of unit and rate) that
-//! stay below that for any practical limit.
+//! stay below that for any practical limit; for a limit that charges, its debt ceiling
+//! too ([`Scale::ceiling`]).
+//!
+//! A charge limit's check and a refund are told apart cheaply, so that normal checks pay
+//! nothing for them: decide.lua's kind is upper-case (`T`, `W`, `S`) when the limit
+//! charges, and a refund's hits are negative (`-0` for a refund of nothing, which lands
+//! nothing but is decided as a refund); decide_buckets.lua takes a request with either
+//! as a number of checks below zero (see [`BucketCheck`]).
 
 use redis::Cmd;
 
 use super::leases::Want;
 use super::options::TimeSource;
 use crate::clock::Nanos;
-use crate::rules::{Algorithm, Limit, Mode};
+use crate::rules::{Algorithm, DEBT_PERIODS, Limit, Mode};
 use crate::store::Check;
 
 /// A token-bucket limit as the script's exact integers: time in quanta of `q`
@@ -26,6 +33,9 @@ pub(super) struct Scale {
     pub(super) rate: u64,
     /// The bucket's capacity (its burst) in scaled units.
     pub(super) cap: u64,
+    /// The most debt the bucket may hold, scaled: `cap`, plus [`DEBT_PERIODS`] periods of
+    /// refill for a limit that charges (`rate` × the period in quanta = rpu × `token`).
+    pub(super) ceiling: u64,
     /// Nanoseconds per scaled unit of debt, to turn the script's debt into
     /// [`crate::limiter::State`]'s (a token worth the unit in nanoseconds).
     pub(super) debt_nanos: u128,
@@ -35,7 +45,9 @@ pub(super) struct Scale {
 const EXACT: u64 = 1 << 53;
 
 impl Scale {
-    /// The exact integers of `limit`.
+    /// The exact integers of `limit`. The largest number the scripts hold is the debt
+    /// ceiling (the capacity, for a limit that does not charge): quanta grow coarser until
+    /// it is exact.
     pub(super) fn of(limit: &Limit) -> Scale {
         let unit_us = limit.period_nanos() / 1000;
         let rpu = u64::from(limit.requests_per_unit);
@@ -45,18 +57,30 @@ impl Scale {
             let g = gcd(unit_q, rpu);
             let token = unit_q / g;
             let cap = u64::from(limit.burst).saturating_mul(token);
-            // Coarser quanta only while they divide the unit and the capacity is inexact.
-            if cap < EXACT || !unit_us.is_multiple_of(q * 10) {
+            let ceiling = if limit.charge {
+                let periods = u64::from(DEBT_PERIODS).saturating_mul(rpu);
+                cap.saturating_add(periods.saturating_mul(token))
+            } else {
+                cap
+            };
+            // Coarser quanta only while they divide the unit and the ceiling is inexact.
+            if ceiling < EXACT || !unit_us.is_multiple_of(q * 10) {
                 return Scale {
                     q,
                     token,
                     rate: rpu / g,
                     cap,
+                    ceiling,
                     debt_nanos: u128::from(g) * u128::from(q) * 1000,
                 };
             }
             q *= 10;
         }
+    }
+
+    /// Whole tokens a bucket holding `debt` (scaled) owes below empty: `Report::owed`.
+    pub(super) fn owed(&self, debt: u64) -> u64 {
+        debt.saturating_sub(self.cap).div_ceil(self.token.max(1))
     }
 }
 
@@ -75,15 +99,18 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 }
 
 /// One token-bucket check as [`decide_buckets.lua`](./decide_buckets.lua) takes it: hits,
-/// the [`Scale`], and whether its being over denies the request.
+/// the [`Scale`], whether its being over denies the request, and whether it is a refund
+/// (a charge is a check of hits on a limit whose [`Scale::ceiling`] passes its capacity).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct BucketCheck {
-    /// Hits to take (0 checks without consuming).
+    /// Hits to take (0 checks without consuming), or to give back ([`BucketCheck::refund`]).
     pub(super) hits: u64,
     /// The limit's exact integers.
     pub(super) scale: Scale,
     /// Enforce mode: over denies the request (shadow: it does not).
     pub(super) enforce: bool,
+    /// `is_negative_hits`: the hits are given back, whatever the request's fate.
+    pub(super) refund: bool,
 }
 
 impl BucketCheck {
@@ -99,7 +126,21 @@ impl BucketCheck {
             hits: check.hits,
             scale: Scale::of(&check.limit),
             enforce,
+            refund: check.refund,
         })
+    }
+
+    /// Whether the script decides it with the care of a charge limit: its limit charges
+    /// (its debt may pass the capacity) or it is a refund.
+    pub(super) fn careful(&self) -> bool {
+        self.refund || self.scale.ceiling > self.scale.cap
+    }
+
+    /// Whether it lands whatever the request's fate: a refund, or a charge (hits on a
+    /// limit that charges); never on a bucket that does not refill, which records nothing.
+    pub(super) fn lands(&self) -> bool {
+        self.scale.rate > 0
+            && (self.refund || (self.hits > 0 && self.scale.ceiling > self.scale.cap))
     }
 }
 
@@ -124,23 +165,38 @@ pub(super) fn general_args(
             Mode::Quota => "q",
             Mode::ShadowQuota => "x",
         };
+        // Upper case: the limit charges (or the check is a refund), see decide.lua.
+        let careful = check.limit.charge || check.refund;
         let (kind, numbers, lease) = match check.limit.algorithm {
             Algorithm::TokenBucket => {
                 let s = Scale::of(&check.limit);
-                ("t", [s.token, s.rate, s.cap, s.q], want.extra)
+                let numbers = [s.token, s.rate, s.cap, s.q];
+                // A limit that charges never leases: its last field is its ceiling.
+                if careful {
+                    ("T", numbers, s.ceiling)
+                } else {
+                    ("t", numbers, want.extra)
+                }
             }
             Algorithm::FixedWindow => {
                 let limit = u64::from(check.limit.requests_per_unit);
-                ("w", [limit, check.limit.period_seconds(), 0, 0], 0)
+                let kind = if careful { "W" } else { "w" };
+                (kind, [limit, check.limit.period_seconds(), 0, 0], 0)
             }
             Algorithm::SlidingWindow => {
                 let limit = u64::from(check.limit.requests_per_unit);
-                ("s", [limit, sliding_period_us(&check.limit), 0, 0], 0)
+                let kind = if careful { "S" } else { "s" };
+                (kind, [limit, sliding_period_us(&check.limit), 0, 0], 0)
             }
         };
-        args.arg(kind)
-            .arg(check.hits)
-            .arg(mode)
+        args.arg(kind);
+        if check.refund {
+            // Negative: given back; "-0" for a refund of nothing.
+            args.arg(format!("-{}", check.hits));
+        } else {
+            args.arg(check.hits);
+        }
+        args.arg(mode)
             .arg(check.descriptor)
             .arg(&numbers)
             .arg(lease);
