@@ -552,4 +552,115 @@ mod tests {
         // Nor the general script's integers.
         assert!(replies(&value(&[0, 30_000, 95_000]), &[&part]).is_err());
     }
+
+    #[test]
+    fn a_charge_or_refund_lands_in_the_specialised_reply_whatever_the_fate() {
+        // 100/s, burst 10, charging: a token is 10,000, the capacity 100,000, the ceiling
+        // 10,100,000.
+        let charging = crate::rules::Limit {
+            charge: true,
+            ..limit(100, Unit::Second, 10)
+        };
+        let nothing = [Want::nothing(), Want::nothing()];
+        let charge = Check {
+            limit: charging,
+            ..check("4:t:a", Mode::Enforce, 3)
+        };
+        let refund = Check {
+            refund: true,
+            hits: 0,
+            ..charge
+        };
+        let part = |checks: &[Check<'_>]| {
+            Part::new(
+                TimeSource::Redis,
+                keys(&["a", "b"][..checks.len()]),
+                checks,
+                &nothing,
+                5,
+                true,
+            )
+        };
+        // The request goes the careful way (-n checks), the refund of nothing as -0.
+        let careful = part(&[check("4:t:b", Mode::Enforce, 1), refund]);
+        assert_eq!(careful.shape(), Shape::Buckets);
+        let sent = args(&evalsha("sha", &[&careful]));
+        let doubles: Vec<f64> = sent[5]
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .collect();
+        assert_eq!(
+            doubles[1], 2.0,
+            "two limits: the plain one, the charging one"
+        );
+        assert_eq!(
+            &doubles[2..12],
+            [
+                10_000.0,
+                1.0,
+                100_000.0,
+                1.0,
+                100_000.0,
+                10_000.0,
+                1.0,
+                100_000.0,
+                1.0,
+                10_100_000.0
+            ]
+        );
+        assert_eq!(doubles[12], -2.0);
+        assert_eq!(&doubles[13..16], [1.0, 1.0, 1.0]);
+        assert!(doubles[16] == 0.0 && doubles[16].is_sign_negative(), "-0");
+        // A normal request keeps its count positive.
+        let usual = part(&[check("4:t:b", Mode::Enforce, 1)]);
+        let sent = args(&evalsha("sha", &[&usual]));
+        assert_eq!(sent[4][8 * 7..8 * 8], 1.0f64.to_le_bytes());
+
+        let packed = |ns: &[i64]| {
+            redis::Value::BulkString(ns.iter().flat_map(|&n| (n as f64).to_le_bytes()).collect())
+        };
+        let charged = part(&[charge]);
+        // 95,000 owed before: 3 tokens take it to 125,000, in debt by 2.5 tokens; over,
+        // and the request denied, but the charge stays; one hit passes after 3.5 tokens.
+        let reply = replies(&packed(&[1, 95_000]), &[&charged]).expect("valid");
+        let outcome = reply[0].checks[0].outcome(crate::rules::Algorithm::TokenBucket);
+        assert!(reply[0].denied && outcome.over);
+        assert_eq!(outcome.remaining, 0);
+        assert_eq!(outcome.reset, 35_000 * 1000);
+        assert_eq!(
+            outcome.after,
+            crate::store::redis::reply::After::TokenBucket {
+                debt: 125_000,
+                leased: 0
+            }
+        );
+        assert_eq!(outcome.report(&charging).owed, 3);
+        // At the ceiling a charge adds nothing more.
+        let reply = replies(&packed(&[1, 10_100_000]), &[&charged]).expect("valid");
+        let outcome = reply[0].checks[0].outcome(crate::rules::Algorithm::TokenBucket);
+        assert_eq!(
+            outcome.after,
+            crate::store::redis::reply::After::TokenBucket {
+                debt: 10_100_000,
+                leased: 0
+            }
+        );
+        assert_eq!(outcome.report(&charging).owed, 1_000);
+        // A refund of 4 tokens from 125,000: 85,000, out of debt, not over.
+        let refunded = part(&[Check { hits: 4, ..refund }]);
+        let reply = replies(&packed(&[0, 125_000]), &[&refunded]).expect("valid");
+        let outcome = reply[0].checks[0].outcome(crate::rules::Algorithm::TokenBucket);
+        assert!(!outcome.over);
+        assert_eq!((outcome.remaining, outcome.reset), (1, 85_000 * 1000));
+        // A check of nothing while in debt: over, until one hit passes.
+        let check_only = part(&[Check { hits: 0, ..charge }]);
+        let reply = replies(&packed(&[1, 125_000]), &[&check_only]).expect("valid");
+        let outcome = reply[0].checks[0].outcome(crate::rules::Algorithm::TokenBucket);
+        assert!(outcome.over);
+        assert_eq!(outcome.reset, 35_000 * 1000);
+        // Not the script's: beyond the ceiling, or a fate the landed debt contradicts.
+        for bad in [&[1, 10_100_001][..], &[0, 95_000]] {
+            assert!(replies(&packed(bad), &[&charged]).is_err(), "{bad:?}");
+        }
+    }
 }

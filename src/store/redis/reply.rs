@@ -382,6 +382,41 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_limit_that_charges_reports_what_it_owes() {
+        let limit = |algorithm, charge| Limit {
+            charge,
+            requests_per_unit: 100,
+            unit: crate::rules::Unit::Second,
+            multiplier: 1,
+            burst: 10,
+            algorithm,
+        };
+        // 100/s, burst 10: a token is 10,000 scaled units, the capacity 100,000.
+        let bucket = parse(&ints(&[1, 1, 0, 5_000, 125_001, 0]))
+            .expect("valid")
+            .checks[0];
+        let owed = |reply: CheckReply, algorithm, charge| {
+            reply
+                .outcome(algorithm)
+                .report(&limit(algorithm, charge))
+                .owed
+        };
+        assert_eq!(owed(bucket, Algorithm::TokenBucket, true), 3);
+        assert_eq!(owed(bucket, Algorithm::TokenBucket, false), 0);
+        let window = parse(&ints(&[1, 1, 0, 5_000, 130, 0]))
+            .expect("valid")
+            .checks[0];
+        for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+            assert_eq!(owed(window, algorithm, true), 30);
+            assert_eq!(owed(window, algorithm, false), 0);
+        }
+        let within = parse(&ints(&[0, 0, 3, 5_000, 97, 0]))
+            .expect("valid")
+            .checks[0];
+        assert_eq!(owed(within, Algorithm::FixedWindow, true), 0);
+    }
+
     proptest::proptest! {
         /// Whatever bytes Redis (or a fuzzer) sends: an answer, never a panic.
         #[test]

@@ -336,4 +336,108 @@ pub(super) mod tests {
             u128::from(three_seconds.period_nanos())
         );
     }
+
+    #[test]
+    fn a_limit_that_charges_sends_upper_case_kinds_and_its_ceiling_and_a_refund_negative_hits() {
+        let charging = |algorithm| Limit {
+            charge: true,
+            algorithm,
+            ..limit(100, Unit::Second, 10)
+        };
+        let check = |limit, hits, refund| Check {
+            refund,
+            key: "4:test1:k".into(),
+            limit,
+            hits,
+            mode: Mode::Enforce,
+            descriptor: 0,
+        };
+        let checks = [
+            check(charging(Algorithm::TokenBucket), 3, false),
+            check(charging(Algorithm::TokenBucket), 0, true),
+            check(charging(Algorithm::FixedWindow), 2, true),
+            check(charging(Algorithm::SlidingWindow), 0, false),
+        ];
+        let wants = [
+            Want::nothing(),
+            Want::nothing(),
+            Want::nothing(),
+            Want::nothing(),
+        ];
+        let mut cmd = Cmd::new();
+        general_args(&mut cmd, TimeSource::Caller, &checks, &wants, 7_000_999);
+        // 100/s, burst 10: a token is 10,000, the capacity 100,000, and the ceiling ten
+        // seconds' refill (1,000 tokens) more: 10,100,000, in the lease's field.
+        let charge = ["T", "3", "e", "0", "10000", "1", "100000", "1", "10100000"];
+        let refund_of_nothing = ["T", "-0", "e", "0", "10000", "1", "100000", "1", "10100000"];
+        let window_refund = ["W", "-2", "e", "0", "100", "1", "0", "0", "0"];
+        let sliding_check = ["S", "0", "e", "0", "100", "1000000", "0", "0", "0"];
+        let expected = [
+            &["7000", "4"][..],
+            &charge,
+            &refund_of_nothing,
+            &window_refund,
+            &sliding_check,
+        ]
+        .concat();
+        assert_eq!(args(&cmd), expected);
+        let bucket = BucketCheck::of(&checks[1]).expect("a bucket");
+        assert!(bucket.refund && bucket.careful() && bucket.lands());
+        let plain = BucketCheck::of(&check(limit(100, Unit::Second, 10), 3, false));
+        assert!(plain.is_some_and(|b| !b.careful() && !b.lands()));
+        // A check of nothing on a limit that charges is decided with care, but lands nothing.
+        let nothing = BucketCheck::of(&check(charging(Algorithm::TokenBucket), 0, false));
+        assert!(nothing.is_some_and(|b| b.careful() && !b.lands()));
+        // A bucket that never refills records nothing, charge or refund.
+        let never = Limit {
+            requests_per_unit: 0,
+            ..charging(Algorithm::TokenBucket)
+        };
+        assert!(BucketCheck::of(&check(never, 5, true)).is_some_and(|b| !b.lands()));
+    }
+
+    #[test]
+    fn a_charge_ceiling_stays_below_two_to_the_53_and_owes_whole_tokens() {
+        let charging = |rpu, unit, burst| Limit {
+            charge: true,
+            ..limit(rpu, unit, burst)
+        };
+        for l in [
+            charging(u32::MAX, Unit::Year, u32::MAX),
+            charging(999_999, Unit::Year, 999_999),
+            charging(7, Unit::Day, u32::MAX),
+            charging(u32::MAX, Unit::Week, 1),
+            charging(10_000, Unit::Minute, 10_000),
+        ] {
+            let s = Scale::of(&l);
+            assert!(s.ceiling < EXACT, "{l:?} → {s:?}");
+            // The ceiling is the capacity plus ten periods' refill, exactly.
+            let periods = u128::from(DEBT_PERIODS) * u128::from(l.requests_per_unit);
+            assert_eq!(
+                u128::from(s.ceiling),
+                u128::from(s.cap) + periods * u128::from(s.token),
+                "{l:?}"
+            );
+            assert_eq!(
+                u128::from(s.token) * s.debt_nanos,
+                u128::from(l.unit.nanos()),
+                "{l:?}"
+            );
+        }
+        // Without the ceiling, a year's burst of u32::MAX would fit at a finer quantum
+        // than the ceiling does.
+        let big = charging(u32::MAX, Unit::Year, u32::MAX);
+        assert!(Scale::of(&big).q > Scale::of(&limit(u32::MAX, Unit::Year, u32::MAX)).q);
+        let s = Scale::of(&charging(10_000, Unit::Minute, 10_000));
+        assert_eq!(
+            (s.token, s.cap, s.ceiling),
+            (6_000, 60_000_000, 660_000_000)
+        );
+        assert_eq!(s.owed(s.cap), 0);
+        assert_eq!(s.owed(s.cap + 1), 1);
+        assert_eq!(s.owed(s.cap + 6_000 * 7), 7);
+        // A limit that does not charge: the ceiling is the capacity.
+        let s = Scale::of(&limit(10_000, Unit::Minute, 10_000));
+        assert_eq!(s.ceiling, s.cap);
+    }
 }
