@@ -15,7 +15,7 @@
 //! charges, so they spend no leased token once it does; only a replica still deciding
 //! under the older, non-charging limit (its reload not yet done) may spend what it leased
 //! under that limit, at most `--redis-lease` tokens per key, until it reloads or the
-//! lease's TTL (`--redis-lease-ttl`) ends.
+//! lease's TTL (`--redis-lease-ttl-ms`) ends.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};

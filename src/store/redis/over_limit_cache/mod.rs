@@ -18,7 +18,7 @@
 //! debt is refused here from then on. Only refunds break the argument above (they give
 //! back what Redis holds), and only another replica's: a snapshot this replica keeps may
 //! outlive a refund made through another replica until it expires, which is at most the
-//! time until one hit could pass as of the snapshot, and never more than `--redis-cache-ttl`
+//! time until one hit could pass as of the snapshot, and never more than `--redis-cache-ttl-ms`
 //! (`RedisOptions::cache_ttl`). Another replica's charges only add to what Redis holds, so
 //! the snapshot then refuses less than Redis would, never more (a window's snapshot may
 //! then report a count, and a wait, below Redis').
