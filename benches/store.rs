@@ -17,6 +17,7 @@ const KEYS: usize = 1024;
 fn limit() -> Limit {
     // Large enough that every decision in a run passes: the common case.
     Limit {
+        charge: false,
         requests_per_unit: u32::MAX,
         unit: Unit::Second,
         multiplier: 1,
@@ -41,6 +42,7 @@ fn store_with(keys: &[String]) -> MemoryStore {
     for key in keys {
         store.check(
             &[Check {
+                refund: false,
                 key: key.as_str().into(),
                 limit: limit(),
                 hits: 1,
@@ -78,6 +80,7 @@ pub fn decide_one(c: &mut Criterion) {
             b.iter(|| {
                 i = (i + 1) % working_set;
                 let check = Check {
+                    refund: false,
                     key: keys[i].as_str().into(),
                     limit: limit(),
                     hits: 1,
@@ -156,6 +159,7 @@ pub fn limits(c: &mut Criterion) {
 /// An enforced check of one hit on `key`.
 fn check(key: &str, limit: Limit) -> Check<'_> {
     Check {
+        refund: false,
         key: key.into(),
         limit,
         hits: 1,
@@ -194,6 +198,7 @@ pub fn flood(c: &mut Criterion) {
     };
     for _ in 0..FLOOD_STORE {
         let check = Check {
+            refund: false,
             key: keys[next()].as_str().into(),
             limit: limit(),
             hits: 1,
@@ -207,6 +212,7 @@ pub fn flood(c: &mut Criterion) {
     group.bench_function("flood", |b| {
         b.iter(|| {
             let check = Check {
+                refund: false,
                 key: keys[next()].as_str().into(),
                 limit: limit(),
                 hits: 1,
@@ -232,6 +238,7 @@ pub fn check_many(c: &mut Criterion) {
         let checks: Vec<Check<'_>> = keys
             .iter()
             .map(|key| Check {
+                refund: false,
                 key: key.as_str().into(),
                 limit: limit(),
                 hits: 1,
@@ -289,6 +296,7 @@ pub fn threads(c: &mut Criterion) {
                 b.iter_custom(|iters| {
                     run_threads(threads, iters, |t, i| {
                         let check = Check {
+                            refund: false,
                             key: {
                                 let (owner, index) = key(t, i);
                                 per_thread[owner][index].as_str().into()

@@ -19,6 +19,12 @@ pub enum RequestError {
     /// The store could not decide.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// `is_negative_hits` on a descriptor whose rule does not take refunds: one without
+    /// `charge: always` on every limit, or a limit sent in the request.
+    #[error(
+        "descriptor {0}: is_negative_hits (a refund) needs a rule whose limits all have charge: always"
+    )]
+    RefundNotAllowed(usize),
     /// The request is over one of the caps of [`crate::request_limits::RequestLimits`].
     #[error(transparent)]
     TooLarge(#[from] TooLarge),
@@ -144,6 +150,9 @@ pub enum ConfigErrorKind {
     BadUnit,
     /// An `algorithm` other than `token_bucket`, `fixed_window` or `sliding_window`.
     BadAlgorithm,
+    /// A `charge` other than `always` or `admitted`, or one with nothing to charge (an
+    /// unlimited rule, a descriptor without limits).
+    BadCharge,
     /// `burst: 0` on a rule that lets requests through.
     ZeroBurst,
     /// `burst` on a window rule (fixed or sliding), which has no bucket.

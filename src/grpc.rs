@@ -147,13 +147,11 @@ impl Rls {
     ) -> Result<Answer, Status> {
         let mut request = wire::WireRequest::default();
         if wire::read(&message, &mut request).is_some() {
-            let refund = request.descriptors.iter().position(|d| d.is_negative_hits);
             return self
                 .answer(
                     request.domain,
                     &request.descriptors,
                     request.hits_addend,
-                    refund,
                     span,
                 )
                 .await;
@@ -163,34 +161,25 @@ impl Rls {
             // which would page the operator for it (see codec.rs).
             Status::invalid_argument(format!("malformed request: {error}"))
         })?;
-        let refund = request.descriptors.iter().position(|d| d.is_negative_hits);
         self.answer(
             &request.domain,
             &request.descriptors,
             request.hits_addend,
-            refund,
             span,
         )
         .await
     }
 
-    /// The answer to a request of `domain` and `descriptors`, of which the one at `refund`
-    /// (the first) asks for negative hits.
+    /// The answer to a request of `domain` and `descriptors`.
     async fn answer<D: RequestDescriptor + Sync>(
         &self,
         domain: &str,
         descriptors: &[D],
         hits_addend: u32,
-        refund: Option<usize>,
         span: Option<&RequestSpan>,
     ) -> Result<Answer, Status> {
         if let Some(span) = span {
             span.request(domain, descriptors.len());
-        }
-        if let Some(i) = refund {
-            return Err(Status::invalid_argument(format!(
-                "descriptor {i}: is_negative_hits (refunds) is not supported"
-            )));
         }
         let answer = match self
             .service
@@ -250,6 +239,7 @@ fn to_status(error: RequestError) -> Status {
         RequestError::EmptyDomain
         | RequestError::NoDescriptors
         | RequestError::BadOverrideUnit(_)
+        | RequestError::RefundNotAllowed(_)
         | RequestError::TooLarge(_) => Status::invalid_argument(error.to_string()),
         // We could not decide. UNAVAILABLE lets Envoy apply its `failure_mode_deny`
         // setting, which is the operator's choice between failing open and closed.
@@ -313,5 +303,9 @@ impl RequestDescriptor for RateLimitDescriptor {
 
     fn hits_addend(&self) -> Option<u64> {
         self.hits_addend.as_ref().map(|h| h.value)
+    }
+
+    fn is_negative_hits(&self) -> bool {
+        self.is_negative_hits
     }
 }

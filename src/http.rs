@@ -382,6 +382,9 @@ fn rule_line(out: &mut String, rule: &Rule, service: &Service) {
         if rule.limits.len() > 1 && !limit.name.is_empty() {
             let _ = write!(out, ", name: {}", limit.name);
         }
+        if limit.charge {
+            out.push_str(", charge: always");
+        }
     }
     if !rule.name.is_empty() {
         let _ = write!(out, ", name: {}", rule.name);

@@ -30,9 +30,6 @@ pub enum ParseError {
     /// Not JSON, or not the shape of a `RateLimitRequest`.
     #[error("invalid RateLimitRequest JSON: {0}")]
     Json(#[from] serde_json::Error),
-    /// A refund, which the service does not do.
-    #[error("descriptor {0}: is_negative_hits (refunds) is not supported")]
-    NegativeHits(usize),
 }
 
 #[derive(Deserialize)]
@@ -62,8 +59,7 @@ struct RawDescriptor {
     /// explicit 0 (check without consuming) stays distinct.
     #[serde(default, alias = "hitsAddend", deserialize_with = "optional_integer")]
     hits_addend: Option<u64>,
-    /// `is_negative_hits` / `isNegativeHits`: read only so that a refund is refused with
-    /// its own error, not as an unknown field.
+    /// `is_negative_hits` / `isNegativeHits`: the hits are a refund.
     #[serde(default, alias = "isNegativeHits")]
     is_negative_hits: bool,
 }
@@ -134,15 +130,13 @@ fn unit(value: Option<&serde_json::Value>) -> Option<Unit> {
 /// Reads a `RateLimitRequest` from its JSON form.
 ///
 /// # Errors
-/// The body is not such JSON, or asks for a refund.
+/// The body is not such JSON.
 pub fn parse_request(body: &[u8]) -> Result<Request, ParseError> {
     let raw: RawRequest = serde_json::from_slice(body)?;
     let mut descriptors = Vec::with_capacity(raw.descriptors.len());
-    for (i, d) in raw.descriptors.into_iter().enumerate() {
-        if d.is_negative_hits {
-            return Err(ParseError::NegativeHits(i));
-        }
+    for d in raw.descriptors {
         descriptors.push(Descriptor {
+            refund: d.is_negative_hits,
             entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
             limit: d.limit.map(|l| Override {
                 requests_per_unit: u32::try_from(l.requests_per_unit).unwrap_or(u32::MAX),
@@ -292,10 +286,8 @@ mod tests {
                 String::from_utf8_lossy(body)
             );
         }
-        assert!(matches!(
-            parse_request(br#"{"domain":"d","descriptors":[{"is_negative_hits":true}]}"#),
-            Err(ParseError::NegativeHits(0))
-        ));
+        let refund = parse_request(br#"{"domain":"d","descriptors":[{"isNegativeHits":true}]}"#);
+        assert!(refund.expect("a refund is a request").descriptors[0].refund);
     }
 
     #[test]

@@ -12,6 +12,8 @@ pub trait RequestDescriptor {
     fn limit_override(&self) -> Option<Override>;
     /// Descriptor-level `hits_addend`, if set (0 is meaningful: check without consuming).
     fn hits_addend(&self) -> Option<u64>;
+    /// `is_negative_hits`: the hits are a refund, given back to a rule that charges.
+    fn is_negative_hits(&self) -> bool;
 }
 
 /// A per-request limit (`RateLimitDescriptor.limit`), unit not yet validated.
@@ -32,6 +34,8 @@ pub struct Descriptor {
     pub limit: Option<Override>,
     /// Descriptor-level hits.
     pub hits_addend: Option<u64>,
+    /// `is_negative_hits`: the hits are a refund.
+    pub refund: bool,
 }
 
 impl Descriptor {
@@ -56,5 +60,8 @@ impl RequestDescriptor for Descriptor {
     }
     fn hits_addend(&self) -> Option<u64> {
         self.hits_addend
+    }
+    fn is_negative_hits(&self) -> bool {
+        self.refund
     }
 }

@@ -157,7 +157,16 @@ pub struct Limit {
     pub burst: u32,
     /// The algorithm that enforces it.
     pub algorithm: Algorithm,
+    /// `charge: always`: hits are charges, recorded in full whatever the answer (a token
+    /// bucket goes into debt, at most [`DEBT_PERIODS`] periods' refill below empty), and
+    /// refunds are allowed. False: a denied request consumes nothing.
+    pub charge: bool,
 }
+
+/// How far below empty a charge may take a token bucket, in periods of refill: a charge
+/// of any size leaves its caller refused for at most this many periods (plus the time
+/// the burst takes to refill), so a runaway value cannot lock a caller out for good.
+pub const DEBT_PERIODS: u32 = 10;
 
 impl Limit {
     /// The period in seconds: `multiplier` units.
@@ -253,6 +262,12 @@ impl Rule {
     pub fn is_unlimited(&self) -> bool {
         self.limits.is_empty()
     }
+
+    /// Whether the rule takes refunds (`is_negative_hits`): it has limits, and every one
+    /// of them charges.
+    pub fn takes_refunds(&self) -> bool {
+        !self.limits.is_empty() && self.limits.iter().all(|limit| limit.charge)
+    }
 }
 
 /// The numbers of a configured limit; the algorithm may be left to the server default.
@@ -268,6 +283,8 @@ pub struct ConfigLimit {
     pub burst: u32,
     /// `algorithm`, or `None` for the server's `--algorithm`.
     pub algorithm: Option<Algorithm>,
+    /// `charge: always` (on the limit or its descriptor): see [`Limit::charge`].
+    pub charge: bool,
     /// The limit's `name` (the rule's, in the `rate_limit` form), echoed in
     /// `current_limit.name`; empty when unset.
     pub name: String,
@@ -287,6 +304,7 @@ impl ConfigLimit {
             multiplier: self.multiplier,
             burst: self.burst,
             algorithm: self.algorithm.unwrap_or(default),
+            charge: self.charge,
         }
     }
 

@@ -34,6 +34,7 @@ fn bucket_limit(
     burst: impl Strategy<Value = u32>,
 ) -> impl Strategy<Value = Limit> {
     (rpu, unit(), burst).prop_map(|(requests_per_unit, unit, burst)| Limit {
+        charge: false,
         requests_per_unit,
         unit,
         multiplier: 1,
@@ -328,7 +329,7 @@ proptest! {
         unit in unit(),
         steps in prop::collection::vec((0..=3 * S, 0..=5u64), 1..=64),
     ) {
-        let l = Limit { requests_per_unit: rpu, unit, multiplier: 1, burst: rpu, algorithm: Algorithm::FixedWindow };
+        let l = Limit { charge: false, requests_per_unit: rpu, unit, multiplier: 1, burst: rpu, algorithm: Algorithm::FixedWindow };
         let w = unit.seconds();
         let mut state = None;
         let mut now = T0 + 12_345 * S + 678;
@@ -344,6 +345,7 @@ proptest! {
             prop_assert_eq!(s.consumed(), s.unconsumed());
             let over = after > u64::from(rpu);
             prop_assert_eq!(s.consumed().1, Report {
+                owed: 0,
                 over,
                 remaining: if over { 0 } else { (u64::from(rpu) - after) as u32 },
                 reset: (start + w - now_s) * S,

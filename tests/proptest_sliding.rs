@@ -26,6 +26,7 @@ fn limit() -> impl Strategy<Value = Limit> {
         1..=5u32,
     )
         .prop_map(|(requests_per_unit, unit, multiplier)| Limit {
+            charge: false,
             requests_per_unit,
             unit,
             multiplier,

@@ -37,6 +37,7 @@ fn key(name: &str) -> String {
 
 fn bucket(rpu: u32, unit: Unit, burst: u32, multiplier: u32) -> Limit {
     Limit {
+        charge: false,
         requests_per_unit: rpu,
         unit,
         multiplier,

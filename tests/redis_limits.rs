@@ -134,6 +134,7 @@ fn comparable(report: &Report, check: &Check<'_>) -> Report {
 
 fn limit(algorithm: Algorithm, rpu: u32, unit: Unit, multiplier: u32) -> Limit {
     Limit {
+        charge: false,
         requests_per_unit: rpu,
         unit,
         multiplier,

@@ -12,6 +12,7 @@ use meshlimit::store::{Bounds, Check, MemoryStore};
 
 fn limit(rpu: u32, algorithm: Algorithm) -> Limit {
     Limit {
+        charge: false,
         requests_per_unit: rpu,
         unit: Unit::Hour,
         multiplier: 1,
@@ -35,6 +36,7 @@ async fn exactly_the_limit_passes_under_concurrency() {
                     let mut passed = 0u32;
                     for _ in 0..per_task {
                         let check = Check {
+                            refund: false,
                             key: "hot".into(),
                             limit: limit(limit_n, algorithm),
                             hits: 1,
@@ -73,6 +75,7 @@ fn all_or_nothing_under_concurrency() {
                     for _ in 0..100 {
                         // Alternate the order, so locks are taken in both request orders.
                         let a = Check {
+                            refund: false,
                             key: "scarce".into(),
                             limit: scarce,
                             hits: 1,
@@ -80,6 +83,7 @@ fn all_or_nothing_under_concurrency() {
                             descriptor: 0,
                         };
                         let b = Check {
+                            refund: false,
                             key: "plenty".into(),
                             limit: plenty,
                             hits: 1,
@@ -98,6 +102,7 @@ fn all_or_nothing_under_concurrency() {
     });
     assert_eq!(passed, 40);
     let probe = Check {
+        refund: false,
         key: "plenty".into(),
         limit: plenty,
         hits: 0,
@@ -114,6 +119,7 @@ fn a_repeated_descriptor_counts_twice() {
     let clock = ManualClock::new(support::START);
     let store = MemoryStore::new(100, Arc::new(clock.clone()));
     let c = Check {
+        refund: false,
         key: "k".into(),
         limit: limit(3, Algorithm::TokenBucket),
         hits: 1,
@@ -137,6 +143,7 @@ fn a_repeated_descriptor_counts_twice() {
 
 /// A limit whose bucket holds one token and refills in 1 ms: idle almost at once.
 const FAST: Limit = Limit {
+    charge: false,
     requests_per_unit: 1000,
     unit: Unit::Second,
     multiplier: 1,
@@ -146,6 +153,7 @@ const FAST: Limit = Limit {
 
 fn one(key: &str, limit: Limit) -> Check<'_> {
     Check {
+        refund: false,
         key: key.into(),
         limit,
         hits: 1,
@@ -297,6 +305,7 @@ fn a_large_request_is_all_or_nothing() {
 
 /// Issue 9, defect 1: 100 per hour per user in a store of 1,000 buckets.
 const PER_USER: Limit = Limit {
+    charge: false,
     requests_per_unit: 100,
     unit: Unit::Hour,
     multiplier: 1,
@@ -328,6 +337,7 @@ impl Traffic {
         }
         self.requests += 1;
         let check = Check {
+            refund: false,
             key: user.into(),
             limit: PER_USER,
             hits: 1,

@@ -21,6 +21,7 @@ const RATE_LIMIT_KEYS: &[&str] = &[
     "replaces",
     "burst",
     "algorithm",
+    "charge",
 ];
 const REPLACES_KEYS: &[&str] = &["name"];
 
@@ -33,7 +34,7 @@ pub(super) fn rule(reader: &mut Reader<'_>, node: &YamlNode, path: &str) -> Opti
     let replaces = replaces(reader, &fields, path);
     refuse_own_names(reader, &replaces, &[name.as_str()], path);
     let limits = if reader.flag(&fields, "unlimited", path) {
-        for what in ["unit", "unit_multiplier", "burst", "algorithm"] {
+        for what in ["unit", "unit_multiplier", "burst", "algorithm", "charge"] {
             if let Some(set) = fields.get(what) {
                 reader.error(
                     ConfigErrorKind::LimitWhenUnlimited,
@@ -240,6 +241,7 @@ fn limit(
     }
     let multiplier = multiplier(reader, fields, unit, path);
     Some(ConfigLimit {
+        charge: charge(reader, fields, path).unwrap_or(false),
         requests_per_unit,
         unit: unit?,
         multiplier,
@@ -275,6 +277,27 @@ fn multiplier(reader: &mut Reader<'_>, fields: &Fields<'_>, unit: Option<Unit>, 
         );
     }
     n.max(1)
+}
+
+/// `charge` in `fields`, if set and valid: `always` (true: hits are charges, recorded
+/// whatever the answer) or `admitted` (false: only an admitted request's hits count, the
+/// default). Also read on a descriptor, for all of its limits.
+pub(super) fn charge(reader: &mut Reader<'_>, fields: &Fields<'_>, path: &str) -> Option<bool> {
+    let node = fields.get("charge")?;
+    let value = reader.text(node, Some(path), "charge")?;
+    match value.as_str() {
+        "always" => Some(true),
+        "admitted" => Some(false),
+        _ => {
+            reader.error(
+                ConfigErrorKind::BadCharge,
+                line(node),
+                Some(path),
+                format_args!("invalid charge '{value}' (expected always or admitted)"),
+            );
+            None
+        }
+    }
 }
 
 /// The rule's own algorithm, if it names a valid one.

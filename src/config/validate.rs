@@ -23,6 +23,7 @@ const DESCRIPTOR_KEYS: &[&str] = &[
     "value_to_metric",
     "share_threshold",
     "metadata",
+    "charge",
 ];
 
 /// One valid domain file.
@@ -222,7 +223,21 @@ fn descriptors(
             .and_then(|node| super::metadata::read(reader, node, &path))
             .filter(|map| !map.is_empty())
             .map(std::sync::Arc::new);
+        let charge = super::rate_limit::charge(reader, &fields, &path);
+        if let (Some(_), Some(node)) = (charge, fields.get("charge"))
+            && rule.as_ref().is_none_or(|rule| rule.is_unlimited())
+        {
+            reader.error(
+                ConfigErrorKind::BadCharge,
+                line(node),
+                Some(&path),
+                "charge needs limits to charge: a rate_limit or rate_limits that is not unlimited",
+            );
+        }
         let rule = rule.map(|mut rule| {
+            if charge == Some(true) {
+                rule.limits.iter_mut().for_each(|limit| limit.charge = true);
+            }
             rule.mode = mode;
             rule.metadata = metadata;
             rule.detailed_metric = detailed_metric;

@@ -261,7 +261,7 @@ fn describe(limit: &Limit) -> String {
     } else {
         format!("{} {}", limit.multiplier, limit.unit)
     };
-    if limit.algorithm.has_burst() {
+    let text = if limit.algorithm.has_burst() {
         format!(
             "{} per {per}, burst {}, {}",
             limit.requests_per_unit,
@@ -274,6 +274,11 @@ fn describe(limit: &Limit) -> String {
             limit.requests_per_unit,
             limit.algorithm.name()
         )
+    };
+    if limit.charge {
+        format!("{text}, charges always")
+    } else {
+        text
     }
 }
 
@@ -295,6 +300,13 @@ fn bucket_lines(
 
 /// A limit's state as a peek reports it.
 fn state(report: &Report, algorithm: Algorithm) -> String {
+    if report.owed > 0 {
+        return format!(
+            "IN DEBT: {} owed by charges; a hit could pass in {}",
+            report.owed,
+            seconds(report.reset)
+        );
+    }
     if report.over {
         return format!(
             "OVER_LIMIT: {} remaining; a hit could pass in {}",

@@ -70,6 +70,10 @@ impl RequestDescriptor for WireDescriptor<'_> {
     fn hits_addend(&self) -> Option<u64> {
         self.hits_addend
     }
+
+    fn is_negative_hits(&self) -> bool {
+        self.is_negative_hits
+    }
 }
 
 /// Reads `message` into `request` (empty before), or returns `None` when it is not in the

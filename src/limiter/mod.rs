@@ -12,12 +12,17 @@
 //! `unit_multiplier`) in nanoseconds and the bucket refills `requests_per_unit` scaled
 //! units per nanosecond, so `debt / rpu` is the time in nanoseconds until the bucket is
 //! full again. No rounding ever drifts. Sliding windows are in [`sliding`].
+//!
+//! A limit that charges ([`Limit::charge`]) records every hit of a request, whatever the
+//! request's fate: a charge, and a refund ([`refund`]), *land*, so both of their fates are
+//! the same. A token bucket's debt may then pass its capacity (the bucket is *in debt*,
+//! its level below zero), up to [`DEBT_PERIODS`] periods of refill beyond it.
 
 mod binding;
 mod sliding;
 
 use crate::clock::{NANOS_PER_SEC, Nanos};
-use crate::rules::{Algorithm, Limit, Mode, SLIDING_SUBWINDOWS};
+use crate::rules::{Algorithm, DEBT_PERIODS, Limit, Mode, SLIDING_SUBWINDOWS};
 pub use binding::binding;
 pub use sliding::subwindow_start;
 
@@ -72,6 +77,9 @@ pub struct Report {
     pub count: u64,
     /// Answered from this replica's over-limit cache, without asking the shared store.
     pub cached: bool,
+    /// Whole hits the bucket is in debt after the decision: below empty for a token
+    /// bucket, beyond the limit for a window. Only charges take a bucket there.
+    pub owed: u64,
 }
 
 /// One descriptor evaluated, both fates of its request still open. Reports are computed
@@ -85,8 +93,9 @@ pub struct Step(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fates {
     TokenBucket(Bucket),
-    /// A fixed window's fate does not depend on the request's: every hit counts.
-    FixedWindow(State, Report),
+    /// Decided whatever the request's fate: a fixed window (every hit counts), a charge
+    /// or a refund (they land).
+    Settled(State, Report),
     SlidingWindow(sliding::Window),
 }
 
@@ -104,6 +113,9 @@ struct Bucket {
     rpu: u128,
     /// Capacity, scaled.
     cap: u128,
+    /// The most debt the bucket may hold: its capacity, plus [`DEBT_PERIODS`] periods of
+    /// refill when the limit charges.
+    ceiling: u128,
     /// Debt before this request.
     debt: u128,
     /// Scaled tokens this request takes if it passes; `None` when it cannot pass.
@@ -117,16 +129,22 @@ impl Bucket {
         let remaining = if self.rpu == 0 {
             0 // never refills: nothing to offer, whatever the burst says
         } else {
-            u32::try_from(div(self.cap - debt, self.token)).unwrap_or(u32::MAX)
+            u32::try_from(div(self.cap.saturating_sub(debt), self.token)).unwrap_or(u32::MAX)
+        };
+        let owed = debt.saturating_sub(self.cap);
+        let reset = if !over {
+            ceil_div(debt, self.rpu)
+        } else if debt == self.debt || self.rpu == 0 {
+            self.retry
+        } else {
+            // A charge or refund that leaves the bucket in debt: until one hit passes.
+            ceil_div(owed + self.token, self.rpu)
         };
         let report = Report {
             over,
             remaining,
-            reset: if over {
-                self.retry
-            } else {
-                ceil_div(debt, self.rpu)
-            },
+            reset,
+            owed: u64::try_from(owed.div_ceil(self.token.max(1))).unwrap_or(u64::MAX),
             ..Report::default()
         };
         let state = State::TokenBucket {
@@ -143,7 +161,7 @@ impl Step {
     pub fn over(&self) -> bool {
         match &self.0 {
             Fates::TokenBucket(b) => b.take.is_none(),
-            Fates::FixedWindow(_, report) => report.over,
+            Fates::Settled(_, report) => report.over,
             Fates::SlidingWindow(w) => !w.passes(),
         }
     }
@@ -155,7 +173,7 @@ impl Step {
                 Some(take) => b.outcome(b.debt + take, false),
                 None => b.outcome(b.debt, true),
             },
-            Fates::FixedWindow(state, report) => (*state, *report),
+            Fates::Settled(state, report) => (*state, *report),
             Fates::SlidingWindow(w) => w.outcome(w.passes()),
         }
     }
@@ -164,7 +182,7 @@ impl Step {
     pub fn unconsumed(&self) -> (State, Report) {
         match &self.0 {
             Fates::TokenBucket(b) => b.outcome(b.debt, b.take.is_none()),
-            Fates::FixedWindow(state, report) => (*state, *report),
+            Fates::Settled(state, report) => (*state, *report),
             Fates::SlidingWindow(w) => w.outcome(false),
         }
     }
@@ -183,14 +201,83 @@ impl Step {
 ///
 /// `hits == 0` is a check that consumes nothing: it passes when one more hit would
 /// (token bucket) or when the count is not already over (fixed window, as the Go server).
+///
+/// On a limit that charges, `hits > 0` is a charge: recorded in full whatever the answer
+/// (see the module docs), over when it leaves the bucket in debt.
 pub fn step(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> Step {
     match limit.algorithm {
+        _ if limit.charge && hits > 0 => landed(state, limit, Landing::Charge(hits), now),
         Algorithm::TokenBucket => token_bucket(state, limit, hits, now),
         Algorithm::FixedWindow => fixed_window(state, limit, hits, now),
         Algorithm::SlidingWindow => Step(Fates::SlidingWindow(sliding::Window::at(
             state, limit, hits, now,
         ))),
     }
+}
+
+/// Gives `hits` back to the bucket of `limit` (`is_negative_hits`, on a limit that
+/// charges): a token bucket never fills past its burst, a window's count never goes below
+/// zero. It lands whatever the request's fate, and is over while the bucket is still in
+/// debt.
+pub fn refund(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> Step {
+    landed(state, limit, Landing::Refund(hits), now)
+}
+
+/// What a step that lands does.
+#[derive(Debug, Clone, Copy)]
+enum Landing {
+    /// Adds the hits, past the limit if need be.
+    Charge(u64),
+    /// Takes the hits back out.
+    Refund(u64),
+}
+
+/// A charge or a refund: its state and report, the same for either fate of the request.
+fn landed(state: Option<&State>, limit: &Limit, landing: Landing, now: Nanos) -> Step {
+    let (state, report) = match limit.algorithm {
+        Algorithm::TokenBucket => landed_in_bucket(state, limit, landing, now),
+        Algorithm::FixedWindow => {
+            let (hits, back) = match landing {
+                Landing::Charge(hits) => (hits, 0),
+                Landing::Refund(hits) => (0, hits),
+            };
+            fixed_window_at(state, limit, hits, back, now)
+        }
+        Algorithm::SlidingWindow => {
+            let window = sliding::Window::at(state, limit, 0, now);
+            match landing {
+                Landing::Charge(hits) => window.charged(hits),
+                Landing::Refund(hits) => window.refunded(hits),
+            }
+        }
+    };
+    Step(Fates::Settled(state, report))
+}
+
+/// A token bucket's charge or refund (see [`landed`]).
+fn landed_in_bucket(
+    state: Option<&State>,
+    limit: &Limit,
+    landing: Landing,
+    now: Nanos,
+) -> (State, Report) {
+    // The bucket as a check of nothing finds it: its debt refilled to `now`.
+    let Fates::TokenBucket(b) = token_bucket(state, limit, 0, now).0 else {
+        unreachable!("a token bucket's step")
+    };
+    if b.rpu == 0 {
+        // Never refills: nothing to record into, nothing ever passes.
+        return b.outcome(b.debt, true);
+    }
+    let debt = match landing {
+        Landing::Charge(hits) => b
+            .debt
+            .saturating_add(u128::from(hits) * b.token)
+            .min(b.ceiling),
+        Landing::Refund(hits) => b.debt.saturating_sub(u128::from(hits) * b.token),
+    };
+    let over = debt > b.cap;
+    b.outcome(debt, over)
 }
 
 /// What [`Step::unconsumed`] gives, worked out from the state [`Step::consumed`] kept for a
@@ -233,6 +320,11 @@ fn token_bucket(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> 
     let token = u128::from(period);
     let rpu = u128::from(limit.requests_per_unit);
     let cap = u128::from(limit.burst) * token;
+    let ceiling = if limit.charge {
+        cap + u128::from(DEBT_PERIODS) * rpu * token
+    } else {
+        cap
+    };
     let debt = match state {
         Some(&State::TokenBucket {
             debt,
@@ -248,22 +340,22 @@ fn token_bucket(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> 
                 debt / old * token + debt % old * token / old
             };
             let refilled = u128::from(now.saturating_sub(at)) * rpu;
-            debt.saturating_sub(refilled).min(cap)
+            debt.saturating_sub(refilled).min(ceiling)
         }
         // A fresh bucket, or one that was a fixed window before a reload: full.
         _ => 0,
     };
-    let available = cap - debt;
     let take = u128::from(hits) * token;
     let need = take.max(token);
-    let passes = rpu > 0 && need <= available;
+    // In debt, a bucket's level is below zero: `cap - debt` would be negative.
+    let passes = rpu > 0 && debt <= cap && need <= cap - debt;
     let retry = if passes {
         0
     } else if rpu == 0 {
         // Never refills: report one period, as a fixed window of 0 would.
         period
     } else if need <= cap {
-        ceil_div(need - available, rpu)
+        ceil_div(need + debt - cap, rpu)
     } else {
         // More than the burst can ever hold: the best moment is when it is full.
         ceil_div(debt, rpu)
@@ -274,6 +366,7 @@ fn token_bucket(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> 
         token,
         rpu,
         cap,
+        ceiling,
         debt,
         take: passes.then_some(take),
         retry,
@@ -281,6 +374,19 @@ fn token_bucket(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> 
 }
 
 fn fixed_window(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> Step {
+    let (state, report) = fixed_window_at(state, limit, hits, 0, now);
+    Step(Fates::Settled(state, report))
+}
+
+/// A fixed window's count at `now` with `hits` added and `back` (a refund's) taken out,
+/// never below zero.
+fn fixed_window_at(
+    state: Option<&State>,
+    limit: &Limit,
+    hits: u64,
+    back: u64,
+    now: Nanos,
+) -> (State, Report) {
     // Aligned to multiples of the period since the epoch, as the Go server's windows.
     let window = limit.period_seconds();
     let now_s = now / NANOS_PER_SEC;
@@ -293,7 +399,7 @@ fn fixed_window(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> 
         }) if s == start && u64::from(period) == window => count,
         _ => 0,
     };
-    let after = before.saturating_add(hits);
+    let after = before.saturating_add(hits).saturating_sub(back);
     let limit_n = u64::from(limit.requests_per_unit);
     let over = after > limit_n;
     let report = Report {
@@ -302,13 +408,18 @@ fn fixed_window(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> 
         reset: (start + window - now_s) * NANOS_PER_SEC,
         count: after,
         cached: false,
+        owed: if limit.charge {
+            after.saturating_sub(limit_n)
+        } else {
+            0
+        },
     };
     let state = State::FixedWindow {
         start,
         count: after,
         period: period_seconds(limit.period_nanos()),
     };
-    Step(Fates::FixedWindow(state, report))
+    (state, report)
 }
 
 impl State {

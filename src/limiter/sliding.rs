@@ -62,6 +62,8 @@ pub(super) struct Window {
     counted: u64,
     /// The time of the evaluation.
     now: Nanos,
+    /// The limit charges: hits past it are owed (see [`Report::owed`]).
+    charges: bool,
 }
 
 impl Window {
@@ -91,6 +93,7 @@ impl Window {
             need: hits.max(1),
             counted: counts.iter().map(|&c| u64::from(c)).sum(),
             now,
+            charges: limit.charge,
         }
     }
 
@@ -134,8 +137,59 @@ impl Window {
             reset,
             count: counted,
             cached: false,
+            owed: if self.charges {
+                counted.saturating_sub(self.limit)
+            } else {
+                0
+            },
         };
         (self.state_with(counts), report)
+    }
+
+    /// A charge of `hits` on this window (evaluated for no hits): counted whatever the
+    /// answer, over when it takes the window past its limit.
+    pub(super) fn charged(&self, hits: u64) -> (State, Report) {
+        let mut counts = self.counts;
+        counts[0] = counts[0].saturating_add(u32::try_from(hits).unwrap_or(u32::MAX));
+        self.landed(counts)
+    }
+
+    /// A refund of `hits` on this window (evaluated for no hits): taken from the newest
+    /// sub-windows first, where the hits it gives back were most likely counted, and
+    /// never below zero.
+    pub(super) fn refunded(&self, hits: u64) -> (State, Report) {
+        let mut counts = self.counts;
+        let mut back = hits;
+        for count in &mut counts {
+            let taken = u32::try_from(back.min(u64::from(*count))).unwrap_or(u32::MAX);
+            *count -= taken;
+            back -= u64::from(taken);
+        }
+        self.landed(counts)
+    }
+
+    /// State and report of a window whose charge or refund left it holding `counts`.
+    fn landed(&self, counts: [u32; SLOTS]) -> (State, Report) {
+        let after = Window {
+            counts,
+            counted: counts.iter().map(|&c| u64::from(c)).sum(),
+            ..*self
+        };
+        let over = after.limit == 0 || after.counted > after.limit;
+        let reset = if over {
+            after.retry()
+        } else {
+            empty_at(after.newest, &counts, after.period).saturating_sub(after.now)
+        };
+        let report = Report {
+            over,
+            remaining: u32::try_from(after.limit.saturating_sub(after.counted)).unwrap_or(u32::MAX),
+            reset,
+            count: after.counted,
+            cached: false,
+            owed: after.counted.saturating_sub(after.limit),
+        };
+        (after.state_with(counts), report)
     }
 
     /// For a request that does not pass: the time until it would.
@@ -186,6 +240,7 @@ mod tests {
 
     fn sliding(requests_per_unit: u32, unit: Unit, multiplier: u32) -> Limit {
         Limit {
+            charge: false,
             requests_per_unit,
             unit,
             multiplier,

@@ -12,6 +12,7 @@ const MS: Nanos = 1_000_000;
 
 fn tb(requests_per_unit: u32, unit: Unit, burst: u32) -> Limit {
     Limit {
+        charge: false,
         requests_per_unit,
         unit,
         multiplier: 1,
@@ -22,6 +23,7 @@ fn tb(requests_per_unit: u32, unit: Unit, burst: u32) -> Limit {
 
 fn fw(requests_per_unit: u32, unit: Unit) -> Limit {
     Limit {
+        charge: false,
         requests_per_unit,
         unit,
         multiplier: 1,
@@ -904,6 +906,7 @@ fn fw_go_reference_hits_addend_table() {
         assert_eq!(
             s.consumed().1,
             Report {
+                owed: 0,
                 over: is_over,
                 remaining,
                 reset: S,
@@ -1132,6 +1135,7 @@ fn idle_in_fixed_window() {
 #[test]
 fn a_sliding_window_is_empty_when_its_newest_hit_leaves() {
     let l = Limit {
+        charge: false,
         requests_per_unit: 10,
         unit: Unit::Minute,
         multiplier: 5,

@@ -28,10 +28,18 @@ impl Metrics {
                     rules.unlimited(domain, rule, || d.entries(), *hits);
                 }
                 Resolved::Limited {
-                    limits, rule, hits, ..
+                    limits,
+                    rule,
+                    hits,
+                    refund,
+                    ..
                 } => {
                     let (mine, others) = rest.split_at(limits.len().min(rest.len()));
                     rest = others;
+                    if let (Some(rule), true) = (rule, *refund) {
+                        rules.refunded(domain, rule, || d.entries(), *hits);
+                        continue;
+                    }
                     // The rule's series counts the descriptor once, as its status says:
                     // by the binding limit.
                     let bound = binding(mine);

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::connections;
 use super::labels::Labels;
-use super::rules::{RULE_FAMILIES, RuleStats};
+use super::rules::{FIRST_CHARGE_FAMILY, RULE_FAMILIES, RuleStats};
 use super::text::{family, sample};
 use super::{METHOD, Metrics};
 use crate::store::Store;
@@ -21,11 +21,13 @@ impl Metrics {
         }
 
         let mut out = String::with_capacity(2048 + 6 * 96 * series.len());
-        for (name, help, counter) in RULE_FAMILIES {
+        for (i, (name, help, counter)) in RULE_FAMILIES.into_iter().enumerate() {
             family(&mut out, name, "counter", help);
             for (labels, stats) in &series {
                 let sum: u64 = stats.iter().map(|s| counter(s)).sum();
-                sample(&mut out, name, labels.pairs(), sum);
+                if sum > 0 || i < FIRST_CHARGE_FAMILY {
+                    sample(&mut out, name, labels.pairs(), sum);
+                }
             }
         }
         self.series.lock().limits.render(&mut out);

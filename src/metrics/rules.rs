@@ -23,7 +23,7 @@ use crate::rules::{Algorithm, Limit, Rule};
 /// (see `super::stripes`), so that the cores counting a busy rule do not take its cache
 /// lines from each other.
 #[derive(Debug, Default)]
-pub(super) struct RuleStats(Counters<6>);
+pub(super) struct RuleStats(Counters<9>);
 
 /// What each counter of a [`RuleStats`] counts.
 #[derive(Debug, Clone, Copy)]
@@ -46,6 +46,14 @@ enum Hits {
     /// `ratelimit_service_rate_limit_over_limit_with_local_cache`: over-limit hits answered
     /// from the local cache without Redis (also in `Over`).
     Cached,
+    /// `ratelimit_service_rate_limit_charged`: hits of charges (`charge: always`),
+    /// recorded whatever the answer.
+    Charged,
+    /// `ratelimit_service_rate_limit_refunded`: hits given back (`is_negative_hits`).
+    Refunded,
+    /// `ratelimit_service_rate_limit_debt`: hits of charges past what the limit had left,
+    /// which the bucket owes.
+    Debt,
 }
 
 /// The table a request's rules are counted with: the running config's, or one built for
@@ -240,6 +248,15 @@ impl RuleStats {
         if shadow {
             mine.add(Hits::Shadow as usize, split.over);
         }
+        if limit.charge && hits > 0 {
+            mine.add(Hits::Charged as usize, hits);
+            mine.add(Hits::Debt as usize, hits.min(report.owed));
+        }
+    }
+
+    /// Hits given back by a refund.
+    fn refunded(&self, hits: u64) {
+        self.0.mine().add(Hits::Refunded as usize, hits);
     }
 
     /// Hits allowed on an unlimited rule.
@@ -302,7 +319,12 @@ pub(super) fn build_table(series: &Mutex<Series>, config: Arc<Config>) -> RuleTa
 /// The per-rule families: name, help, and the counter each reads.
 pub(super) type RuleFamily = (&'static str, &'static str, fn(&RuleStats) -> u64);
 
-pub(super) const RULE_FAMILIES: [RuleFamily; 6] = [
+/// The first of [`RULE_FAMILIES`] that only rules with `charge: always` count: their
+/// series are written only once not zero, so that a config without charges scrapes as
+/// it did.
+pub(super) const FIRST_CHARGE_FAMILY: usize = 6;
+
+pub(super) const RULE_FAMILIES: [RuleFamily; 9] = [
     (
         "ratelimit_service_rate_limit_total_hits",
         "Hits (hits_addend) on each rule.",
@@ -332,6 +354,21 @@ pub(super) const RULE_FAMILIES: [RuleFamily; 6] = [
         "ratelimit_service_rate_limit_over_limit_with_local_cache",
         "Over-limit hits on each rule answered from the local over-limit cache, without Redis.",
         |s| s.read(Hits::Cached),
+    ),
+    (
+        "ratelimit_service_rate_limit_charged",
+        "Hits charged on each rule with charge: always, recorded whatever the answer.",
+        |s| s.read(Hits::Charged),
+    ),
+    (
+        "ratelimit_service_rate_limit_refunded",
+        "Hits given back (is_negative_hits) on each rule with charge: always.",
+        |s| s.read(Hits::Refunded),
+    ),
+    (
+        "ratelimit_service_rate_limit_debt",
+        "Hits charged on each rule past what its limit had left: the debt they ran up.",
+        |s| s.read(Hits::Debt),
     ),
 ];
 
@@ -376,6 +413,19 @@ impl Rules<'_> {
         if let Some(stats) = self.table.limits_of(rule) {
             limits::count(stats, reports, bound, hits);
         }
+    }
+
+    /// Hits given back to `rule` (`is_negative_hits`): counted apart from its hits.
+    pub(crate) fn refunded<'e, I>(
+        &self,
+        domain: &str,
+        rule: &Rule,
+        entries: impl Fn() -> I,
+        hits: u64,
+    ) where
+        I: Iterator<Item = (&'e str, &'e str)>,
+    {
+        self.with_stats(domain, Some(rule), &entries, |stats| stats.refunded(hits));
     }
 
     /// Hits on an unlimited rule: all within its (absent) limit.
@@ -445,6 +495,7 @@ mod tests {
 
     fn fw(requests_per_unit: u32) -> Limit {
         Limit {
+            charge: false,
             requests_per_unit,
             unit: Unit::Minute,
             multiplier: 1,
@@ -455,6 +506,7 @@ mod tests {
 
     fn tb(burst: u32) -> Limit {
         Limit {
+            charge: false,
             requests_per_unit: burst,
             unit: Unit::Minute,
             multiplier: 1,

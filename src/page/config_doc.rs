@@ -94,6 +94,8 @@ pub struct LimitDoc {
     pub burst: u32,
     /// The algorithm in force for it.
     pub algorithm: &'static str,
+    /// `charge: always`: its hits are charges, recorded whatever the answer.
+    pub charge: bool,
 }
 
 impl Page {
@@ -161,6 +163,7 @@ fn rule_doc(rule: &Rule, default: crate::rules::Algorithm) -> RuleDoc {
                 multiplier: limit.multiplier,
                 burst: limit.burst,
                 algorithm: limit.algorithm.unwrap_or(default).name(),
+                charge: limit.charge,
             })
             .collect(),
     }

@@ -74,6 +74,8 @@ pub enum Resolved<'c> {
         key: Range<usize>,
         /// Hits to take; 0 checks without consuming.
         hits: u64,
+        /// `is_negative_hits`: the hits are given back (the rule takes refunds).
+        refund: bool,
     },
 }
 
@@ -166,7 +168,7 @@ impl<'c> Plan<'c> {
         };
         let default_hits = u64::from(hits_addend.max(1));
         let Buffers { keys, scratch } = &mut self.buffers;
-        for descriptor in descriptors {
+        for (i, descriptor) in descriptors.iter().enumerate() {
             let hits = descriptor.hits_addend().unwrap_or(default_hits);
             let resolved = resolve(
                 tree,
@@ -177,7 +179,11 @@ impl<'c> Plan<'c> {
                 keys,
                 scratch,
             );
-            self.resolved.push(resolved);
+            if descriptor.is_negative_hits() {
+                self.resolved.push(as_refund(i, resolved)?);
+            } else {
+                self.resolved.push(resolved);
+            }
         }
         apply_replaces(&mut self.resolved);
         Ok(())
@@ -240,7 +246,11 @@ impl<'c> Plan<'c> {
         let passing_quota = self.has_passing_quota();
         for (descriptor, resolved) in self.resolved.iter().enumerate() {
             if let Resolved::Limited {
-                limits, key, hits, ..
+                limits,
+                key,
+                hits,
+                refund,
+                ..
             } = resolved
             {
                 let mode = self.verdict_mode(resolved, passing_quota);
@@ -248,6 +258,7 @@ impl<'c> Plan<'c> {
                 // which costs more than the one or two checks a descriptor has.
                 for (limit, _, key) in self.limit_keys(limits, key) {
                     checks.push(Check {
+                        refund: *refund,
                         key,
                         limit,
                         hits: *hits,
@@ -306,6 +317,7 @@ fn resolve<'c, D: RequestDescriptor>(
         let unit = o.unit.unwrap_or(Unit::Second);
         return Resolved::Limited {
             limits: Limits::Override(Limit {
+                charge: false,
                 requests_per_unit: o.requests_per_unit,
                 unit,
                 multiplier: 1,
@@ -315,6 +327,7 @@ fn resolve<'c, D: RequestDescriptor>(
             rule: None,
             key: key.finish(),
             hits,
+            refund: false,
         };
     }
     let Some(rule) = tree.find(descriptor.entries(), &mut key, scratch) else {
@@ -335,6 +348,31 @@ fn resolve<'c, D: RequestDescriptor>(
         rule: Some(rule),
         key,
         hits,
+        refund: false,
+    }
+}
+
+/// Descriptor `i`, resolved to `resolved`, asking for its hits back (`is_negative_hits`):
+/// a refund to a rule whose limits all charge; nothing on a descriptor no limit applies
+/// to; refused on any other limit, which never recorded more than it admitted.
+fn as_refund(i: usize, resolved: Resolved<'_>) -> Result<Resolved<'_>, RequestError> {
+    match resolved {
+        Resolved::Limited {
+            limits,
+            rule: Some(rule),
+            key,
+            hits,
+            ..
+        } if rule.takes_refunds() => Ok(Resolved::Limited {
+            limits,
+            rule: Some(rule),
+            key,
+            hits,
+            refund: true,
+        }),
+        Resolved::Limited { .. } => Err(RequestError::RefundNotAllowed(i)),
+        Resolved::Unlimited { rule, .. } => Ok(Resolved::Unlimited { rule, hits: 0 }),
+        other => Ok(other),
     }
 }
 

@@ -114,6 +114,7 @@ mod tests {
         algorithm: Algorithm,
     ) -> ConfigLimit {
         ConfigLimit {
+            charge: false,
             requests_per_unit: rate,
             unit,
             multiplier,

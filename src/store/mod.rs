@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 use crate::bucket_key::BucketKey;
 use crate::clock::Nanos;
 use crate::error::StoreError;
-use crate::limiter::Report;
+use crate::limiter::{self, Report, State, Step};
 use crate::rules::{Limit, Mode};
 
 /// One limited descriptor of a request, as a store sees it.
@@ -23,6 +23,8 @@ pub struct Check<'a> {
     pub limit: Limit,
     /// Hits to take; 0 checks without consuming.
     pub hits: u64,
+    /// `is_negative_hits`: `hits` are given back (only on a limit that charges).
+    pub refund: bool,
     /// How an over-limit verdict counts towards the request's fate.
     pub mode: Mode,
     /// The index of the request descriptor the check belongs to: a descriptor with several
@@ -31,6 +33,24 @@ pub struct Check<'a> {
     ///
     /// [`BucketKey::descriptor_part`]: crate::bucket_key::BucketKey::descriptor_part
     pub descriptor: usize,
+}
+
+impl Check<'_> {
+    /// This check evaluated on its bucket's `state` at `now` (see [`limiter::step`] and
+    /// [`limiter::refund`]).
+    #[inline]
+    pub fn step(&self, state: Option<&State>, now: Nanos) -> Step {
+        if self.refund {
+            limiter::refund(state, &self.limit, self.hits, now)
+        } else {
+            limiter::step(state, &self.limit, self.hits, now)
+        }
+    }
+
+    /// Whether the check is recorded whatever the request's fate: a charge or a refund.
+    pub fn lands(&self) -> bool {
+        self.refund || (self.limit.charge && self.hits > 0)
+    }
 }
 
 /// Reports in request order; most requests have few descriptors, kept off the heap.

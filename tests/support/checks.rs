@@ -8,6 +8,7 @@ use meshlimit::store::Check;
 /// descriptor number `descriptor`.
 pub fn check(key: &str, limit: Limit, hits: u64, mode: Mode, descriptor: usize) -> Check<'_> {
     Check {
+        refund: false,
         key: key.into(),
         limit,
         hits,

@@ -185,7 +185,7 @@ function limitText(l, named) {
   const unit = l.unit.toLowerCase();
   const per = l.multiplier === 1 ? unit : l.multiplier + " " + unit + "s";
   return l.requests_per_unit + " per " + per + ", burst " + l.burst + ", " + l.algorithm +
-    (named && l.name ? " (" + l.name + ")" : "");
+    (l.charge ? ", charges always" : "") + (named && l.name ? " (" + l.name + ")" : "");
 }
 
 function showConfig(config) {

@@ -82,7 +82,7 @@ impl Inner {
         for (i, check) in checks.iter().enumerate() {
             let first = pending[i].first;
             let bucket = &mut pending[first].state;
-            let step = limiter::step(bucket.as_ref(), &check.limit, check.hits, now);
+            let step = check.step(bucket.as_ref(), now);
             let (state, report) = step.consumed();
             *bucket = Some(state);
             reports.push(report);
@@ -100,7 +100,7 @@ impl Inner {
             for (i, check) in checks.iter().enumerate() {
                 let first = pending[i].first;
                 let bucket = &mut pending[first].state;
-                let step = limiter::step(bucket.as_ref(), &check.limit, check.hits, now);
+                let step = check.step(bucket.as_ref(), now);
                 let (state, unconsumed) = step.unconsumed();
                 *bucket = Some(state);
                 reports[i] = Report {

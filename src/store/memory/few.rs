@@ -69,7 +69,7 @@ impl Inner {
             reordered[guard_of[i]] |= touched.reordered;
             places[i] = touched.place;
             let state = buckets.kept_mut(touched.place).state.as_ref();
-            steps.push(limiter::step(state, &check.limit, check.hits, now));
+            steps.push(check.step(state, now));
         }
         let denied = denied(checks, |i| steps[i].over());
         let mut reports = Reports::new();
@@ -105,6 +105,7 @@ mod tests {
 
     fn limit(requests_per_unit: u32, algorithm: Algorithm) -> Limit {
         Limit {
+            charge: false,
             requests_per_unit,
             unit: Unit::Second,
             multiplier: 1,
@@ -163,6 +164,7 @@ mod tests {
                         keys.iter()
                             .enumerate()
                             .map(|(k, key)| Check {
+                                refund: false,
                                 key: BucketKey::from(key.as_str()),
                                 limit: limit(if k % 2 == 0 { 3 } else { 5 }, algorithm),
                                 hits: if k == 0 { step % 3 } else { 1 + step % 2 },

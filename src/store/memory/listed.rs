@@ -61,7 +61,7 @@ impl Inner {
                 grown += added;
             }
             let limit = &mut buckets.listed_mut(slot)[at[i] as usize];
-            let step = limiter::step(limit.state(), &check.limit, check.hits, now);
+            let step = check.step(limit.state(), now);
             let (state, report) = step.consumed();
             limit.keep(state, &check.limit);
             over |= report.over;
@@ -70,8 +70,9 @@ impl Inner {
         // One descriptor: its mode decides whether one limit over denies the request.
         if limiter::request_denied([(first.descriptor, first.mode, over)]) {
             for (i, (check, report)) in checks.iter().zip(&mut reports).enumerate() {
-                // A limit over took nothing: its consumed outcome stands.
-                if report.over {
+                // A limit over took nothing, and a charge or refund lands: its consumed
+                // outcome stands.
+                if report.over || check.lands() {
                     continue;
                 }
                 let limit = &mut buckets.listed_mut(slot)[at[i] as usize];

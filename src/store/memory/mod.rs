@@ -203,7 +203,7 @@ impl Inner {
             self.usage.created(bytes)
         });
         let kept = buckets.kept_mut(touched.place);
-        let step = limiter::step(kept.state.as_ref(), &check.limit, check.hits, now);
+        let step = check.step(kept.state.as_ref(), now);
         let denied = limiter::request_denied([(0, check.mode, step.over())]);
         let (state, report) = step.settle(denied);
         kept.keep(Some(state), &check.limit);

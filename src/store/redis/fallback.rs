@@ -84,8 +84,10 @@ mod tests {
         options.failure = policy;
         let fallback = Fallback::new(&options, Arc::new(ManualClock::new(0)));
         let check = Check {
+            refund: false,
             key: BucketKey::from("1:d1:k1:v"),
             limit: Limit {
+                charge: false,
                 requests_per_unit: 1,
                 unit: Unit::Hour,
                 multiplier: 1,

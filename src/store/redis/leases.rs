@@ -263,6 +263,7 @@ impl RedisStore {
         let inner = &*self.inner;
         let key = BucketKey::from(key);
         let checks = [Check {
+            refund: false,
             key,
             limit,
             hits: 0,

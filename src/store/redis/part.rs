@@ -364,6 +364,7 @@ mod tests {
 
     fn check(key: &str, mode: Mode, hits: u64) -> Check<'_> {
         Check {
+            refund: false,
             key: key.into(),
             limit: limit(100, Unit::Second, 10),
             hits,

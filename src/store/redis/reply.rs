@@ -54,6 +54,7 @@ impl Outcome {
             }
         };
         Report {
+            owed: 0,
             over: self.over,
             remaining: self.remaining,
             reset,

@@ -158,6 +158,7 @@ pub(super) mod tests {
     /// tests.
     pub(in crate::store::redis) fn limit(rpu: u32, unit: Unit, burst: u32) -> Limit {
         Limit {
+            charge: false,
             requests_per_unit: rpu,
             unit,
             multiplier: 1,
@@ -179,6 +180,7 @@ pub(super) mod tests {
     #[test]
     fn each_check_sends_nine_fields_in_the_general_scripts_order() {
         let window = |algorithm| Limit {
+            charge: false,
             requests_per_unit: 3,
             unit: Unit::Minute,
             multiplier: 5,
@@ -186,6 +188,7 @@ pub(super) mod tests {
             algorithm,
         };
         let check = |limit, descriptor, mode| Check {
+            refund: false,
             key: "4:test1:k".into(),
             limit,
             hits: 2,
@@ -213,6 +216,7 @@ pub(super) mod tests {
     #[test]
     fn only_token_buckets_in_enforce_or_shadow_are_bucket_checks() {
         let check = |mode| Check {
+            refund: false,
             key: "4:test1:a".into(),
             limit: limit(100, Unit::Second, 10),
             hits: 2,

@@ -59,6 +59,7 @@ fn removing_idle_buckets_keeps_the_rest_in_order() {
                 period: 1,
             };
             let per_second = Limit {
+                charge: false,
                 requests_per_unit: 1,
                 unit: Unit::Second,
                 multiplier: 1,

@@ -68,6 +68,7 @@ impl Blocked {
                 && count.saturating_add(check.hits) > u64::from(limit.requests_per_unit) =>
             {
                 Some(Report {
+                    owed: 0,
                     over: true,
                     remaining: 0,
                     reset: (until - now).div_ceil(NANOS_PER_SEC) * NANOS_PER_SEC,
@@ -142,6 +143,7 @@ fn sliding_refusal(
         return None;
     }
     Some(Report {
+        owed: 0,
         over: true,
         remaining: u32::try_from(u64::from(limit.requests_per_unit).saturating_sub(count))
             .unwrap_or(u32::MAX),

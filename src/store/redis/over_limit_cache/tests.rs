@@ -16,6 +16,7 @@ const MS: Nanos = 1_000_000;
 
 fn window(rpu: u32) -> Limit {
     Limit {
+        charge: false,
         requests_per_unit: rpu,
         unit: Unit::Second,
         multiplier: 1,
@@ -26,6 +27,7 @@ fn window(rpu: u32) -> Limit {
 
 fn check(limit: Limit, hits: u64) -> Check<'static> {
     Check {
+        refund: false,
         key: "4:test1:k".into(),
         limit,
         hits,
@@ -63,6 +65,7 @@ fn a_window_refusing_one_hit_is_refused_here_until_one_could_pass() {
     assert_eq!(
         refused[0],
         Report {
+            owed: 0,
             over: true,
             remaining: 0,
             reset: 200 * MS,
