@@ -235,13 +235,17 @@ async fn a_large_answer_puts_the_budget_in_debt_and_the_next_requests_are_refuse
     );
     assert!(reset_seconds(&budget(&server, "alice").await) <= last);
 
+    // The filter's counters (under the route's cluster and the filter's stat_prefix)
+    // count the checks only: Envoy ignores the answers to its charges.
     assert_eq!(
-        envoy.counter("cluster.llm_backend.ratelimit.error").await,
+        envoy
+            .counter("cluster.llm_backend.ratelimit.llm.error")
+            .await,
         0
     );
     assert!(
         envoy
-            .counter("cluster.llm_backend.ratelimit.over_limit")
+            .counter("cluster.llm_backend.ratelimit.llm.over_limit")
             .await
             >= 3
     );
