@@ -357,17 +357,7 @@ async fn replicas_on_one_redis_share_a_budget_exactly() {
 /// The recipe as is: Envoy accepts its config, meshlimit its descriptor file.
 #[tokio::test]
 async fn the_tokens_example_validates() {
-    let envoy = format!("{EXAMPLE}/envoy.yaml");
-    let out = std::process::Command::new(support::envoy_binary())
-        .args(["--mode", "validate", "-c", &envoy])
-        .output()
-        .expect("run envoy");
-    assert!(
-        out.status.success(),
-        "envoy --mode validate {envoy}:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::envoy::assert_validates(&format!("{EXAMPLE}/envoy.yaml"));
     let config = example_config().display().to_string();
     let out = process::run(&["validate", "--config", &config]).await;
     assert!(
