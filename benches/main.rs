@@ -17,6 +17,8 @@
 //!   `store/limits/sliding`: one sliding-window decision (target ≤ 100 ns), and its
 //!   arithmetic alone (`sliding_step_only`).
 //! - `service/limits/{one,two,sliding}`: the same through the whole service.
+//! - `store/charges/{take,charge}`: a normal decision of 100 hits and a charge of the same
+//!   shape (target: charge at most take); `charge_into_debt`: one that ends in debt.
 //! - `service/per_descriptor/N`: requests of N = 1, 8, 64 distinct descriptors, as time per
 //!   descriptor (flat when a request's cost is linear in its descriptors).
 //! - `service/threads/{one_key,own_keys}/N`: two-descriptor requests from N = 1, 2 threads,
@@ -38,6 +40,7 @@ criterion_group!(
     store::threads,
     store::flood,
     store::check_many,
+    store::charges,
     store::limits,
     service::three_descriptors,
     service::per_descriptor,

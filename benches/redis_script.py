@@ -12,6 +12,9 @@ one-descriptor requests (the `strict` scenario's limit: 1,000,000 a second, burs
 divided by the decisions. The scripts:
   script  src/store/redis/exact.lua + decide_buckets.lua, as src/store/redis/script.rs
           joins them: what meshlimit runs
+  charge  the same script, the same requests, the limit charging (`charge: always`, issue
+          39: its debt ceiling sent, each request as -1 check, decided by `careful`):
+          each hit a charge, which must cost no more than the normal decision
   floor   one MGET of the call's keys, then each key's SET ... PX with a constant 32-byte
           value, and nothing else: the buckets' reads and writes alone
 With the default --keys, a key comes back after its bucket is full again (its TTL is 1 ms),
@@ -34,8 +37,10 @@ end
 return ''
 """
 # The strict scenario's limit as script_args.rs' Scale writes it for 1,000,000 a second,
-# burst 1,000,000: a token worth 1, 1 a microsecond, capacity 1,000,000, 1 µs quanta.
+# burst 1,000,000: a token worth 1, 1 a microsecond, capacity 1,000,000, 1 µs quanta; its
+# ceiling the capacity, or for a limit that charges ten seconds' refill more.
 TOKEN, RATE, CAP, QUANTUM = 1, 1, 1_000_000, 1
+CEILING = {False: CAP, True: CAP + 10 * 1_000_000 * TOKEN}
 
 
 def command(*args):
@@ -110,20 +115,22 @@ def start_redis(workdir):
     sys.exit("redis-server did not answer within 10 s")
 
 
-def calls(sha, args, first_key):
-    """Pipelined EVALSHA calls of args.per_call requests each, from key first_key on."""
+def calls(sha, args, first_key, charge):
+    """Pipelined EVALSHA calls of args.per_call requests each, from key first_key on; each
+    hit a charge when `charge`."""
     now, key = 1_000_000_000_000, first_key
     for _ in range(args.calls):
         now += 50
-        numbers = [now, 1, TOKEN, RATE, CAP, QUANTUM]
+        numbers = [now, 1, TOKEN, RATE, CAP, QUANTUM, CEILING[charge]]
         keys, number = [], {}
         for _ in range(args.per_call):
             name = b"ml1:{5:bench}7:user_id%d" % (key % args.keys)
             if name not in number:
                 keys.append(name)
                 number[name] = len(keys)
-            # One check: 1 hit, limit 1, enforced, on its bucket (each named once a call).
-            numbers += [1, 1, 1, number[name]]
+            # One check (-1: decided with a charge's care): 1 hit, limit 1, enforced, on
+            # its bucket (each named once a call).
+            numbers += [-1 if charge else 1, 1, 1, number[name]]
             key += 1
         yield command(b"EVALSHA", sha, len(keys), *keys,
                       struct.pack("<%dd" % len(numbers), *numbers))
@@ -138,11 +145,11 @@ def script_usec(conn):
     sys.exit("no EVALSHA in INFO commandstats")
 
 
-def run(conn, sha, args, check):
+def run(conn, sha, args, check, charge):
     conn.call("FLUSHALL")
     conn.call("CONFIG", "RESETSTAT")
     batch = 200
-    pending = calls(sha, args, 0)
+    pending = calls(sha, args, 0, charge)
     sent = 0
     while sent < args.calls:
         chunk = [c for _, c in zip(range(batch), pending)]
@@ -165,8 +172,10 @@ def main():
     if not (1 <= args.calls <= 1_000_000 and 1 <= args.per_call <= 64
             and 1 <= args.keys <= 10_000_000 and 1 <= args.rounds <= 9):
         sys.exit("--calls 1..1000000, --per-call 1..64, --keys 1..10000000, --rounds 1..9")
-    text = "".join(open(os.path.join(SCRIPT_DIR, name)).read()
-                   for name in ("exact.lua", "decide_buckets.lua"))
+    # As script.rs runs it: after the line setting the expiry jitter (none here).
+    text = "local EXPIRY_JITTER_MS = 0\n" + "".join(
+        open(os.path.join(SCRIPT_DIR, name)).read()
+        for name in ("exact.lua", "decide_buckets.lua"))
 
     def passes(reply):
         # decide_buckets.lua's reply: per request, denied then the debt found. Every
@@ -179,7 +188,7 @@ def main():
         proc, conn = start_redis(workdir)
         try:
             shas = {name: conn.call("SCRIPT", "LOAD", body).decode()
-                    for name, body in (("script", text), ("floor", FLOOR))}
+                    for name, body in (("script", text), ("charge", text), ("floor", FLOOR))}
             print(f"{args.calls} calls of {args.per_call} one-descriptor requests, "
                   f"{args.keys} keys round-robin, {args.rounds} round(s)")
             print(f"{'script':8} {'round':>5} {'µs/call':>9} {'µs/decision':>12}")
@@ -187,7 +196,8 @@ def main():
             for round_ in range(1, args.rounds + 1):
                 for name, sha in shas.items():
                     per_call, per_decision = run(
-                        conn, sha, args, passes if name == "script" else None)
+                        conn, sha, args, passes if name != "floor" else None,
+                        name == "charge")
                     results[name].append(per_decision)
                     print(f"{name:8} {round_:>5} {per_call:>9.2f} {per_decision:>12.3f}")
             print("medians (µs a decision): " + ", ".join(

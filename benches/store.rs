@@ -156,6 +156,45 @@ pub fn limits(c: &mut Criterion) {
     group.finish();
 }
 
+/// A charge (`charge: always`) against a normal decision of the same shape: one
+/// descriptor, one token bucket, 1024 callers, 100 hits each; and a charge that leaves
+/// its bucket in debt, which the first one never does.
+pub fn charges(c: &mut Criterion) {
+    let keys = keys("c");
+    let store = store_with(&keys);
+    let charging = Limit {
+        charge: true,
+        ..limit()
+    };
+    let mut group = c.benchmark_group("store/charges");
+    group.throughput(Throughput::Elements(1));
+    let mut i = 0;
+    for (name, limit) in [("take", limit()), ("charge", charging)] {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                i = (i + 1) % KEYS;
+                let mut check = check(&keys[i], limit);
+                check.hits = 100;
+                black_box(store.check(black_box(&[check]), NOW));
+            })
+        });
+    }
+    let small = Limit {
+        requests_per_unit: 10,
+        burst: 10,
+        ..charging
+    };
+    group.bench_function("charge_into_debt", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            let mut check = check(&keys[i], small);
+            check.hits = 100;
+            black_box(store.check(black_box(&[check]), NOW));
+        })
+    });
+    group.finish();
+}
+
 /// An enforced check of one hit on `key`.
 fn check(key: &str, limit: Limit) -> Check<'_> {
     Check {

@@ -216,6 +216,33 @@ const INVALID: &[(&str, &[Expected])] = &[
         )],
     ),
     (
+        "invalid_charge.yaml",
+        &[problem(
+            "invalid_charge.yaml",
+            Some(7),
+            Some("test-domain.key1"),
+            Kind::BadCharge,
+        )],
+    ),
+    (
+        "charge_when_unlimited.yaml",
+        &[problem(
+            "charge_when_unlimited.yaml",
+            Some(6),
+            Some("test-domain.key1"),
+            Kind::LimitWhenUnlimited,
+        )],
+    ),
+    (
+        "charge_without_limits.yaml",
+        &[problem(
+            "charge_without_limits.yaml",
+            Some(4),
+            Some("test-domain.key1"),
+            Kind::BadCharge,
+        )],
+    ),
+    (
         "burst_with_fixed_window.yaml",
         &[problem(
             "burst_with_fixed_window.yaml",

@@ -1051,3 +1051,58 @@ async fn worker_threads_come_from_the_flag_or_environment_and_are_reported() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--worker-threads"), "{stderr}");
 }
+
+const TOKENS: &str = "
+domain: llm
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1000, charge: always}
+  - key: api
+    rate_limit: {unit: minute, requests_per_unit: 20}
+";
+
+/// Charges count their hits as charged, the part past what the bucket had left as debt,
+/// and refunds apart; a rule that does not charge writes none of those series.
+#[tokio::test]
+async fn charges_refunds_and_debt_are_counted_per_rule() {
+    let (service, _clock) = support::service(&[("llm.yaml", TOKENS)], Algorithm::TokenBucket);
+    let user = |hits: u64, refund: bool| Descriptor {
+        hits_addend: Some(hits),
+        refund,
+        ..Descriptor::new(&[("user", "alice")])
+    };
+    // 900 of 1,000, then 300 (200 past what was left), then 50 more (all owed), then
+    // 120 back, and a check of nothing.
+    for (hits, refund) in [
+        (900, false),
+        (300, false),
+        (50, false),
+        (120, true),
+        (0, false),
+    ] {
+        service
+            .should_rate_limit("llm", &[user(hits, refund)], 0)
+            .await
+            .expect("a valid request");
+    }
+    hit(&service, "llm", &[("api", "x")], 1).await;
+    let samples = scrape(&service);
+    let rule = [("domain", "llm"), ("key1", "user")];
+    let count = |stat: &str| value(&samples, &format!("{RULE}{stat}"), &rule);
+    assert_eq!(count("charged"), Some(1_250.0));
+    assert_eq!(count("debt"), Some(250.0));
+    assert_eq!(count("refunded"), Some(120.0));
+    assert_eq!(count("total_hits"), Some(1_250.0), "refunds are not hits");
+    let api = [("domain", "llm"), ("key1", "api")];
+    for stat in ["charged", "debt", "refunded"] {
+        assert_eq!(
+            value(&samples, &format!("{RULE}{stat}"), &api),
+            None,
+            "{stat}"
+        );
+    }
+    assert_eq!(
+        value(&samples, &format!("{RULE}total_hits"), &api),
+        Some(1.0)
+    );
+}

@@ -113,38 +113,85 @@ struct Bucket {
     rpu: u128,
     /// Capacity, scaled.
     cap: u128,
-    /// The most debt the bucket may hold: its capacity, plus [`DEBT_PERIODS`] periods of
-    /// refill when the limit charges.
-    ceiling: u128,
+    /// Periods of refill the bucket may owe past empty: [`DEBT_PERIODS`] when the limit
+    /// charges, else 0 (see [`Bucket::ceiling`]).
+    debt_periods: u128,
     /// Debt before this request.
     debt: u128,
-    /// Scaled tokens this request takes if it passes; `None` when it cannot pass.
+    /// Scaled tokens this request takes if it passes (a charge's: whatever the fate);
+    /// `None` when it cannot pass.
     take: Option<u128>,
+    /// `take` is a charge: it lands in either fate, up to `ceiling`.
+    charge: bool,
     /// When over: the time until this request could pass.
     retry: Nanos,
 }
 
 impl Bucket {
     fn outcome(&self, debt: u128, over: bool) -> (State, Report) {
+        self.report(debt, over, self.retry)
+    }
+
+    /// The most debt the bucket may hold: its capacity, and `debt_periods` of refill.
+    /// Computed only for a bucket past empty, as most never are.
+    fn ceiling(&self) -> u128 {
+        self.cap + self.debt_periods * self.rpu * self.token
+    }
+
+    /// `debt` past the capacity held to the ceiling.
+    #[inline]
+    fn held(&self, debt: u128) -> u128 {
+        if debt > self.cap {
+            debt.min(self.ceiling())
+        } else {
+            debt
+        }
+    }
+
+    /// A charge's debt: the bucket's and the charge's, at most the ceiling.
+    fn charged_debt(&self) -> u128 {
+        self.held(self.debt.saturating_add(self.take.unwrap_or(0)))
+    }
+
+    /// A charge's outcome, the same in either fate.
+    fn charged(&self) -> (State, Report) {
+        let debt = self.charged_debt();
+        self.in_debt_or_not(debt)
+    }
+
+    /// The outcome of a bucket left with `debt` by a charge or a refund: over while in
+    /// debt, until one hit passes.
+    fn in_debt_or_not(&self, debt: u128) -> (State, Report) {
+        if debt > self.cap {
+            let retry = ceil_div(debt - self.cap + self.token, self.rpu);
+            self.report(debt, true, retry)
+        } else {
+            self.report(debt, false, 0)
+        }
+    }
+
+    /// State and report with `debt` after the decision; `retry` when `over`.
+    fn report(&self, debt: u128, over: bool, retry: Nanos) -> (State, Report) {
         let remaining = if self.rpu == 0 {
             0 // never refills: nothing to offer, whatever the burst says
         } else {
             u32::try_from(div(self.cap.saturating_sub(debt), self.token)).unwrap_or(u32::MAX)
         };
         let owed = debt.saturating_sub(self.cap);
-        let reset = if !over {
-            ceil_div(debt, self.rpu)
-        } else if debt == self.debt || self.rpu == 0 {
-            self.retry
+        let reset = if over {
+            retry
         } else {
-            // A charge or refund that leaves the bucket in debt: until one hit passes.
-            ceil_div(owed + self.token, self.rpu)
+            ceil_div(debt, self.rpu)
         };
         let report = Report {
             over,
             remaining,
             reset,
-            owed: u64::try_from(owed.div_ceil(self.token.max(1))).unwrap_or(u64::MAX),
+            owed: if owed == 0 {
+                0
+            } else {
+                ceil_div(owed, self.token)
+            },
             ..Report::default()
         };
         let state = State::TokenBucket {
@@ -160,6 +207,7 @@ impl Step {
     /// Whether this descriptor alone refuses the request.
     pub fn over(&self) -> bool {
         match &self.0 {
+            Fates::TokenBucket(b) if b.charge => b.charged_debt() > b.cap,
             Fates::TokenBucket(b) => b.take.is_none(),
             Fates::Settled(_, report) => report.over,
             Fates::SlidingWindow(w) => !w.passes(),
@@ -169,6 +217,7 @@ impl Step {
     /// State and report if the request is allowed and its hits are taken.
     pub fn consumed(&self) -> (State, Report) {
         match &self.0 {
+            Fates::TokenBucket(b) if b.charge => b.charged(),
             Fates::TokenBucket(b) => match b.take {
                 Some(take) => b.outcome(b.debt + take, false),
                 None => b.outcome(b.debt, true),
@@ -181,6 +230,7 @@ impl Step {
     /// State and report if the request is denied (by this or another descriptor).
     pub fn unconsumed(&self) -> (State, Report) {
         match &self.0 {
+            Fates::TokenBucket(b) if b.charge => b.charged(),
             Fates::TokenBucket(b) => b.outcome(b.debt, b.take.is_none()),
             Fates::Settled(state, report) => (*state, *report),
             Fates::SlidingWindow(w) => w.outcome(false),
@@ -206,6 +256,9 @@ impl Step {
 /// (see the module docs), over when it leaves the bucket in debt.
 pub fn step(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> Step {
     match limit.algorithm {
+        Algorithm::TokenBucket if limit.charge && hits > 0 => {
+            bucket_charge(state, limit, hits, now)
+        }
         _ if limit.charge && hits > 0 => landed(state, limit, Landing::Charge(hits), now),
         Algorithm::TokenBucket => token_bucket(state, limit, hits, now),
         Algorithm::FixedWindow => fixed_window(state, limit, hits, now),
@@ -233,6 +286,7 @@ enum Landing {
 }
 
 /// A charge or a refund: its state and report, the same for either fate of the request.
+#[inline]
 fn landed(state: Option<&State>, limit: &Limit, landing: Landing, now: Nanos) -> Step {
     let (state, report) = match limit.algorithm {
         Algorithm::TokenBucket => landed_in_bucket(state, limit, landing, now),
@@ -255,29 +309,27 @@ fn landed(state: Option<&State>, limit: &Limit, landing: Landing, now: Nanos) ->
 }
 
 /// A token bucket's charge or refund (see [`landed`]).
+#[inline]
 fn landed_in_bucket(
     state: Option<&State>,
     limit: &Limit,
     landing: Landing,
     now: Nanos,
 ) -> (State, Report) {
-    // The bucket as a check of nothing finds it: its debt refilled to `now`.
-    let Fates::TokenBucket(b) = token_bucket(state, limit, 0, now).0 else {
-        unreachable!("a token bucket's step")
-    };
+    let mut b = Bucket::at(state, limit, now);
     if b.rpu == 0 {
-        // Never refills: nothing to record into, nothing ever passes.
+        // Never refills: nothing to record into, nothing ever passes for a period.
+        b.retry = b.period;
         return b.outcome(b.debt, true);
     }
     let debt = match landing {
         Landing::Charge(hits) => b
             .debt
             .saturating_add(u128::from(hits) * b.token)
-            .min(b.ceiling),
+            .min(b.ceiling()),
         Landing::Refund(hits) => b.debt.saturating_sub(u128::from(hits) * b.token),
     };
-    let over = debt > b.cap;
-    b.outcome(debt, over)
+    b.in_debt_or_not(debt)
 }
 
 /// What [`Step::unconsumed`] gives, worked out from the state [`Step::consumed`] kept for a
@@ -315,62 +367,93 @@ pub fn unconsumed_from(consumed: &State, limit: &Limit, hits: u64, now: Nanos) -
     step(Some(&before), limit, hits_again, now).unconsumed()
 }
 
-fn token_bucket(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> Step {
-    let period = limit.period_nanos();
-    let token = u128::from(period);
-    let rpu = u128::from(limit.requests_per_unit);
-    let cap = u128::from(limit.burst) * token;
-    let ceiling = if limit.charge {
-        cap + u128::from(DEBT_PERIODS) * rpu * token
+/// A charge on a token bucket, decided when its fate is asked for as a take is (see
+/// [`Bucket::charged`]): the most common charge costs what a take does.
+#[inline]
+fn bucket_charge(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> Step {
+    let mut b = Bucket::at(state, limit, now);
+    if b.rpu == 0 {
+        // Never refills: nothing to record into, nothing passes for a period.
+        b.retry = b.period;
     } else {
-        cap
-    };
-    let debt = match state {
-        Some(&State::TokenBucket {
-            debt,
-            at,
-            period: old,
-        }) => {
-            let debt = if u64::from(old) * NANOS_PER_SEC == period {
-                debt
-            } else {
-                // Same tokens missing, in the new period's scale. Whole tokens and the
-                // remainder separately: `debt * token` alone can pass u128::MAX.
-                let old = u128::from(old.max(1)) * u128::from(NANOS_PER_SEC);
-                debt / old * token + debt % old * token / old
-            };
-            let refilled = u128::from(now.saturating_sub(at)) * rpu;
-            debt.saturating_sub(refilled).min(ceiling)
-        }
-        // A fresh bucket, or one that was a fixed window before a reload: full.
-        _ => 0,
-    };
-    let take = u128::from(hits) * token;
-    let need = take.max(token);
+        b.take = Some(u128::from(hits) * b.token);
+        b.charge = true;
+    }
+    Step(Fates::TokenBucket(b))
+}
+
+fn token_bucket(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> Step {
+    let mut b = Bucket::at(state, limit, now);
+    let take = u128::from(hits) * b.token;
+    let need = take.max(b.token);
     // In debt, a bucket's level is below zero: `cap - debt` would be negative.
-    let passes = rpu > 0 && debt <= cap && need <= cap - debt;
-    let retry = if passes {
+    let passes = b.rpu > 0 && b.debt <= b.cap && need <= b.cap - b.debt;
+    b.retry = if passes {
         0
-    } else if rpu == 0 {
+    } else if b.rpu == 0 {
         // Never refills: report one period, as a fixed window of 0 would.
-        period
-    } else if need <= cap {
-        ceil_div(need + debt - cap, rpu)
+        b.period
+    } else if need <= b.cap {
+        ceil_div(need + b.debt - b.cap, b.rpu)
     } else {
         // More than the burst can ever hold: the best moment is when it is full.
-        ceil_div(debt, rpu)
+        ceil_div(b.debt, b.rpu)
     };
-    Step(Fates::TokenBucket(Bucket {
-        period,
-        now,
-        token,
-        rpu,
-        cap,
-        ceiling,
-        debt,
-        take: passes.then_some(take),
-        retry,
-    }))
+    b.take = passes.then_some(take);
+    Step(Fates::TokenBucket(b))
+}
+
+impl Bucket {
+    /// The bucket of `limit` in `state` (or a fresh one) refilled to `now`, before any
+    /// request: nothing taken, no retry.
+    #[inline]
+    fn at(state: Option<&State>, limit: &Limit, now: Nanos) -> Bucket {
+        let period = limit.period_nanos();
+        let token = u128::from(period);
+        let rpu = u128::from(limit.requests_per_unit);
+        let cap = u128::from(limit.burst) * token;
+        let debt_periods = if limit.charge {
+            u128::from(DEBT_PERIODS)
+        } else {
+            0
+        };
+        let debt = match state {
+            Some(&State::TokenBucket {
+                debt,
+                at,
+                period: old,
+            }) => {
+                let debt = if u64::from(old) * NANOS_PER_SEC == period {
+                    debt
+                } else {
+                    // Same tokens missing, in the new period's scale. Whole tokens and the
+                    // remainder separately: `debt * token` alone can pass u128::MAX.
+                    let old = u128::from(old.max(1)) * u128::from(NANOS_PER_SEC);
+                    debt / old * token + debt % old * token / old
+                };
+                let refilled = u128::from(now.saturating_sub(at)) * rpu;
+                debt.saturating_sub(refilled)
+            }
+            // A fresh bucket, or one that was a fixed window before a reload: full.
+            _ => 0,
+        };
+        let mut bucket = Bucket {
+            period,
+            now,
+            token,
+            rpu,
+            cap,
+            debt_periods,
+            debt,
+            take: None,
+            charge: false,
+            retry: 0,
+        };
+        // Within the limit's ceiling even when a reload lowered it: without charges, the
+        // capacity (an empty bucket, as a denial leaves it).
+        bucket.debt = bucket.held(debt);
+        bucket
+    }
 }
 
 fn fixed_window(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> Step {

@@ -1183,3 +1183,73 @@ fn tb_remaining_is_the_whole_tokens_left_for_every_period_and_debt() {
         }
     }
 }
+
+/// `tb` with `charge: always`.
+fn charging(requests_per_unit: u32, unit: Unit, burst: u32) -> Limit {
+    Limit {
+        charge: true,
+        ..tb(requests_per_unit, unit, burst)
+    }
+}
+
+#[test]
+fn a_charge_lands_in_either_fate_and_a_take_does_not() {
+    let limit = charging(10, Unit::Second, 10);
+    let charge = step(None, &limit, 15, T0);
+    assert!(charge.over(), "15 of 10: in debt");
+    assert_eq!(charge.consumed(), charge.unconsumed());
+    assert_eq!(charge.consumed().1.owed, 5);
+    let refund = refund(Some(&charge.consumed().0), &limit, 3, T0);
+    assert_eq!(refund.consumed(), refund.unconsumed());
+    assert_eq!(refund.consumed().1.owed, 2);
+    // A check of nothing is a check, charge or not.
+    let check = step(None, &limit, 0, T0);
+    assert_eq!(check.consumed(), check.unconsumed());
+    assert_eq!(check.consumed().1, ok(10, 0));
+}
+
+#[test]
+fn a_reload_that_stops_charging_forgives_the_debt_past_empty() {
+    let mut state = None;
+    hit(&mut state, &charging(10, Unit::Second, 10), 25, T0);
+    assert_eq!(peek(&state, &charging(10, Unit::Second, 10), T0).owed, 15);
+    // The same limit without charge: the bucket is empty, as a denial would leave it.
+    let plain = tb(10, Unit::Second, 10);
+    assert_eq!(peek(&state, &plain, T0), over(0, 100 * MS));
+    assert_eq!(peek(&state, &plain, T0).owed, 0);
+}
+
+#[test]
+fn a_limit_of_zero_records_no_charge() {
+    let limit = charging(0, Unit::Second, 0);
+    let mut state = None;
+    let report = hit(&mut state, &limit, 5, T0);
+    assert!(report.over);
+    assert_eq!(
+        report.reset, S,
+        "one period, as for any request on a zero limit"
+    );
+    assert_eq!(
+        state,
+        Some(State::TokenBucket {
+            debt: 0,
+            at: T0,
+            period: 1
+        })
+    );
+}
+
+#[test]
+fn the_debt_of_the_largest_charge_stays_exact() {
+    // A year's period and the largest limit: the ceiling still fits, and the time until
+    // a hit passes is the ten periods plus one token. (Ten periods of the longest, 100
+    // years, pass what 64 bits of nanoseconds hold: such a reset reads as u64::MAX.)
+    let limit = charging(u32::MAX, Unit::Year, u32::MAX);
+    let report = step(None, &limit, u64::MAX, T0).consumed().1;
+    assert!(report.over);
+    assert_eq!(report.owed, 10 * u64::from(u32::MAX));
+    let period = limit.period_nanos();
+    let expected =
+        (u128::from(period) * (10 * u128::from(u32::MAX) + 1)).div_ceil(u128::from(u32::MAX));
+    assert_eq!(u128::from(report.reset), expected);
+}

@@ -1,7 +1,7 @@
-//! The conformance table (cases.rs, and limits.rs for several limits per descriptor,
-//! multipliers and sliding windows) on every store configuration ([`setup::Setup`]): one
-//! module of tests per configuration and file, e.g. `cargo test --test conformance
-//! cluster::`.
+//! The conformance table (cases.rs, limits.rs for several limits per descriptor,
+//! multipliers and sliding windows, and charges.rs for charges and refunds) on every
+//! store configuration ([`setup::Setup`]): one module of tests per configuration and
+//! file, e.g. `cargo test --test conformance cluster::`.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -12,7 +12,7 @@ mod setup;
 /// configuration as `module`, whose tests build their services on that configuration
 /// (looked up by module name in [`SETUPS`]).
 macro_rules! on_every_store {
-    ($($module:ident, $limits:ident: $setup:expr),* $(,)?) => {
+    ($($module:ident, $limits:ident, $charges:ident: $setup:expr),* $(,)?) => {
         $(
             // Loaded once per configuration on purpose: that is the point of the table.
             #[allow(clippy::duplicate_mod)]
@@ -21,21 +21,28 @@ macro_rules! on_every_store {
             #[allow(clippy::duplicate_mod)]
             #[path = "limits.rs"]
             mod $limits;
+            #[allow(clippy::duplicate_mod)]
+            #[path = "charges.rs"]
+            mod $charges;
         )*
 
         /// Each table module's configuration, by module name.
         const SETUPS: &[(&str, setup::Setup)] = &[
-            $((stringify!($module), $setup), (stringify!($limits), $setup)),*
+            $(
+                (stringify!($module), $setup),
+                (stringify!($limits), $setup),
+                (stringify!($charges), $setup),
+            )*
         ];
     };
 }
 
 on_every_store! {
-    embedded, embedded_limits: setup::Setup::Embedded,
-    redis, redis_limits: setup::Setup::Redis,
-    redis_leased, redis_leased_limits: setup::Setup::RedisLeased,
-    local_fallback, local_fallback_limits: setup::Setup::LocalFallback,
-    cluster, cluster_limits: setup::Setup::Cluster,
+    embedded, embedded_limits, embedded_charges: setup::Setup::Embedded,
+    redis, redis_limits, redis_charges: setup::Setup::Redis,
+    redis_leased, redis_leased_limits, redis_leased_charges: setup::Setup::RedisLeased,
+    local_fallback, local_fallback_limits, local_fallback_charges: setup::Setup::LocalFallback,
+    cluster, cluster_limits, cluster_charges: setup::Setup::Cluster,
 }
 
 /// The store configuration of the table module at `module_path` (its `module_path!()`).

@@ -3,7 +3,10 @@
 -- The Redis twin of src/limiter (step, request_denied, sliding.rs) and of the embedded
 -- store's two-pass decision: evaluate every check as if the request passes, decide the
 -- request, then keep the consumed states (allowed) or replay without consumption (denied).
--- Fixed windows count every hit either way, as the Go server does.
+-- Fixed windows count every hit either way, as the Go server does; so do a charge (hits on
+-- a limit that charges) and a refund (hits given back): they land, both passes give them
+-- the same state. A token bucket of a limit that charges may owe more than its capacity
+-- (its level below zero), up to its ceiling.
 --
 -- Requests are decided one after the other, in ARGV order, each all-or-nothing on its own:
 -- a later request sees what the earlier ones consumed, and one request's denial never
@@ -17,20 +20,24 @@
 --           request: one bucket, seeing earlier hits)
 -- ARGV      request after request: now in microseconds, or '' to read Redis' own clock
 --           (TIME, read once per call); the number of checks n; then per check 9 fields:
---   kind   't' token bucket | 'w' fixed window | 's' sliding window
---   hits   hits to take (0 checks without consuming)
+--   kind   't' token bucket | 'w' fixed window | 's' sliding window; upper case ('T', 'W',
+--          'S') when the limit charges (or the check is a refund): hits then land
+--   hits   hits to take (0 checks without consuming); negative: a refund of that many
+--          ('-0': a refund of nothing, which lands as one)
 --   mode   'e' enforce | 's' shadow | 'q' quota | 'x' shadow quota
 --   desc   the request descriptor the check belongs to: checks of one descriptor are
 --          consecutive, and a descriptor is over when any of its checks is
 --   t: token, rate, cap, q   -- scaled integers (see src/store/redis/script_args.rs, Scale)
 --   w: limit, window seconds, 0, 0
 --   s: limit, period microseconds, 0, 0
---   lease  extra whole tokens to lease when the request passes (token buckets)
+--   lease  extra whole tokens to lease when the request passes ('t'); for 'T', which never
+--          leases, the debt ceiling (scaled): the capacity plus ten periods' refill
 -- Numbers stay below 2^53, where Lua's doubles are exact integers.
 --
 -- Returns, request after request: denied, then per check: over, remaining, reset_us, a, b
 -- where
---   t: a = debt after the decision (scaled), b = tokens leased
+--   t: a = debt after the decision (scaled, above the capacity when in debt), b = tokens
+--      leased
 --   w: a = count after the decision, b = microseconds until the window ends
 --   s: a = hits counted in the window after the decision, b = when over, microseconds
 --      until one hit could pass (0 when one could pass now)
@@ -67,11 +74,13 @@ local function decode(raw)
   return nil
 end
 
-local function bucket(s, hits, token, rate, cap, q)
+-- A token bucket's step; `top` is its debt ceiling (cap, unless the limit charges). In
+-- debt (debt > cap) `avail` is negative: nothing passes.
+local function bucket(s, hits, token, rate, cap, q, top)
   local now_q = math.floor(now_us / q)
   local debt, at = 0, now_q
   if s and s.kind == 't' then
-    debt, at = refilled(s.d, s.at, s.tok, s.q, now_q, token, rate, cap, q)
+    debt, at = refilled(s.d, s.at, s.tok, s.q, now_q, token, rate, top, q)
   end
   local avail = cap - debt
   local take = hits * token
@@ -89,12 +98,14 @@ local function bucket(s, hits, token, rate, cap, q)
            token = token, rate = rate, cap = cap, q = q }
 end
 
+-- A fixed window's step; negative hits (a refund) take hits out, never below 0.
 local function window(s, hits, limit, win)
   local now_s = math.floor(now_us / 1000000)
   local start = now_s - now_s % win
   local before = 0
   if s and s.kind == 'w' and s.start == start and s.win == win then before = s.count end
   local after = before + hits
+  if after < 0 then after = 0 end
   local over = after > limit
   local remaining = 0
   if not over then remaining = limit - after end
@@ -190,16 +201,87 @@ local function sliding_outcome(w, consumed)
   return state, { not w.passes, math.max(0, w.limit - counted), reset, counted, one }
 end
 
+-- Whether hits n are a refund: below zero, -0 included.
+local function refund(n)
+  return n < 0 or 1 / n < 0
+end
+
+-- A charge (hits > 0) or refund (refund(hits)) landing on token bucket state s: the step
+-- for no hits, its debt moved by the hits (at most top, at least 0), the same for both
+-- fates. Over while in debt; then until one hit passes. A bucket that never refills
+-- records nothing.
+local function landed_bucket(s, hits, token, rate, cap, q, top)
+  local st = bucket(s, 0, token, rate, cap, q, top)
+  if rate <= 0 then return st end
+  local before = st.debt
+  local debt = before + hits * token
+  if debt > top then debt = top elseif debt < 0 then debt = 0 end
+  st.debt, st.passes = debt, debt <= cap
+  if not st.passes and (debt ~= before or token <= cap) then
+    st.retry = ceil_div(debt - cap + token, rate)
+  end
+  return st
+end
+
+-- A charge or refund landing on sliding window step w (for no hits): hits added to the
+-- newest sub-window (at most a u32), or taken back from the newest first (never below 0).
+local function landed_sliding(w, hits)
+  local c = {}
+  for k = 1, SLOTS do c[k] = w.c[k] end
+  if hits > 0 then
+    c[1] = math.min(c[1] + hits, 4294967295)
+  else
+    local back = -hits
+    for k = 1, SLOTS do
+      local taken = math.min(back, c[k])
+      c[k] = c[k] - taken
+      back = back - taken
+    end
+  end
+  local counted = 0
+  for k = 1, SLOTS do counted = counted + c[k] end
+  local after = { newest = w.newest, c = c, period = w.period, width = w.width,
+                  limit = w.limit, counted = counted }
+  local over = w.limit == 0 or counted > w.limit
+  local reset, one = 0, 0
+  if over then
+    reset = sliding_retry(after, 1)
+    one = reset
+  else
+    reset = sliding_empty_in(w.newest, c, w.width)
+  end
+  return { kind = 'l', passes = not over,
+           state = { kind = 's', newest = w.newest, c = c, period = w.period, width = w.width },
+           report = { over, math.max(0, w.limit - counted), reset, counted, one } }
+end
+
+-- The step of an upper-case kind (a limit that charges, or a refund): hits land, but for a
+-- check of nothing, which is decided as usual (a token bucket's debt up to its ceiling).
+local function landed(kind, s, hits, o, a, b)
+  if kind == 'T' then
+    local cap, q, top = tonumber(ARGV[o + 7]), tonumber(ARGV[o + 8]), tonumber(ARGV[o + 9])
+    if hits > 0 or refund(hits) then return landed_bucket(s, hits, a, b, cap, q, top) end
+    return bucket(s, 0, a, b, cap, q, top)
+  elseif kind == 'S' then
+    if hits > 0 or refund(hits) then return landed_sliding(sliding(s, 0, a, b), hits) end
+    return sliding(s, 0, a, b)
+  end
+  return window(s, hits, a, b) -- 'W': every hit counts anyway; a refund's are taken out
+end
+
 -- The step of the check whose fields follow ARGV[o], on bucket state s.
 local function step(o, s)
   local kind, hits = ARGV[o + 1], tonumber(ARGV[o + 2])
   local a, b = tonumber(ARGV[o + 5]), tonumber(ARGV[o + 6])
   if kind == 't' then
-    return bucket(s, hits, a, b, tonumber(ARGV[o + 7]), tonumber(ARGV[o + 8]))
+    local cap = tonumber(ARGV[o + 7])
+    return bucket(s, hits, a, b, cap, tonumber(ARGV[o + 8]), cap)
   elseif kind == 's' then
     return sliding(s, hits, a, b)
+  elseif kind == 'w' then
+    return window(s, hits, a, b)
   end
-  return window(s, hits, a, b)
+  return landed(kind, s, hits, o, a, b)
 end
 
 local function over(st)
@@ -213,11 +295,13 @@ local function outcome(st, consumed)
     return st.state, { st.over, st.remaining, st.reset, st.state.count, st.until_end }
   elseif st.kind == 's' then
     return sliding_outcome(st, consumed)
+  elseif st.kind == 'l' then
+    return st.state, st.report -- landed: the same for both fates
   end
   local debt = st.debt
   if consumed and st.passes then debt = debt + st.take end
   local remaining = 0
-  if st.rate > 0 then remaining = floor_div(st.cap - debt, st.token) end
+  if st.rate > 0 and debt < st.cap then remaining = floor_div(st.cap - debt, st.token) end
   local reset
   if st.passes then reset = ceil_div(debt, st.rate) else reset = st.retry end
   local state = { kind = 't', d = debt, at = st.at, tok = st.token, q = st.q, rate = st.rate,
@@ -340,11 +424,13 @@ local function decide(b, kb, n, out)
       local _, report = outcome(steps[i], true)
       reports[i] = report
     end
-    -- Leases: whole tokens beyond the request's own, never more than the bucket holds.
+    -- Leases: whole tokens beyond the request's own, never more than the bucket holds
+    -- ('T' never leases: its field is its ceiling).
     for i = 1, n do
-      local want = tonumber(ARGV[b + (i - 1) * STRIDE + 9])
+      local o = b + (i - 1) * STRIDE
+      local want = tonumber(ARGV[o + 9])
       local s = cur[first[i]]
-      if want > 0 and s.kind == 't' and s.rate > 0 then
+      if want > 0 and s.kind == 't' and s.rate > 0 and ARGV[o + 1] == 't' then
         local lease = math.min(want, floor_div(s.cap - s.d, s.tok))
         if lease > 0 then
           s.d = s.d + lease * s.tok

@@ -20,14 +20,21 @@
 -- KEYS      every bucket of the call, each once (part.rs, evalsha)
 -- ARGV[1]   little-endian doubles (struct '<d', read in one go): now in microseconds (-1:
 --           Redis' clock, TIME); the number of limits L, then each limit's token, rate,
---           cap and q (a Scale's exact integers, see script_args.rs); then per request the
---           number of checks n, then per check three: hits, its limit's number (1..L),
---           negative when the check being over does not deny the request (shadow mode),
---           and its bucket's number in KEYS (1..#KEYS)
+--           cap, q and debt ceiling (a Scale's exact integers, see script_args.rs; the
+--           ceiling passes cap only for a limit that charges); then per request the number
+--           of checks n, then per check three: hits, its limit's number (1..L), negative
+--           when the check being over does not deny the request (shadow mode), and its
+--           bucket's number in KEYS (1..#KEYS).
+--           A request with a check of a limit that charges, or a refund, sends -n instead:
+--           its checks are decided by `careful`, where hits below zero (-0 included) are a
+--           refund, and a charge (hits on a limit that charges) or a refund lands whatever
+--           the request's fate (a bucket may owe up to its ceiling). Other requests never
+--           meet that code, nor pay for it.
 -- Numbers stay below 2^53, where Lua's doubles are exact integers.
 --
 -- Returns one string of little-endian doubles, request after request: denied (0 or 1), then
--- per check the bucket's debt before the request's hits (refilled to now, scaled). Whether
+-- per check the bucket's debt before the request's hits (refilled to now, scaled; above
+-- the capacity when the bucket is in debt). Whether
 -- each check passes, what it reports and what it left follow from that, the check's
 -- numbers and the request's fate. One string rather than an array of integers: a client
 -- reads it in one go instead of parsing a RESP integer per number.
@@ -48,7 +55,7 @@ if now < 0 then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
--- The call's limits: token, rate, cap and q of limit l at v[3 + 4 * (l - 1)] on.
+-- The call's limits: token, rate, cap, q and ceiling of limit l at v[3 + 5 * (l - 1)] on.
 local limits = v[2]
 -- Every bucket of the call by its number in KEYS: { debt, at, token, q, rate } as the
 -- latest request left it, or false (absent).
@@ -62,12 +69,14 @@ for b = 1, #KEYS do
   end
 end
 local out, o = {}, 0
-local a = 3 + 4 * limits
-local last = #v - 1 -- struct.unpack adds the next position
-while a <= last do
-  -- Each check as if the request passes: it takes its hits when it can (the reply keeps the
-  -- debt before), and a check over its limit in enforce mode denies the request.
-  local n = v[a]
+
+-- Decides the request of n checks whose fields follow v[a] (it sent -n) with the care of
+-- charges and refunds, appending its reply to `out`; returns where the next request
+-- starts. The same steps as the loop below, but for: a charge (hits on a limit that
+-- charges) or a refund (hits below zero, -0 included) lands, at most the ceiling and at
+-- least 0, and stays when the request is denied; a bucket in debt passes nothing; a
+-- stored debt is refilled up to the limit's ceiling, not its capacity.
+local function careful(a, n)
   local denied = false
   local at_denied = o + 1
   o = at_denied
@@ -76,8 +85,8 @@ while a <= last do
     local hits, l, b = v[c], v[c + 1], v[c + 2]
     local enforce = l > 0
     if not enforce then l = -l end
-    l = 4 * l - 1
-    local token, rate, cap, q = v[l], v[l + 1], v[l + 2], v[l + 3]
+    l = 5 * l - 2
+    local token, rate, cap, q, top = v[l], v[l + 1], v[l + 2], v[l + 3], v[l + 4]
     local s = known[b]
     local now_q = now
     if q ~= 1 then now_q = floor(now / q) end
@@ -85,22 +94,24 @@ while a <= last do
     if s then
       local d, sat = s[1], s[2]
       if s[3] == token and s[4] == q and now_q >= sat then
-        -- Most buckets: stored in this scale, the clock not gone back. Inline, as refilled
-        -- (exact.lua) computes it: a Lua call per bucket cost a tenth of a hot decision.
+        -- Inline, as the loop below: a Lua call per bucket costs a tenth of a decision.
         d = d - (now_q - sat) * rate
-        if d < 0 then d = 0 elseif d > cap then d = cap end
+        if d < 0 then d = 0 elseif d > top then d = top end
         debt = d
       else
-        debt, at = refilled(d, sat, s[3], s[4], now_q, token, rate, cap, q)
+        debt, at = refilled(d, sat, s[3], s[4], now_q, token, rate, top, q)
       end
     end
     o = o + 1
     out[o] = debt
-    local take = hits * token
-    local need = take
+    local need = hits * token
     if need < token then need = token end
-    if rate > 0 and need <= cap - debt then
-      debt = debt + take
+    if rate > 0 and (hits < 0 or 1 / hits < 0 or (hits > 0 and top > cap)) then
+      debt = debt + hits * token
+      if debt > top then debt = top elseif debt < 0 then debt = 0 end
+      if enforce and debt > cap then denied = true end
+    elseif rate > 0 and need <= cap - debt then
+      debt = debt + hits * token
     elseif enforce then
       denied = true
     end
@@ -113,20 +124,96 @@ while a <= last do
     end
     c = c + 3
   end
-  -- A denied request takes nothing: its buckets keep their refilled debt.
   if denied then
     out[at_denied] = 1
+    -- What did not land takes nothing: its bucket keeps its refilled debt.
     for i = 1, n do
-      local debt, b = out[at_denied + i], v[a + 3 * i]
+      local hits, l, b = v[a + 3 * i - 2], v[a + 3 * i - 1], v[a + 3 * i]
+      if l < 0 then l = -l end
+      l = 5 * l - 2
+      local lands = v[l + 1] > 0 and (hits < 0 or 1 / hits < 0 or (hits > 0 and v[l + 4] > v[l + 2]))
       local s = known[b]
-      if s then
+      if s and not lands then
+        local debt = out[at_denied + i]
         if debt <= 0 then known[b] = false else s[1] = debt end
       end
     end
   else
     out[at_denied] = 0
   end
-  a = c
+  return c
+end
+
+local a = 3 + 5 * limits
+local last = #v - 1 -- struct.unpack adds the next position
+while a <= last do
+  local n = v[a]
+  if n < 0 then
+    a = careful(a, -n)
+  else
+    -- Each check as if the request passes: it takes its hits when it can (the reply keeps
+    -- the debt before), and a check over its limit in enforce mode denies the request.
+    local denied = false
+    local at_denied = o + 1
+    o = at_denied
+    local c = a + 1
+    for i = 1, n do
+      local hits, l, b = v[c], v[c + 1], v[c + 2]
+      local enforce = l > 0
+      if not enforce then l = -l end
+      l = 5 * l - 2
+      local token, rate, cap, q = v[l], v[l + 1], v[l + 2], v[l + 3]
+      local s = known[b]
+      local now_q = now
+      if q ~= 1 then now_q = floor(now / q) end
+      local debt, at = 0, now_q
+      if s then
+        local d, sat = s[1], s[2]
+        if s[3] == token and s[4] == q and now_q >= sat then
+          -- Most buckets: stored in this scale, the clock not gone back. Inline, as
+          -- refilled (exact.lua) computes it: a Lua call per bucket cost a tenth of a hot
+          -- decision.
+          d = d - (now_q - sat) * rate
+          if d < 0 then d = 0 elseif d > cap then d = cap end
+          debt = d
+        else
+          debt, at = refilled(d, sat, s[3], s[4], now_q, token, rate, cap, q)
+        end
+      end
+      o = o + 1
+      out[o] = debt
+      local take = hits * token
+      local need = take
+      if need < token then need = token end
+      if rate > 0 and need <= cap - debt then
+        debt = debt + take
+      elseif enforce then
+        denied = true
+      end
+      if debt <= 0 or rate <= 0 then
+        known[b] = false
+      elseif s then
+        s[1], s[2], s[3], s[4], s[5] = debt, at, token, q, rate
+      else
+        known[b] = { debt, at, token, q, rate }
+      end
+      c = c + 3
+    end
+    -- A denied request takes nothing: its buckets keep their refilled debt.
+    if denied then
+      out[at_denied] = 1
+      for i = 1, n do
+        local debt, b = out[at_denied + i], v[a + 3 * i]
+        local s = known[b]
+        if s then
+          if debt <= 0 then known[b] = false else s[1] = debt end
+        end
+      end
+    else
+      out[at_denied] = 0
+    end
+    a = c
+  end
 end
 
 -- Keep every bucket, with a TTL until it is full again; the full ones are deleted, in one

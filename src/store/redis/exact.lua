@@ -43,9 +43,10 @@ local function ceil_div(a, b)
 end
 
 -- A stored bucket (debt d at quantum at, in the scale token / sq it was stored with)
--- refilled to now_q in the limit's scale (token, rate, cap, q): its debt, at most cap, and
--- the instant it now stands at.
-local function refilled(d, at, stok, sq, now_q, token, rate, cap, q)
+-- refilled to now_q in the limit's scale (token, rate, q): its debt, at most top (the
+-- limit's debt ceiling: its capacity, or for a limit that charges, the capacity plus ten
+-- periods' refill), and the instant it now stands at.
+local function refilled(d, at, stok, sq, now_q, token, rate, top, q)
   if sq ~= q then at = floor(at * sq / q) end
   if stok ~= token then
     -- Same tokens missing in the new scale (a reload changed the limit).
@@ -58,7 +59,7 @@ local function refilled(d, at, stok, sq, now_q, token, rate, cap, q)
     at = now_q
   end
   -- else Redis' clock went back (a failover): keep the later instant.
-  if d > cap then d = cap end
+  if d > top then d = top end
   return d, at
 end
 

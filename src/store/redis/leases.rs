@@ -3,6 +3,19 @@
 //! locally until they run out or their TTL ends (unused ones then expire). One top-up per
 //! bucket at a time, started in the background once half the lease is spent; requests
 //! finding it empty meanwhile wait for it rather than race it to Redis.
+//!
+//! A limit that charges ([`Limit::charge`]) never leases, and its checks, and refunds,
+//! are never answered from leased tokens: every hit on it is a charge that must land in
+//! Redis, and a check of nothing must see a debt, which a lease would hide (its tokens are
+//! this replica's to spend whatever Redis says of the bucket now). A charge or refund
+//! also drops this replica's lease for its key, if an earlier limit of the key left one
+//! (a reload or an override that turned charging on), so that nothing more is spent from
+//! it; its unspent tokens are not given back, as with any lease of an older limit: the
+//! bucket refills them. Bound for other replicas: they hold no lease of a limit that
+//! charges, so they spend no leased token once it does; only a replica still deciding
+//! under the older, non-charging limit (its reload not yet done) may spend what it leased
+//! under that limit, at most `--redis-lease` tokens per key, until it reloads or the
+//! lease's TTL (`--redis-lease-ttl-ms`) ends.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -125,11 +138,7 @@ impl Leases {
         checks: &[Check<'_>],
         prefetch: &mut Option<Refill>,
     ) -> Option<Reports> {
-        if self.size == 0
-            || checks
-                .iter()
-                .any(|c| c.limit.algorithm != Algorithm::TokenBucket)
-        {
+        if self.size == 0 || checks.iter().any(|c| !leasable(c)) {
             return None;
         }
         let mut reports = Reports::new();
@@ -177,13 +186,15 @@ impl Leases {
         checks
             .chunk_by(|a, b| a.descriptor == b.descriptor)
             .flat_map(|descriptor| {
-                let leasable = descriptor
-                    .iter()
-                    .all(|c| c.limit.algorithm == Algorithm::TokenBucket);
+                let leasable = descriptor.iter().all(leasable);
                 descriptor.iter().map(move |c| {
                     if leasable {
                         self.want(c)
                     } else {
+                        if c.lands() {
+                            // No more spending from a lease this check's debt would hide.
+                            self.entries.invalidate(c.key.as_str());
+                        }
                         Want::nothing()
                     }
                 })
@@ -255,6 +266,13 @@ impl Leases {
     pub(super) fn run_pending_tasks(&self) {
         self.entries.run_pending_tasks();
     }
+}
+
+/// Whether `check` may be answered from, or add to, a lease: a token bucket's, neither of a
+/// limit that charges nor a refund (see the module docs). A descriptor with a limit that is
+/// not leasable leases nothing for any of its limits ([`Leases::wants`]).
+fn leasable(check: &Check<'_>) -> bool {
+    check.limit.algorithm == Algorithm::TokenBucket && !check.limit.charge && !check.refund
 }
 
 impl RedisStore {

@@ -21,7 +21,9 @@
 //! TTL: the time until its bucket would be full again, or its window's end.
 //!
 //! Two caches in front answer what they safely can without Redis: over-limit snapshots
-//! (always on, [`over_limit_cache`]) and leased tokens (opt-in, [`leases`]).
+//! (always on, [`over_limit_cache`]) and leased tokens (opt-in, [`leases`]). Neither ever
+//! answers a charge or a refund ([`Check::lands`]): those reach Redis, whichever script
+//! decides them, and land there, in the same one call as the rest of their request.
 
 mod backend;
 mod batch;
@@ -234,6 +236,7 @@ impl RedisStore {
             .iter()
             .map(|c| Check {
                 hits: 0,
+                refund: false,
                 mode: Mode::Enforce,
                 ..*c
             })

@@ -7,7 +7,9 @@
 //! request and the request's fate; [`BucketCheck::reply`] derives from those what
 //! [`decide.lua`](./decide.lua) answers (over, remaining, reset, debt after), with the same
 //! exact integer arithmetic, so the rest of the store reads one reply whichever script
-//! decided.
+//! decided. Charges and refunds take either script: their replies are derived alike (a
+//! landed debt, the same for both fates), so a charge costs what a normal decision of
+//! its shape costs.
 
 use std::collections::HashMap;
 
@@ -186,34 +188,56 @@ impl BucketCheck {
     /// What decide.lua answers for this check, from the bucket's debt before the request
     /// (`debt`, refilled to now) and the request's fate: the same steps as its `bucket`
     /// and `outcome`, in exact integers (every number stays below 2^53).
+    ///
+    /// A check that lands (a charge or a refund, see `careful` in decide_buckets.lua) moves
+    /// the debt by its hits whatever the fate, within 0..=ceiling, and is over while the
+    /// bucket is in debt; its reset is then the time until one hit passes.
     fn reply(&self, debt: i64, denied: bool) -> Result<CheckReply, ReplyError> {
         let s = &self.scale;
         let debt = u64::try_from(debt)
             .ok()
-            .filter(|&d| d <= s.cap)
-            .ok_or_else(|| ReplyError(format!("debt {debt} outside 0..={}", s.cap)))?;
+            .filter(|&d| d <= s.ceiling)
+            .ok_or_else(|| ReplyError(format!("debt {debt} outside 0..={}", s.ceiling)))?;
         let take = self.hits.saturating_mul(s.token);
         let need = take.max(s.token);
-        let avail = s.cap - debt;
-        let passes = s.rate > 0 && need <= avail;
-        let after = if passes && !denied { debt + take } else { debt };
-        let remaining = if s.rate > 0 {
-            (s.cap - after) / s.token
+        let (over, after, reset) = if self.lands() {
+            let after = if self.refund {
+                debt.saturating_sub(take)
+            } else {
+                debt.saturating_add(take).min(s.ceiling)
+            };
+            let over = after > s.cap;
+            let reset = if !over {
+                after.div_ceil(s.rate)
+            } else if after == debt && s.token > s.cap {
+                debt.div_ceil(s.rate)
+            } else {
+                (after - s.cap + s.token).div_ceil(s.rate)
+            };
+            (over, after, reset)
         } else {
-            0
+            // In debt (only under a limit that charges) nothing passes.
+            let passes = s.rate > 0 && debt <= s.cap && need <= s.cap - debt;
+            let after = if passes && !denied { debt + take } else { debt };
+            let reset = if passes {
+                after.div_ceil(s.rate)
+            } else if s.rate == 0 {
+                0
+            } else if need <= s.cap {
+                (need + debt - s.cap).div_ceil(s.rate)
+            } else {
+                debt.div_ceil(s.rate)
+            };
+            (!passes, after, reset)
         };
-        let reset = if passes {
-            after.div_ceil(s.rate)
-        } else if s.rate == 0 {
-            0
-        } else if need <= s.cap {
-            (need - avail).div_ceil(s.rate)
+        let remaining = if s.rate > 0 {
+            s.cap.saturating_sub(after) / s.token
         } else {
-            debt.div_ceil(s.rate)
+            0
         };
         let number = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         Ok(CheckReply::new(
-            !passes,
+            over,
             number(remaining),
             number(reset.saturating_mul(s.q)),
             [number(after), 0],
@@ -280,23 +304,27 @@ fn distinct_buckets<'p>(parts: &[&'p Part]) -> (Vec<&'p str>, Vec<u32>) {
 }
 
 /// decide_buckets.lua's one argument for `parts`, little-endian doubles: now in microseconds
-/// (-1: Redis' clock), the number of limits and each limit's token, rate, cap and q, then
-/// per part its number of checks, then per check its hits, its limit's number (1 on),
-/// negative in shadow mode, and its bucket's number (`buckets`: one per check, in order,
-/// see [`distinct_buckets`]). Most checks of a call share a few limits, so each check sends
-/// three numbers rather than seven.
+/// (-1: Redis' clock), the number of limits and each limit's token, rate, cap, q and
+/// ceiling, then per part its number of checks (negative when one of them is of a limit
+/// that charges, or a refund), then per check its hits (negative for a refund, -0 for a
+/// refund of nothing), its limit's number (1 on), negative in shadow mode, and its
+/// bucket's number (`buckets`: one per check, in order, see [`distinct_buckets`]). Most
+/// checks of a call share a few limits, so each check sends three numbers rather than
+/// eight.
 fn buckets_arg(parts: &[&Part], buckets: &[u32]) -> Vec<u8> {
-    let mut limits: smallvec::SmallVec<[[u64; 4]; 4]> = smallvec::SmallVec::new();
+    let mut limits: smallvec::SmallVec<[[u64; 5]; 4]> = smallvec::SmallVec::new();
     let mut checks: Vec<f64> = Vec::with_capacity(parts.iter().map(|p| 1 + 3 * p.checks).sum());
     let mut buckets = buckets.iter();
     for part in parts {
         let Args::Buckets(bucket_checks) = &part.args else {
             continue;
         };
-        checks.push(bucket_checks.len() as f64);
+        let n = bucket_checks.len() as f64;
+        let careful = bucket_checks.iter().any(BucketCheck::careful);
+        checks.push(if careful { -n } else { n });
         for check in bucket_checks {
             let s = &check.scale;
-            let limit = [s.token, s.rate, s.cap, s.q];
+            let limit = [s.token, s.rate, s.cap, s.q, s.ceiling];
             let number = match limits.iter().position(|l| *l == limit) {
                 Some(i) => i + 1,
                 None => {
@@ -306,7 +334,8 @@ fn buckets_arg(parts: &[&Part], buckets: &[u32]) -> Vec<u8> {
             } as f64;
             // Integers below 2^53 are exact as doubles; larger hits round to the nearest,
             // as the general script's tonumber rounds them.
-            checks.push(check.hits as f64);
+            let hits = check.hits as f64;
+            checks.push(if check.refund { -hits } else { hits });
             checks.push(if check.enforce { number } else { -number });
             checks.push(buckets.next().copied().map_or(0.0, f64::from));
         }
@@ -412,9 +441,9 @@ mod tests {
             .chunks_exact(8)
             .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
             .collect();
-        // Redis' clock; one limit (token, rate, cap, q); then each request: two checks, each
-        // its hits, its limit's number (negative: shadow) and its bucket's.
-        let head = [-1.0, 1.0, 10_000.0, 1.0, 100_000.0, 1.0];
+        // Redis' clock; one limit (token, rate, cap, q, ceiling); then each request: two
+        // checks, each its hits, its limit's number (negative: shadow) and its bucket's.
+        let head = [-1.0, 1.0, 10_000.0, 1.0, 100_000.0, 1.0, 100_000.0];
         let request = [2.0, 2.0, 1.0, 1.0, 1.0, -1.0, 2.0];
         assert_eq!(doubles, [&head[..], &request, &request].concat());
         // Buckets numbered in order of first use across the call's requests.
@@ -440,7 +469,7 @@ mod tests {
             .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
             .collect();
         assert_eq!(doubles[1], 2.0);
-        assert_eq!(&doubles[10..], [2.0, 2.0, 1.0, 1.0, 1.0, 2.0, 2.0]);
+        assert_eq!(&doubles[12..], [2.0, 2.0, 1.0, 1.0, 1.0, 2.0, 2.0]);
         // The general script for anything else: off, a bucket twice, a lease, a quota.
         let general = |names, checks: &[Check<'_>], wants: &[Want], specialised| {
             part(names, checks, wants, specialised).shape() == Shape::General
@@ -522,5 +551,116 @@ mod tests {
         }
         // Nor the general script's integers.
         assert!(replies(&value(&[0, 30_000, 95_000]), &[&part]).is_err());
+    }
+
+    #[test]
+    fn a_charge_or_refund_lands_in_the_specialised_reply_whatever_the_fate() {
+        // 100/s, burst 10, charging: a token is 10,000, the capacity 100,000, the ceiling
+        // 10,100,000.
+        let charging = crate::rules::Limit {
+            charge: true,
+            ..limit(100, Unit::Second, 10)
+        };
+        let nothing = [Want::nothing(), Want::nothing()];
+        let charge = Check {
+            limit: charging,
+            ..check("4:t:a", Mode::Enforce, 3)
+        };
+        let refund = Check {
+            refund: true,
+            hits: 0,
+            ..charge
+        };
+        let part = |checks: &[Check<'_>]| {
+            Part::new(
+                TimeSource::Redis,
+                keys(&["a", "b"][..checks.len()]),
+                checks,
+                &nothing,
+                5,
+                true,
+            )
+        };
+        // The request goes the careful way (-n checks), the refund of nothing as -0.
+        let careful = part(&[check("4:t:b", Mode::Enforce, 1), refund]);
+        assert_eq!(careful.shape(), Shape::Buckets);
+        let sent = args(&evalsha("sha", &[&careful]));
+        let doubles: Vec<f64> = sent[5]
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .collect();
+        assert_eq!(
+            doubles[1], 2.0,
+            "two limits: the plain one, the charging one"
+        );
+        assert_eq!(
+            &doubles[2..12],
+            [
+                10_000.0,
+                1.0,
+                100_000.0,
+                1.0,
+                100_000.0,
+                10_000.0,
+                1.0,
+                100_000.0,
+                1.0,
+                10_100_000.0
+            ]
+        );
+        assert_eq!(doubles[12], -2.0);
+        assert_eq!(&doubles[13..16], [1.0, 1.0, 1.0]);
+        assert!(doubles[16] == 0.0 && doubles[16].is_sign_negative(), "-0");
+        // A normal request keeps its count positive.
+        let usual = part(&[check("4:t:b", Mode::Enforce, 1)]);
+        let sent = args(&evalsha("sha", &[&usual]));
+        assert_eq!(sent[4][8 * 7..8 * 8], 1.0f64.to_le_bytes());
+
+        let packed = |ns: &[i64]| {
+            redis::Value::BulkString(ns.iter().flat_map(|&n| (n as f64).to_le_bytes()).collect())
+        };
+        let charged = part(&[charge]);
+        // 95,000 owed before: 3 tokens take it to 125,000, in debt by 2.5 tokens; over,
+        // and the request denied, but the charge stays; one hit passes after 3.5 tokens.
+        let reply = replies(&packed(&[1, 95_000]), &[&charged]).expect("valid");
+        let outcome = reply[0].checks[0].outcome(crate::rules::Algorithm::TokenBucket);
+        assert!(reply[0].denied && outcome.over);
+        assert_eq!(outcome.remaining, 0);
+        assert_eq!(outcome.reset, 35_000 * 1000);
+        assert_eq!(
+            outcome.after,
+            crate::store::redis::reply::After::TokenBucket {
+                debt: 125_000,
+                leased: 0
+            }
+        );
+        assert_eq!(outcome.report(&charging).owed, 3);
+        // At the ceiling a charge adds nothing more.
+        let reply = replies(&packed(&[1, 10_100_000]), &[&charged]).expect("valid");
+        let outcome = reply[0].checks[0].outcome(crate::rules::Algorithm::TokenBucket);
+        assert_eq!(
+            outcome.after,
+            crate::store::redis::reply::After::TokenBucket {
+                debt: 10_100_000,
+                leased: 0
+            }
+        );
+        assert_eq!(outcome.report(&charging).owed, 1_000);
+        // A refund of 4 tokens from 125,000: 85,000, out of debt, not over.
+        let refunded = part(&[Check { hits: 4, ..refund }]);
+        let reply = replies(&packed(&[0, 125_000]), &[&refunded]).expect("valid");
+        let outcome = reply[0].checks[0].outcome(crate::rules::Algorithm::TokenBucket);
+        assert!(!outcome.over);
+        assert_eq!((outcome.remaining, outcome.reset), (1, 85_000 * 1000));
+        // A check of nothing while in debt: over, until one hit passes.
+        let check_only = part(&[Check { hits: 0, ..charge }]);
+        let reply = replies(&packed(&[1, 125_000]), &[&check_only]).expect("valid");
+        let outcome = reply[0].checks[0].outcome(crate::rules::Algorithm::TokenBucket);
+        assert!(outcome.over);
+        assert_eq!(outcome.reset, 35_000 * 1000);
+        // Not the script's: beyond the ceiling, or a fate the landed debt contradicts.
+        for bad in [&[1, 10_100_001][..], &[0, 95_000]] {
+            assert!(replies(&packed(bad), &[&charged]).is_err(), "{bad:?}");
+        }
     }
 }

@@ -7,6 +7,7 @@
 
 use redis::Value;
 
+use super::script_args::Scale;
 use crate::clock::Nanos;
 use crate::limiter::Report;
 use crate::rules::{Algorithm, Limit};
@@ -42,7 +43,9 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// The report of a check under `limit` (the limit the script was asked about).
+    /// The report of a check under `limit` (the limit the script was asked about). What a
+    /// limit that charges owes follows from what the script left: a token bucket's debt
+    /// beyond its capacity in whole tokens, a window's count beyond its limit.
     pub fn report(&self, limit: &Limit) -> Report {
         let (reset, count) = match self.after {
             // A bucket that never refills does not say when: one period, as the embedded
@@ -53,8 +56,15 @@ impl Outcome {
                 (self.reset, count)
             }
         };
+        let owed = match self.after {
+            _ if !limit.charge => 0,
+            After::TokenBucket { debt, .. } => Scale::of(limit).owed(debt),
+            After::FixedWindow { count, .. } | After::SlidingWindow { count, .. } => {
+                count.saturating_sub(u64::from(limit.requests_per_unit))
+            }
+        };
         Report {
-            owed: 0,
+            owed,
             over: self.over,
             remaining: self.remaining,
             reset,
@@ -370,6 +380,41 @@ mod tests {
                 one_passes_in_us: 3
             }
         );
+    }
+
+    #[test]
+    fn a_limit_that_charges_reports_what_it_owes() {
+        let limit = |algorithm, charge| Limit {
+            charge,
+            requests_per_unit: 100,
+            unit: crate::rules::Unit::Second,
+            multiplier: 1,
+            burst: 10,
+            algorithm,
+        };
+        // 100/s, burst 10: a token is 10,000 scaled units, the capacity 100,000.
+        let bucket = parse(&ints(&[1, 1, 0, 5_000, 125_001, 0]))
+            .expect("valid")
+            .checks[0];
+        let owed = |reply: CheckReply, algorithm, charge| {
+            reply
+                .outcome(algorithm)
+                .report(&limit(algorithm, charge))
+                .owed
+        };
+        assert_eq!(owed(bucket, Algorithm::TokenBucket, true), 3);
+        assert_eq!(owed(bucket, Algorithm::TokenBucket, false), 0);
+        let window = parse(&ints(&[1, 1, 0, 5_000, 130, 0]))
+            .expect("valid")
+            .checks[0];
+        for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+            assert_eq!(owed(window, algorithm, true), 30);
+            assert_eq!(owed(window, algorithm, false), 0);
+        }
+        let within = parse(&ints(&[0, 0, 3, 5_000, 97, 0]))
+            .expect("valid")
+            .checks[0];
+        assert_eq!(owed(within, Algorithm::FixedWindow, true), 0);
     }
 
     proptest::proptest! {

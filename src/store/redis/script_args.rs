@@ -4,14 +4,21 @@
 //!
 //! Token-bucket arithmetic in Lua runs on doubles, exact below 2^53: [`Scale`] expresses a
 //! limit in integers (microsecond quanta, a token reduced by the gcd of unit and rate) that
-//! stay below that for any practical limit.
+//! stay below that for any practical limit; for a limit that charges, its debt ceiling
+//! too ([`Scale::ceiling`]).
+//!
+//! A charge limit's check and a refund are told apart cheaply, so that normal checks pay
+//! nothing for them: decide.lua's kind is upper-case (`T`, `W`, `S`) when the limit
+//! charges, and a refund's hits are negative (`-0` for a refund of nothing, which lands
+//! nothing but is decided as a refund); decide_buckets.lua takes a request with either
+//! as a number of checks below zero (see [`BucketCheck`]).
 
 use redis::Cmd;
 
 use super::leases::Want;
 use super::options::TimeSource;
 use crate::clock::Nanos;
-use crate::rules::{Algorithm, Limit, Mode};
+use crate::rules::{Algorithm, DEBT_PERIODS, Limit, Mode};
 use crate::store::Check;
 
 /// A token-bucket limit as the script's exact integers: time in quanta of `q`
@@ -26,6 +33,9 @@ pub(super) struct Scale {
     pub(super) rate: u64,
     /// The bucket's capacity (its burst) in scaled units.
     pub(super) cap: u64,
+    /// The most debt the bucket may hold, scaled: `cap`, plus [`DEBT_PERIODS`] periods of
+    /// refill for a limit that charges (`rate` × the period in quanta = rpu × `token`).
+    pub(super) ceiling: u64,
     /// Nanoseconds per scaled unit of debt, to turn the script's debt into
     /// [`crate::limiter::State`]'s (a token worth the unit in nanoseconds).
     pub(super) debt_nanos: u128,
@@ -35,7 +45,9 @@ pub(super) struct Scale {
 const EXACT: u64 = 1 << 53;
 
 impl Scale {
-    /// The exact integers of `limit`.
+    /// The exact integers of `limit`. The largest number the scripts hold is the debt
+    /// ceiling (the capacity, for a limit that does not charge): quanta grow coarser until
+    /// it is exact.
     pub(super) fn of(limit: &Limit) -> Scale {
         let unit_us = limit.period_nanos() / 1000;
         let rpu = u64::from(limit.requests_per_unit);
@@ -45,18 +57,30 @@ impl Scale {
             let g = gcd(unit_q, rpu);
             let token = unit_q / g;
             let cap = u64::from(limit.burst).saturating_mul(token);
-            // Coarser quanta only while they divide the unit and the capacity is inexact.
-            if cap < EXACT || !unit_us.is_multiple_of(q * 10) {
+            let ceiling = if limit.charge {
+                let periods = u64::from(DEBT_PERIODS).saturating_mul(rpu);
+                cap.saturating_add(periods.saturating_mul(token))
+            } else {
+                cap
+            };
+            // Coarser quanta only while they divide the unit and the ceiling is inexact.
+            if ceiling < EXACT || !unit_us.is_multiple_of(q * 10) {
                 return Scale {
                     q,
                     token,
                     rate: rpu / g,
                     cap,
+                    ceiling,
                     debt_nanos: u128::from(g) * u128::from(q) * 1000,
                 };
             }
             q *= 10;
         }
+    }
+
+    /// Whole tokens a bucket holding `debt` (scaled) owes below empty: `Report::owed`.
+    pub(super) fn owed(&self, debt: u64) -> u64 {
+        debt.saturating_sub(self.cap).div_ceil(self.token.max(1))
     }
 }
 
@@ -75,15 +99,18 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 }
 
 /// One token-bucket check as [`decide_buckets.lua`](./decide_buckets.lua) takes it: hits,
-/// the [`Scale`], and whether its being over denies the request.
+/// the [`Scale`], whether its being over denies the request, and whether it is a refund
+/// (a charge is a check of hits on a limit whose [`Scale::ceiling`] passes its capacity).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct BucketCheck {
-    /// Hits to take (0 checks without consuming).
+    /// Hits to take (0 checks without consuming), or to give back ([`BucketCheck::refund`]).
     pub(super) hits: u64,
     /// The limit's exact integers.
     pub(super) scale: Scale,
     /// Enforce mode: over denies the request (shadow: it does not).
     pub(super) enforce: bool,
+    /// `is_negative_hits`: the hits are given back, whatever the request's fate.
+    pub(super) refund: bool,
 }
 
 impl BucketCheck {
@@ -99,7 +126,21 @@ impl BucketCheck {
             hits: check.hits,
             scale: Scale::of(&check.limit),
             enforce,
+            refund: check.refund,
         })
+    }
+
+    /// Whether the script decides it with the care of a charge limit: its limit charges
+    /// (its debt may pass the capacity) or it is a refund.
+    pub(super) fn careful(&self) -> bool {
+        self.refund || self.scale.ceiling > self.scale.cap
+    }
+
+    /// Whether it lands whatever the request's fate: a refund, or a charge (hits on a
+    /// limit that charges); never on a bucket that does not refill, which records nothing.
+    pub(super) fn lands(&self) -> bool {
+        self.scale.rate > 0
+            && (self.refund || (self.hits > 0 && self.scale.ceiling > self.scale.cap))
     }
 }
 
@@ -124,23 +165,38 @@ pub(super) fn general_args(
             Mode::Quota => "q",
             Mode::ShadowQuota => "x",
         };
+        // Upper case: the limit charges (or the check is a refund), see decide.lua.
+        let careful = check.limit.charge || check.refund;
         let (kind, numbers, lease) = match check.limit.algorithm {
             Algorithm::TokenBucket => {
                 let s = Scale::of(&check.limit);
-                ("t", [s.token, s.rate, s.cap, s.q], want.extra)
+                let numbers = [s.token, s.rate, s.cap, s.q];
+                // A limit that charges never leases: its last field is its ceiling.
+                if careful {
+                    ("T", numbers, s.ceiling)
+                } else {
+                    ("t", numbers, want.extra)
+                }
             }
             Algorithm::FixedWindow => {
                 let limit = u64::from(check.limit.requests_per_unit);
-                ("w", [limit, check.limit.period_seconds(), 0, 0], 0)
+                let kind = if careful { "W" } else { "w" };
+                (kind, [limit, check.limit.period_seconds(), 0, 0], 0)
             }
             Algorithm::SlidingWindow => {
                 let limit = u64::from(check.limit.requests_per_unit);
-                ("s", [limit, sliding_period_us(&check.limit), 0, 0], 0)
+                let kind = if careful { "S" } else { "s" };
+                (kind, [limit, sliding_period_us(&check.limit), 0, 0], 0)
             }
         };
-        args.arg(kind)
-            .arg(check.hits)
-            .arg(mode)
+        args.arg(kind);
+        if check.refund {
+            // Negative: given back; "-0" for a refund of nothing.
+            args.arg(format!("-{}", check.hits));
+        } else {
+            args.arg(check.hits);
+        }
+        args.arg(mode)
             .arg(check.descriptor)
             .arg(&numbers)
             .arg(lease);
@@ -279,5 +335,109 @@ pub(super) mod tests {
             u128::from(s.token) * s.debt_nanos,
             u128::from(three_seconds.period_nanos())
         );
+    }
+
+    #[test]
+    fn a_limit_that_charges_sends_upper_case_kinds_and_its_ceiling_and_a_refund_negative_hits() {
+        let charging = |algorithm| Limit {
+            charge: true,
+            algorithm,
+            ..limit(100, Unit::Second, 10)
+        };
+        let check = |limit, hits, refund| Check {
+            refund,
+            key: "4:test1:k".into(),
+            limit,
+            hits,
+            mode: Mode::Enforce,
+            descriptor: 0,
+        };
+        let checks = [
+            check(charging(Algorithm::TokenBucket), 3, false),
+            check(charging(Algorithm::TokenBucket), 0, true),
+            check(charging(Algorithm::FixedWindow), 2, true),
+            check(charging(Algorithm::SlidingWindow), 0, false),
+        ];
+        let wants = [
+            Want::nothing(),
+            Want::nothing(),
+            Want::nothing(),
+            Want::nothing(),
+        ];
+        let mut cmd = Cmd::new();
+        general_args(&mut cmd, TimeSource::Caller, &checks, &wants, 7_000_999);
+        // 100/s, burst 10: a token is 10,000, the capacity 100,000, and the ceiling ten
+        // seconds' refill (1,000 tokens) more: 10,100,000, in the lease's field.
+        let charge = ["T", "3", "e", "0", "10000", "1", "100000", "1", "10100000"];
+        let refund_of_nothing = ["T", "-0", "e", "0", "10000", "1", "100000", "1", "10100000"];
+        let window_refund = ["W", "-2", "e", "0", "100", "1", "0", "0", "0"];
+        let sliding_check = ["S", "0", "e", "0", "100", "1000000", "0", "0", "0"];
+        let expected = [
+            &["7000", "4"][..],
+            &charge,
+            &refund_of_nothing,
+            &window_refund,
+            &sliding_check,
+        ]
+        .concat();
+        assert_eq!(args(&cmd), expected);
+        let bucket = BucketCheck::of(&checks[1]).expect("a bucket");
+        assert!(bucket.refund && bucket.careful() && bucket.lands());
+        let plain = BucketCheck::of(&check(limit(100, Unit::Second, 10), 3, false));
+        assert!(plain.is_some_and(|b| !b.careful() && !b.lands()));
+        // A check of nothing on a limit that charges is decided with care, but lands nothing.
+        let nothing = BucketCheck::of(&check(charging(Algorithm::TokenBucket), 0, false));
+        assert!(nothing.is_some_and(|b| b.careful() && !b.lands()));
+        // A bucket that never refills records nothing, charge or refund.
+        let never = Limit {
+            requests_per_unit: 0,
+            ..charging(Algorithm::TokenBucket)
+        };
+        assert!(BucketCheck::of(&check(never, 5, true)).is_some_and(|b| !b.lands()));
+    }
+
+    #[test]
+    fn a_charge_ceiling_stays_below_two_to_the_53_and_owes_whole_tokens() {
+        let charging = |rpu, unit, burst| Limit {
+            charge: true,
+            ..limit(rpu, unit, burst)
+        };
+        for l in [
+            charging(u32::MAX, Unit::Year, u32::MAX),
+            charging(999_999, Unit::Year, 999_999),
+            charging(7, Unit::Day, u32::MAX),
+            charging(u32::MAX, Unit::Week, 1),
+            charging(10_000, Unit::Minute, 10_000),
+        ] {
+            let s = Scale::of(&l);
+            assert!(s.ceiling < EXACT, "{l:?} → {s:?}");
+            // The ceiling is the capacity plus ten periods' refill, exactly.
+            let periods = u128::from(DEBT_PERIODS) * u128::from(l.requests_per_unit);
+            assert_eq!(
+                u128::from(s.ceiling),
+                u128::from(s.cap) + periods * u128::from(s.token),
+                "{l:?}"
+            );
+            assert_eq!(
+                u128::from(s.token) * s.debt_nanos,
+                u128::from(l.unit.nanos()),
+                "{l:?}"
+            );
+        }
+        // Without the ceiling, a year's burst of u32::MAX would fit at a finer quantum
+        // than the ceiling does.
+        let big = charging(u32::MAX, Unit::Year, u32::MAX);
+        assert!(Scale::of(&big).q > Scale::of(&limit(u32::MAX, Unit::Year, u32::MAX)).q);
+        let s = Scale::of(&charging(10_000, Unit::Minute, 10_000));
+        assert_eq!(
+            (s.token, s.cap, s.ceiling),
+            (6_000, 60_000_000, 660_000_000)
+        );
+        assert_eq!(s.owed(s.cap), 0);
+        assert_eq!(s.owed(s.cap + 1), 1);
+        assert_eq!(s.owed(s.cap + 6_000 * 7), 7);
+        // A limit that does not charge: the ceiling is the capacity.
+        let s = Scale::of(&limit(10_000, Unit::Minute, 10_000));
+        assert_eq!(s.ceiling, s.cap);
     }
 }

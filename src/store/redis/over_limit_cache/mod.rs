@@ -11,6 +11,18 @@
 //! whatever a per-second limit of the same descriptor says), and a request is refused here
 //! only when every one of its checks is.
 //!
+//! Charges and refunds ([`Check::lands`]) are never answered here: they must reach Redis
+//! and land there. Their reply replaces this replica's snapshot of the bucket (over: the
+//! new state, with the exact time until one hit passes) or removes it (not over), so a
+//! refund that lets the bucket pass is seen here at once, and a charge that puts it in
+//! debt is refused here from then on. Only refunds break the argument above (they give
+//! back what Redis holds), and only another replica's: a snapshot this replica keeps may
+//! outlive a refund made through another replica until it expires, which is at most the
+//! time until one hit could pass as of the snapshot, and never more than `--redis-cache-ttl-ms`
+//! (`RedisOptions::cache_ttl`). Another replica's charges only add to what Redis holds, so
+//! the snapshot then refuses less than Redis would, never more (a window's snapshot may
+//! then report a count, and a wait, below Redis').
+//!
 //! Times are taken as the script reads the caller's clock ([`TimeSource::Caller`]), in
 //! whole microseconds (whole quanta for token buckets): a snapshot never lasts past the
 //! instant Redis would admit, not even by a fraction of a microsecond.
@@ -76,7 +88,8 @@ impl OverLimitCache {
     }
 
     /// The reports for `checks` at `now` when a snapshot is sure that every one of them
-    /// is over its limit; `None` as soon as one may pass.
+    /// is over its limit; `None` as soon as one may pass, or lands (a charge or a refund
+    /// must reach Redis).
     pub(super) fn refuse(&self, checks: &[Check<'_>], now: Nanos) -> Option<Reports> {
         if self.holds_none() {
             return None;
@@ -84,6 +97,9 @@ impl OverLimitCache {
         checks
             .iter()
             .map(|check| {
+                if check.lands() {
+                    return None;
+                }
                 self.entries
                     .get(check.key.as_str())
                     .and_then(|b| b.refuses(check, now))
@@ -94,47 +110,59 @@ impl OverLimitCache {
     /// Keeps what Redis' `outcome` for `check` (sent at `now`) says of the future: an
     /// over-limit bucket stays over until it refills, a full fixed window until it ends, a
     /// sliding window refusing one hit until one could pass. A bucket Redis did not refuse
-    /// is forgotten.
+    /// is forgotten; a charge or refund's reply replaces what was kept, whatever it was.
     pub(super) fn learn(&self, check: &Check<'_>, outcome: &Outcome, now: Nanos) {
-        if !outcome.over {
+        if !outcome.over && !check.lands() {
             self.forget_if_passed_since(check, outcome, now);
             return;
         }
-        let limit = check.limit;
-        let blocked = match outcome.after {
+        match self.snapshot(check.limit, outcome, now) {
+            Some(blocked) => {
+                // Counted before it is there: the count may be above the truth, never below.
+                self.held.fetch_add(1, Ordering::Release);
+                self.entries.insert(check.key.as_str().into(), blocked);
+            }
+            // A charge or refund that leaves nothing to keep: what was kept no longer
+            // stands (a refund gave back what it held).
+            None if check.lands() && !self.holds_none() => {
+                self.entries.invalidate(check.key.as_str());
+            }
+            None => {}
+        }
+    }
+
+    /// What to keep of Redis' `outcome` under `limit` (sent at `now`): `None` when it is
+    /// not sure to refuse anything.
+    fn snapshot(&self, limit: Limit, outcome: &Outcome, now: Nanos) -> Option<Blocked> {
+        if !outcome.over {
+            return None;
+        }
+        match outcome.after {
             After::TokenBucket { debt, .. } => {
                 let state = bucket_state(&limit, debt, now);
-                let one = limiter::step(Some(&state), &limit, 1, now);
+                // A check of nothing needs one token, as one hit, and is never a charge.
+                let one = limiter::step(Some(&state), &limit, 0, now);
                 let ttl = if limit.requests_per_unit == 0 {
                     self.max_ttl
                 } else {
                     Duration::from_nanos(one.unconsumed().1.reset).min(self.max_ttl)
                 };
-                if !one.over() || ttl.is_zero() {
-                    return;
-                }
-                Blocked::Bucket { limit, state, ttl }
+                (one.over() && !ttl.is_zero()).then_some(Blocked::Bucket { limit, state, ttl })
             }
             // Only once over: from then on every hit, and every check, is over until the
             // window ends (at the limit exactly, a check still passes).
-            After::FixedWindow { count, ends_in_us } if ends_in_us > 0 => Blocked::Window {
+            After::FixedWindow { count, ends_in_us } if ends_in_us > 0 => Some(Blocked::Window {
                 limit,
                 count,
                 until: after_us(now, ends_in_us),
                 ttl: Duration::from_micros(ends_in_us).min(self.max_ttl),
-            },
-            After::FixedWindow { .. } => return,
+            }),
+            After::FixedWindow { .. } => None,
             After::SlidingWindow {
                 count,
                 one_passes_in_us,
-            } => match self.sliding(limit, count, one_passes_in_us, now) {
-                Some(blocked) => blocked,
-                None => return,
-            },
-        };
-        // Counted before it is there: the count may be above the truth, never below.
-        self.held.fetch_add(1, Ordering::Release);
-        self.entries.insert(check.key.as_str().into(), blocked);
+            } => self.sliding(limit, count, one_passes_in_us, now),
+        }
     }
 
     /// Forgets the snapshot of `check`'s bucket when Redis' admission `passed` (sent at
