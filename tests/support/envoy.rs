@@ -388,3 +388,18 @@ const H2_CLUSTER: &str = r#"  - name: @NAME@
         - endpoint:
             address: { @ADDRESS@ }
 "#;
+
+/// Fails the test, with Envoy's output, unless `envoy --mode validate -c <config>`
+/// accepts the file (an example's config, checked as it is shipped).
+pub fn assert_validates(config: &str) {
+    let out = Command::new(super::envoy_binary())
+        .args(["--mode", "validate", "-c", config])
+        .output()
+        .expect("run envoy");
+    assert!(
+        out.status.success(),
+        "envoy --mode validate {config} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
