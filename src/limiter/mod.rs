@@ -118,8 +118,8 @@ struct Bucket {
     debt_periods: u128,
     /// Debt before this request.
     debt: u128,
-    /// Scaled tokens this request takes if it passes (a charge's: whatever the fate);
-    /// `None` when it cannot pass.
+    /// Scaled tokens this request takes if it passes (a charge's: what it adds to the
+    /// debt, whatever the fate); `None` when it cannot pass.
     take: Option<u128>,
     /// `take` is a charge: it lands in either fate, up to `ceiling`.
     charge: bool,
@@ -148,19 +148,16 @@ impl Bucket {
         }
     }
 
-    /// A charge's debt: the bucket's and the charge's, at most the ceiling.
-    fn charged_debt(&self) -> u128 {
-        self.held(self.debt.saturating_add(self.take.unwrap_or(0)))
-    }
-
-    /// A charge's outcome, the same in either fate.
+    /// A charge's outcome, the same in either fate (see [`bucket_charge`]).
+    #[inline]
     fn charged(&self) -> (State, Report) {
-        let debt = self.charged_debt();
-        self.in_debt_or_not(debt)
+        let debt = self.debt + self.take.unwrap_or(0);
+        self.report(debt, self.retry > 0, self.retry)
     }
 
     /// The outcome of a bucket left with `debt` by a charge or a refund: over while in
     /// debt, until one hit passes.
+    #[inline]
     fn in_debt_or_not(&self, debt: u128) -> (State, Report) {
         if debt > self.cap {
             let retry = ceil_div(debt - self.cap + self.token, self.rpu);
@@ -207,7 +204,8 @@ impl Step {
     /// Whether this descriptor alone refuses the request.
     pub fn over(&self) -> bool {
         match &self.0 {
-            Fates::TokenBucket(b) if b.charge => b.charged_debt() > b.cap,
+            // A charge in debt after it has the time until one hit passes; otherwise 0.
+            Fates::TokenBucket(b) if b.charge => b.retry > 0,
             Fates::TokenBucket(b) => b.take.is_none(),
             Fates::Settled(_, report) => report.over,
             Fates::SlidingWindow(w) => !w.passes(),
@@ -367,8 +365,8 @@ pub fn unconsumed_from(consumed: &State, limit: &Limit, hits: u64, now: Nanos) -
     step(Some(&before), limit, hits_again, now).unconsumed()
 }
 
-/// A charge on a token bucket, decided when its fate is asked for as a take is (see
-/// [`Bucket::charged`]): the most common charge costs what a take does.
+/// A charge on a token bucket, as a take's step with the debt it leaves (see
+/// [`Bucket::charged`]), so that it costs what a take does.
 #[inline]
 fn bucket_charge(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> Step {
     let mut b = Bucket::at(state, limit, now);
@@ -376,8 +374,15 @@ fn bucket_charge(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) ->
         // Never refills: nothing to record into, nothing passes for a period.
         b.retry = b.period;
     } else {
-        b.take = Some(u128::from(hits) * b.token);
+        // What the charge leaves, worked out once: both fates keep it.
+        // No overflow: a debt within the ceiling plus 2^64 tokens of 100 years are below
+        // 2^128.
+        let debt = b.held(b.debt + u128::from(hits) * b.token);
+        b.take = Some(debt - b.debt);
         b.charge = true;
+        if debt > b.cap {
+            b.retry = ceil_div(debt - b.cap + b.token, b.rpu);
+        }
     }
     Step(Fates::TokenBucket(b))
 }
