@@ -3,26 +3,11 @@
 
 mod support;
 
-use std::process::Command;
-
 use support::process;
-
-fn envoy_validates(config: &str) {
-    let out = Command::new(support::envoy_binary())
-        .args(["--mode", "validate", "-c", config])
-        .output()
-        .expect("run envoy");
-    assert!(
-        out.status.success(),
-        "envoy --mode validate {config} failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 #[test]
 fn the_example_envoy_config_validates() {
-    envoy_validates(concat!(
+    support::envoy::assert_validates(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/examples/envoy/envoy.yaml"
     ));
@@ -32,7 +17,7 @@ fn the_example_envoy_config_validates() {
 /// and its meshlimit config.
 #[tokio::test]
 async fn the_quota_example_validates() {
-    envoy_validates(concat!(
+    support::envoy::assert_validates(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/examples/envoy-rlqs/envoy.yaml"
     ));

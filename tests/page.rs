@@ -26,6 +26,15 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 2}
 ";
 
+/// A token budget that charges: a day's refill, so a debt stays as charged while the test
+/// runs (one token refills in 86.4 s).
+const TOKENS: &str = "\
+domain: page_tokens
+descriptors:
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 1000, charge: always}
+";
+
 /// A descriptor value that would run if the page put it into the document as markup.
 const SCRIPT_VALUE: &str =
     "<script>window.injected=1</script><img src=x onerror=\"window.injected=2\">";
@@ -41,6 +50,7 @@ fn config() -> TempDir {
         }
     }
     std::fs::write(dir.path().join("page_demo.yaml"), DEMO).expect("writing the config");
+    std::fs::write(dir.path().join("page_tokens.yaml"), TOKENS).expect("writing the config");
     dir
 }
 
@@ -168,6 +178,33 @@ async fn the_page_shows_rules_rates_refusals_a_broken_edit_and_explanations() {
         })
         .await;
     assert!(explained.contains("OVER_LIMIT"), "{explained}");
+
+    // A budget that charges: its rule says so, and a bucket in debt shows as such.
+    let tokens = browser
+        .text("#rules-tree details[data-domain='page_tokens']")
+        .await;
+    assert!(
+        tokens.contains("1000 per day, burst 1000, token_bucket, charges always"),
+        "{tokens}"
+    );
+    let mut charge = rls_request("page_tokens", &[&[("user", "carol")]]);
+    charge.descriptors[0].hits_addend =
+        Some(envoy_types::pb::google::protobuf::UInt64Value { value: 5_000 });
+    ml.ask(charge).await;
+    browser.clear("explain-domain").await;
+    browser.type_into("explain-domain", "page_tokens").await;
+    browser.clear("explain-descriptors").await;
+    browser.type_into("explain-descriptors", "user=carol").await;
+    browser.click("explain-submit").await;
+    let explained = browser
+        .text_until("#explain-result", "the debt explained", |t| {
+            t.contains("rule: page_tokens.user")
+        })
+        .await;
+    assert!(
+        explained.contains("IN DEBT: 4000 owed by charges"),
+        "{explained}"
+    );
 
     // A broken edit: shown with its file and line, the config before it in force.
     std::fs::write(

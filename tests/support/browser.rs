@@ -140,6 +140,13 @@ impl Browser {
         field.send_keys(text).await.expect("typing");
     }
 
+    /// Empties the field with this id.
+    pub async fn clear(&self, id: &str) {
+        let field = self.client.find(Locator::Id(id)).await;
+        let field = field.unwrap_or_else(|e| panic!("no field #{id}: {e}"));
+        field.clear().await.expect("clearing");
+    }
+
     /// Clicks the element with this id.
     pub async fn click(&self, id: &str) {
         let element = self.client.find(Locator::Id(id)).await;
