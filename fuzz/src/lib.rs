@@ -49,6 +49,13 @@ descriptors:
     rate_limit: {unlimited: true}
   - key: zero
     rate_limit: {unit: second, requests_per_unit: 0}
+  - key: tokens
+    rate_limit: {unit: minute, requests_per_unit: 100, burst: 20, charge: always}
+  - key: spend
+    charge: always
+    rate_limits:
+      - {unit: second, requests_per_unit: 5, algorithm: sliding_window, name: spend_second}
+      - {unit: hour, requests_per_unit: 50, algorithm: fixed_window, name: spend_hour}
   - key: tenant
     rate_limit: {unit: day, requests_per_unit: 10, name: tenant_day}
     descriptors:
@@ -65,9 +72,9 @@ descriptors:
 
 /// Words the structured inputs pick from, so that requests match the config's rules
 /// often; anything else can still come as [`Text::Raw`].
-const WORDS: [&str; 16] = [
+const WORDS: [&str; 18] = [
     "fuzz", "user", "window", "tier", "gold1", "client", "shadow", "quota", "free", "zero",
-    "tenant", "path", "/orders", "a", "", "10.0.0.1",
+    "tenant", "path", "/orders", "a", "", "10.0.0.1", "tokens", "spend",
 ];
 
 /// 2026-01-01T00:00:00Z in nanoseconds: where the manual clock starts.

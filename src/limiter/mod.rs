@@ -113,9 +113,9 @@ struct Bucket {
     rpu: u128,
     /// Capacity, scaled.
     cap: u128,
-    /// Periods of refill the bucket may owe past empty: [`DEBT_PERIODS`] when the limit
-    /// charges, else 0 (see [`Bucket::ceiling`]).
-    debt_periods: u128,
+    /// The limit charges: the bucket may owe [`DEBT_PERIODS`] periods of refill past
+    /// empty (see [`Bucket::ceiling`]).
+    charges: bool,
     /// Debt before this request.
     debt: u128,
     /// Scaled tokens this request takes if it passes (a charge's: what it adds to the
@@ -132,10 +132,15 @@ impl Bucket {
         self.report(debt, over, self.retry)
     }
 
-    /// The most debt the bucket may hold: its capacity, and `debt_periods` of refill.
+    /// The most debt the bucket may hold: its capacity, and [`DEBT_PERIODS`] periods of
+    /// refill when the limit charges.
     /// Computed only for a bucket past empty, as most never are.
     fn ceiling(&self) -> u128 {
-        self.cap + self.debt_periods * self.rpu * self.token
+        if self.charges {
+            self.cap + u128::from(DEBT_PERIODS) * self.rpu * self.token
+        } else {
+            self.cap
+        }
     }
 
     /// `debt` past the capacity held to the ceiling.
@@ -417,11 +422,6 @@ impl Bucket {
         let token = u128::from(period);
         let rpu = u128::from(limit.requests_per_unit);
         let cap = u128::from(limit.burst) * token;
-        let debt_periods = if limit.charge {
-            u128::from(DEBT_PERIODS)
-        } else {
-            0
-        };
         let debt = match state {
             Some(&State::TokenBucket {
                 debt,
@@ -448,7 +448,7 @@ impl Bucket {
             token,
             rpu,
             cap,
-            debt_periods,
+            charges: limit.charge,
             debt,
             take: None,
             charge: false,
