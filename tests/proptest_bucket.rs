@@ -345,7 +345,6 @@ proptest! {
             prop_assert_eq!(s.consumed(), s.unconsumed());
             let over = after > u64::from(rpu);
             prop_assert_eq!(s.consumed().1, Report {
-                owed: 0,
                 over,
                 remaining: if over { 0 } else { (u64::from(rpu) - after) as u32 },
                 reset: (start + w - now_s) * S,

@@ -214,7 +214,7 @@ async fn a_charge_or_refund_replaces_this_replicas_over_limit_snapshot() {
     let at = |hits, refund| [check(&name, user, hits, refund, Mode::Enforce, 0)];
     let now = START;
     let charged = here.check(&at(12_000, false), now).await.expect("decided");
-    assert_eq!((charged[0].over, charged[0].owed), (true, 2_000));
+    assert_eq!((charged[0].over, charged[0].owed(&user)), (true, 2_000));
     assert_eq!(charged[0].reset, 2_001 * 6 * MS);
     // Both replicas learn the debt: the other by asking Redis once.
     let seen_there = there.check(&at(0, false), now).await.expect("decided");
@@ -224,17 +224,20 @@ async fn a_charge_or_refund_replaces_this_replicas_over_limit_snapshot() {
         refused[0].cached,
         "refused from the snapshot the charge left"
     );
-    assert_eq!((refused[0].over, refused[0].owed), (true, 2_000));
+    assert_eq!((refused[0].over, refused[0].owed(&user)), (true, 2_000));
     assert_eq!(refused[0].reset, 2_001 * 6 * MS);
     // A charge is never answered from the snapshot: it reaches Redis and lands.
     let misses = here.stats().misses;
     let more = here.check(&at(1_000, false), now).await.expect("decided");
     assert!(!more[0].cached && more[0].over);
-    assert_eq!((more[0].owed, here.stats().misses), (3_000, misses + 1));
+    assert_eq!(
+        (more[0].owed(&user), here.stats().misses),
+        (3_000, misses + 1)
+    );
     // A refund out of debt: not over, and the snapshot is gone here at once.
     let back = here.check(&at(5_000, true), now).await.expect("decided");
     assert!(!back[0].over && !back[0].cached);
-    assert_eq!((back[0].remaining, back[0].owed), (2_000, 0));
+    assert_eq!((back[0].remaining, back[0].owed(&user)), (2_000, 0));
     let passes = here.check(&at(0, false), now).await.expect("decided");
     assert!(!passes[0].over && !passes[0].cached, "{passes:?}");
     assert_eq!(passes[0].remaining, 2_000);
@@ -282,7 +285,7 @@ async fn a_charge_drops_the_lease_of_its_key_and_a_debt_is_never_hidden_by_one()
         .expect("decided");
     assert!(charged[0].over && !charged[0].cached);
     // 10 - 1 - 4 leased, then 10 charged: 5 owed (the lease's 3 unspent stay taken).
-    assert_eq!(charged[0].owed, 5);
+    assert_eq!(charged[0].owed(&after), 5);
     // The old limit's lease is gone: nothing spent from it.
     let old = leasing
         .check(&one(before, 1, false), now)

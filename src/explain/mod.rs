@@ -107,9 +107,9 @@ pub async fn explain(
                     Ok(all) => all.by_ref().take(limits.len()).copied().collect(),
                     Err(_) => Vec::new(),
                 };
-                let state_of = |i: usize, algorithm| match (&states, reports.get(i)) {
+                let state_of = |i: usize, limit: &Limit| match (&states, reports.get(i)) {
                     (Err(e), _) => format!("cannot be read: {e}"),
-                    (Ok(_), Some(report)) => state(report, algorithm),
+                    (Ok(_), Some(report)) => state(report, limit),
                     (Ok(_), None) => "unknown".into(),
                 };
                 let redis = match store {
@@ -132,7 +132,7 @@ pub async fn explain(
                             flags(rule, plan.mode_of(resolved))
                         );
                     }
-                    let now = state_of(0, limit.algorithm);
+                    let now = state_of(0, &limit);
                     bucket_lines(&mut out, "  ", &bucket, redis, &now);
                     continue;
                 }
@@ -149,7 +149,7 @@ pub async fn explain(
                 for (i, (limit, config, bucket)) in each.enumerate() {
                     let label = config.map_or_else(String::new, |c| c.label());
                     let _ = writeln!(out, "  limit {label}: {}", describe(&limit));
-                    let now = state_of(i, limit.algorithm);
+                    let now = state_of(i, &limit);
                     bucket_lines(&mut out, "    ", &bucket, redis, &now);
                     if i == bound && !reports.is_empty() {
                         let why = if reports.iter().any(|r| r.over) {
@@ -299,11 +299,11 @@ fn bucket_lines(
 }
 
 /// A limit's state as a peek reports it.
-fn state(report: &Report, algorithm: Algorithm) -> String {
-    if report.owed > 0 {
+fn state(report: &Report, limit: &Limit) -> String {
+    let owed = report.owed(limit);
+    if owed > 0 {
         return format!(
-            "IN DEBT: {} owed by charges; a hit could pass in {}",
-            report.owed,
+            "IN DEBT: {owed} owed by charges; a hit could pass in {}",
             seconds(report.reset)
         );
     }
@@ -314,7 +314,7 @@ fn state(report: &Report, algorithm: Algorithm) -> String {
             seconds(report.reset)
         );
     }
-    let (idle, again) = match algorithm {
+    let (idle, again) = match limit.algorithm {
         Algorithm::SlidingWindow => ("the window is empty", "empty again in"),
         _ => ("the bucket is full", "full again in"),
     };

@@ -73,13 +73,27 @@ pub struct Report {
     pub reset: Nanos,
     /// Fixed window: hits counted in the window with this request's, denied ones included
     /// (what the near-limit statistics split on); sliding window: hits counted against the
-    /// request, its own included when taken; 0 for token buckets.
+    /// request, its own included when taken; token bucket: whole tokens it owes below
+    /// empty, 0 unless charges put it in debt (see [`Report::owed`]).
     pub count: u64,
     /// Answered from this replica's over-limit cache, without asking the shared store.
     pub cached: bool,
-    /// Whole hits the bucket is in debt after the decision: below empty for a token
-    /// bucket, beyond the limit for a window. Only charges take a bucket there.
-    pub owed: u64,
+}
+
+impl Report {
+    /// Whole hits the bucket of `limit` (the limit it was decided under) owes after the
+    /// decision: below empty for a token bucket, past the limit for a window of a limit
+    /// that charges. Only charges take a bucket there. Kept in `count`, which a token
+    /// bucket has no other use for, so that a report stays three words and a half.
+    pub fn owed(&self, limit: &Limit) -> u64 {
+        match limit.algorithm {
+            Algorithm::TokenBucket => self.count,
+            _ if limit.charge => self
+                .count
+                .saturating_sub(u64::from(limit.requests_per_unit)),
+            _ => 0,
+        }
+    }
 }
 
 /// One descriptor evaluated, both fates of its request still open. Reports are computed
@@ -189,7 +203,7 @@ impl Bucket {
             over,
             remaining,
             reset,
-            owed: if owed == 0 {
+            count: if owed == 0 {
                 0
             } else {
                 ceil_div(owed, self.token)
@@ -496,11 +510,6 @@ fn fixed_window_at(
         reset: (start + window - now_s) * NANOS_PER_SEC,
         count: after,
         cached: false,
-        owed: if limit.charge {
-            after.saturating_sub(limit_n)
-        } else {
-            0
-        },
     };
     let state = State::FixedWindow {
         start,

@@ -62,8 +62,6 @@ pub(super) struct Window {
     counted: u64,
     /// The time of the evaluation.
     now: Nanos,
-    /// The limit charges: hits past it are owed (see [`Report::owed`]).
-    charges: bool,
 }
 
 impl Window {
@@ -93,7 +91,6 @@ impl Window {
             need: hits.max(1),
             counted: counts.iter().map(|&c| u64::from(c)).sum(),
             now,
-            charges: limit.charge,
         }
     }
 
@@ -137,11 +134,6 @@ impl Window {
             reset,
             count: counted,
             cached: false,
-            owed: if self.charges {
-                counted.saturating_sub(self.limit)
-            } else {
-                0
-            },
         };
         (self.state_with(counts), report)
     }
@@ -187,7 +179,6 @@ impl Window {
             reset,
             count: after.counted,
             cached: false,
-            owed: after.counted.saturating_sub(after.limit),
         };
         (after.state_with(counts), report)
     }

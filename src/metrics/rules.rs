@@ -250,7 +250,7 @@ impl RuleStats {
         }
         if limit.charge && hits > 0 {
             mine.add(Hits::Charged as usize, hits);
-            mine.add(Hits::Debt as usize, hits.min(report.owed));
+            mine.add(Hits::Debt as usize, hits.min(report.owed(limit)));
         }
     }
 

@@ -634,7 +634,7 @@ mod tests {
                 leased: 0
             }
         );
-        assert_eq!(outcome.report(&charging).owed, 3);
+        assert_eq!(outcome.report(&charging).owed(&charging), 3);
         // At the ceiling a charge adds nothing more.
         let reply = replies(&packed(&[1, 10_100_000]), &[&charged]).expect("valid");
         let outcome = reply[0].checks[0].outcome(crate::rules::Algorithm::TokenBucket);
@@ -645,7 +645,7 @@ mod tests {
                 leased: 0
             }
         );
-        assert_eq!(outcome.report(&charging).owed, 1_000);
+        assert_eq!(outcome.report(&charging).owed(&charging), 1_000);
         // A refund of 4 tokens from 125,000: 85,000, out of debt, not over.
         let refunded = part(&[Check { hits: 4, ..refund }]);
         let reply = replies(&packed(&[0, 125_000]), &[&refunded]).expect("valid");

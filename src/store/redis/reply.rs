@@ -51,20 +51,16 @@ impl Outcome {
             // A bucket that never refills does not say when: one period, as the embedded
             // store reports it.
             After::TokenBucket { .. } if limit.requests_per_unit == 0 => (limit.period_nanos(), 0),
+            // What it owes past empty, which only a limit that charges can.
+            After::TokenBucket { debt, .. } if limit.charge => {
+                (self.reset, Scale::of(limit).owed(debt))
+            }
             After::TokenBucket { .. } => (self.reset, 0),
             After::FixedWindow { count, .. } | After::SlidingWindow { count, .. } => {
                 (self.reset, count)
             }
         };
-        let owed = match self.after {
-            _ if !limit.charge => 0,
-            After::TokenBucket { debt, .. } => Scale::of(limit).owed(debt),
-            After::FixedWindow { count, .. } | After::SlidingWindow { count, .. } => {
-                count.saturating_sub(u64::from(limit.requests_per_unit))
-            }
-        };
         Report {
-            owed,
             over: self.over,
             remaining: self.remaining,
             reset,
@@ -397,10 +393,8 @@ mod tests {
             .expect("valid")
             .checks[0];
         let owed = |reply: CheckReply, algorithm, charge| {
-            reply
-                .outcome(algorithm)
-                .report(&limit(algorithm, charge))
-                .owed
+            let limit = limit(algorithm, charge);
+            reply.outcome(algorithm).report(&limit).owed(&limit)
         };
         assert_eq!(owed(bucket, Algorithm::TokenBucket, true), 3);
         assert_eq!(owed(bucket, Algorithm::TokenBucket, false), 0);

@@ -68,7 +68,6 @@ impl Blocked {
                 && count.saturating_add(check.hits) > u64::from(limit.requests_per_unit) =>
             {
                 Some(Report {
-                    owed: owed(limit, *count),
                     over: true,
                     remaining: 0,
                     reset: (until - now).div_ceil(NANOS_PER_SEC) * NANOS_PER_SEC,
@@ -143,7 +142,6 @@ fn sliding_refusal(
         return None;
     }
     Some(Report {
-        owed: owed(limit, count),
         over: true,
         remaining: u32::try_from(u64::from(limit.requests_per_unit).saturating_sub(count))
             .unwrap_or(u32::MAX),
@@ -155,15 +153,6 @@ fn sliding_refusal(
         count,
         cached: true,
     })
-}
-
-/// A window's hits beyond `limit` when it charges ([`Report::owed`]).
-fn owed(limit: &Limit, count: u64) -> u64 {
-    if limit.charge {
-        count.saturating_sub(u64::from(limit.requests_per_unit))
-    } else {
-        0
-    }
 }
 
 /// The token bucket Redis left with `debt` (in its scaled units) for a request sent at

@@ -65,7 +65,6 @@ fn a_window_refusing_one_hit_is_refused_here_until_one_could_pass() {
     assert_eq!(
         refused[0],
         Report {
-            owed: 0,
             over: true,
             remaining: 0,
             reset: 200 * MS,
