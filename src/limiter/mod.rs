@@ -84,7 +84,7 @@ impl Report {
     /// Whole hits the bucket of `limit` (the limit it was decided under) owes after the
     /// decision: below empty for a token bucket, past the limit for a window of a limit
     /// that charges. Only charges take a bucket there. Kept in `count`, which a token
-    /// bucket has no other use for, so that a report stays three words and a half.
+    /// bucket has no other use for, so that a report stays three words (24 bytes).
     pub fn owed(&self, limit: &Limit) -> u64 {
         match limit.algorithm {
             Algorithm::TokenBucket => self.count,

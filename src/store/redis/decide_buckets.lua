@@ -70,78 +70,84 @@ for b = 1, #KEYS do
 end
 local out, o = {}, 0
 
--- Decides the request of n checks whose fields follow v[a] (it sent -n) with the care of
--- charges and refunds, appending its reply to `out`; returns where the next request
--- starts. The same steps as the loop below, but for: a charge (hits on a limit that
--- charges) or a refund (hits below zero, -0 included) lands, at most the ceiling and at
--- least 0, and stays when the request is denied; a bucket in debt passes nothing; a
--- stored debt is refilled up to the limit's ceiling, not its capacity.
-local function careful(a, n)
-  local denied = false
-  local at_denied = o + 1
-  o = at_denied
-  local c = a + 1
-  for i = 1, n do
-    local hits, l, b = v[c], v[c + 1], v[c + 2]
-    local enforce = l > 0
-    if not enforce then l = -l end
-    l = 5 * l - 2
-    local token, rate, cap, q, top = v[l], v[l + 1], v[l + 2], v[l + 3], v[l + 4]
-    local s = known[b]
-    local now_q = now
-    if q ~= 1 then now_q = floor(now / q) end
-    local debt, at = 0, now_q
-    if s then
-      local d, sat = s[1], s[2]
-      if s[3] == token and s[4] == q and now_q >= sat then
-        -- Inline, as the loop below: a Lua call per bucket costs a tenth of a decision.
-        d = d - (now_q - sat) * rate
-        if d < 0 then d = 0 elseif d > top then d = top end
-        debt = d
-      else
-        debt, at = refilled(d, sat, s[3], s[4], now_q, token, rate, top, q)
-      end
-    end
-    o = o + 1
-    out[o] = debt
-    local need = hits * token
-    if need < token then need = token end
-    if rate > 0 and (hits < 0 or 1 / hits < 0 or (hits > 0 and top > cap)) then
-      debt = debt + hits * token
-      if debt > top then debt = top elseif debt < 0 then debt = 0 end
-      if enforce and debt > cap then denied = true end
-    elseif rate > 0 and need <= cap - debt then
-      debt = debt + hits * token
-    elseif enforce then
-      denied = true
-    end
-    if debt <= 0 or rate <= 0 then
-      known[b] = false
-    elseif s then
-      s[1], s[2], s[3], s[4], s[5] = debt, at, token, q, rate
-    else
-      known[b] = { debt, at, token, q, rate }
-    end
-    c = c + 3
-  end
-  if denied then
-    out[at_denied] = 1
-    -- What did not land takes nothing: its bucket keeps its refilled debt.
+-- Decides the requests from v[a] on that sent their count of checks as -n, one after the
+-- other until one did not (or the call's end), with the care of charges and refunds,
+-- appending their replies to `out`; returns where the next request starts. One Lua call
+-- for a run of such requests, not one each: a gateway's charges and checks of a charging
+-- limit come in runs, and a call costs about what a check does. The same steps as the
+-- loop below, but for: a charge (hits on a limit that charges) or a refund (hits below
+-- zero, -0 included) lands, at most the ceiling and at least 0, and stays when the
+-- request is denied; a bucket in debt passes nothing; a stored debt is refilled up to the
+-- limit's ceiling, not its capacity.
+local function careful(a, last)
+  while a <= last and v[a] < 0 do
+    local n = -v[a]
+    local denied = false
+    local at_denied = o + 1
+    o = at_denied
+    local c = a + 1
     for i = 1, n do
-      local hits, l, b = v[a + 3 * i - 2], v[a + 3 * i - 1], v[a + 3 * i]
-      if l < 0 then l = -l end
+      local hits, l, b = v[c], v[c + 1], v[c + 2]
+      local enforce = l > 0
+      if not enforce then l = -l end
       l = 5 * l - 2
-      local lands = v[l + 1] > 0 and (hits < 0 or 1 / hits < 0 or (hits > 0 and v[l + 4] > v[l + 2]))
+      local token, rate, cap, q, top = v[l], v[l + 1], v[l + 2], v[l + 3], v[l + 4]
       local s = known[b]
-      if s and not lands then
-        local debt = out[at_denied + i]
-        if debt <= 0 then known[b] = false else s[1] = debt end
+      local now_q = now
+      if q ~= 1 then now_q = floor(now / q) end
+      local debt, at = 0, now_q
+      if s then
+        local d, sat = s[1], s[2]
+        if s[3] == token and s[4] == q and now_q >= sat then
+          -- Inline, as the loop below: a Lua call per bucket costs a tenth of a decision.
+          d = d - (now_q - sat) * rate
+          if d < 0 then d = 0 elseif d > top then d = top end
+          debt = d
+        else
+          debt, at = refilled(d, sat, s[3], s[4], now_q, token, rate, top, q)
+        end
       end
+      o = o + 1
+      out[o] = debt
+      -- A charge first, the commonest here: it lands, up to the ceiling.
+      if rate > 0 and ((hits > 0 and top > cap) or hits < 0 or 1 / hits < 0) then
+        debt = debt + hits * token
+        if debt > top then debt = top elseif debt < 0 then debt = 0 end
+        if enforce and debt > cap then denied = true end
+      elseif rate > 0 and (hits > 1 and hits or 1) * token <= cap - debt then
+        debt = debt + hits * token
+      elseif enforce then
+        denied = true
+      end
+      if debt <= 0 or rate <= 0 then
+        known[b] = false
+      elseif s then
+        s[1], s[2], s[3], s[4], s[5] = debt, at, token, q, rate
+      else
+        known[b] = { debt, at, token, q, rate }
+      end
+      c = c + 3
     end
-  else
-    out[at_denied] = 0
+    if denied then
+      out[at_denied] = 1
+      -- What did not land takes nothing: its bucket keeps its refilled debt.
+      for i = 1, n do
+        local hits, l, b = v[a + 3 * i - 2], v[a + 3 * i - 1], v[a + 3 * i]
+        if l < 0 then l = -l end
+        l = 5 * l - 2
+        local lands = v[l + 1] > 0 and (hits < 0 or 1 / hits < 0 or (hits > 0 and v[l + 4] > v[l + 2]))
+        local s = known[b]
+        if s and not lands then
+          local debt = out[at_denied + i]
+          if debt <= 0 then known[b] = false else s[1] = debt end
+        end
+      end
+    else
+      out[at_denied] = 0
+    end
+    a = c
   end
-  return c
+  return a
 end
 
 local a = 3 + 5 * limits
@@ -149,7 +155,7 @@ local last = #v - 1 -- struct.unpack adds the next position
 while a <= last do
   local n = v[a]
   if n < 0 then
-    a = careful(a, -n)
+    a = careful(a, last)
   else
     -- Each check as if the request passes: it takes its hits when it can (the reply keeps
     -- the debt before), and a check over its limit in enforce mode denies the request.
