@@ -135,8 +135,8 @@ struct Bucket {
     /// Scaled tokens this request takes if it passes (a charge's: what it adds to the
     /// debt, whatever the fate); `None` when it cannot pass.
     take: Option<u128>,
-    /// `take` is a charge: it lands in either fate, up to `ceiling`.
-    charge: bool,
+    /// `take` is a charge: it lands in either fate, up to the ceiling.
+    is_charge: bool,
     /// When over: the time until this request could pass.
     retry: Nanos,
 }
@@ -147,8 +147,8 @@ impl Bucket {
     }
 
     /// The most debt the bucket may hold: its capacity, and [`DEBT_PERIODS`] periods of
-    /// refill when the limit charges.
-    /// Computed only for a bucket past empty, as most never are.
+    /// refill when the limit charges. Computed only for a bucket past empty, as most never
+    /// are.
     fn ceiling(&self) -> u128 {
         if self.charges {
             self.cap + u128::from(DEBT_PERIODS) * self.rpu * self.token
@@ -224,7 +224,7 @@ impl Step {
     pub fn over(&self) -> bool {
         match &self.0 {
             // A charge in debt after it has the time until one hit passes; otherwise 0.
-            Fates::TokenBucket(b) if b.charge => b.retry > 0,
+            Fates::TokenBucket(b) if b.is_charge => b.retry > 0,
             Fates::TokenBucket(b) => b.take.is_none(),
             Fates::Settled(_, report) => report.over,
             Fates::SlidingWindow(w) => !w.passes(),
@@ -234,7 +234,7 @@ impl Step {
     /// State and report if the request is allowed and its hits are taken.
     pub fn consumed(&self) -> (State, Report) {
         match &self.0 {
-            Fates::TokenBucket(b) if b.charge => b.charged(),
+            Fates::TokenBucket(b) if b.is_charge => b.charged(),
             Fates::TokenBucket(b) => match b.take {
                 Some(take) => b.outcome(b.debt + take, false),
                 None => b.outcome(b.debt, true),
@@ -247,7 +247,7 @@ impl Step {
     /// State and report if the request is denied (by this or another descriptor).
     pub fn unconsumed(&self) -> (State, Report) {
         match &self.0 {
-            Fates::TokenBucket(b) if b.charge => b.charged(),
+            Fates::TokenBucket(b) if b.is_charge => b.charged(),
             Fates::TokenBucket(b) => b.outcome(b.debt, b.take.is_none()),
             Fates::Settled(state, report) => (*state, *report),
             Fates::SlidingWindow(w) => w.outcome(false),
@@ -398,7 +398,7 @@ fn bucket_charge(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) ->
         // 2^128.
         let debt = b.held(b.debt + u128::from(hits) * b.token);
         b.take = Some(debt - b.debt);
-        b.charge = true;
+        b.is_charge = true;
         if debt > b.cap {
             b.retry = ceil_div(debt - b.cap + b.token, b.rpu);
         }
@@ -465,7 +465,7 @@ impl Bucket {
             charges: limit.charge,
             debt,
             take: None,
-            charge: false,
+            is_charge: false,
             retry: 0,
         };
         // Within the limit's ceiling even when a reload lowered it: without charges, the
