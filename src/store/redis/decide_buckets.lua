@@ -109,10 +109,16 @@ local function careful(a, last)
       end
       o = o + 1
       out[o] = debt
-      -- A charge first, the commonest here: it lands, up to the ceiling.
-      if rate > 0 and ((hits > 0 and top > cap) or hits < 0 or 1 / hits < 0) then
+      -- A charge first, the commonest here: it lands, up to the ceiling (above the
+      -- capacity only for a limit that charges and refills).
+      if hits > 0 and top > cap then
         debt = debt + hits * token
-        if debt > top then debt = top elseif debt < 0 then debt = 0 end
+        if debt > top then debt = top end
+        if enforce and debt > cap then denied = true end
+      elseif rate > 0 and (hits < 0 or 1 / hits < 0) then
+        -- A refund: lands, down to full.
+        debt = debt + hits * token
+        if debt < 0 then debt = 0 end
         if enforce and debt > cap then denied = true end
       elseif rate > 0 and (hits > 1 and hits or 1) * token <= cap - debt then
         debt = debt + hits * token
