@@ -72,14 +72,18 @@ local out, o = {}, 0
 
 -- Decides the requests from v[a] on that sent their count of checks as -n, one after the
 -- other until one did not (or the call's end), with the care of charges and refunds,
--- appending their replies to `out`; returns where the next request starts. One Lua call
--- for a run of such requests, not one each: a gateway's charges and checks of a charging
--- limit come in runs, and a call costs about what a check does. The same steps as the
--- loop below, but for: a charge (hits on a limit that charges) or a refund (hits below
--- zero, -0 included) lands, at most the ceiling and at least 0, and stays when the
--- request is denied; a bucket in debt passes nothing; a stored debt is refilled up to the
--- limit's ceiling, not its capacity.
+-- appending their replies to `out`; returns where the next request starts and the
+-- reply's new length. One Lua call for a run of such requests, not one each: a gateway's
+-- charges and checks of a charging limit come in runs, and a call costs about what a
+-- check does. The same steps as the loop below, but for: a charge (hits on a limit that
+-- charges) or a refund (hits below zero, -0 included) lands, at most the ceiling and at
+-- least 0, and stays when the request is denied; a bucket in debt passes nothing; a
+-- stored debt is refilled up to the limit's ceiling, not its capacity.
 local function careful(a, last)
+  -- The call's tables, clock and reply position as locals: an upvalue costs an
+  -- instruction more at every use, and this loop uses them for every check as the main
+  -- chunk's loop does its locals.
+  local v, known, out, now, floor, o = v, known, out, now, floor, o
   while a <= last and v[a] < 0 do
     local n = -v[a]
     local denied = false
@@ -153,7 +157,7 @@ local function careful(a, last)
     end
     a = c
   end
-  return a
+  return a, o
 end
 
 local a = 3 + 5 * limits
@@ -161,7 +165,7 @@ local last = #v - 1 -- struct.unpack adds the next position
 while a <= last do
   local n = v[a]
   if n < 0 then
-    a = careful(a, last)
+    a, o = careful(a, last)
   else
     -- Each check as if the request passes: it takes its hits when it can (the reply keeps
     -- the debt before), and a check over its limit in enforce mode denies the request.
