@@ -52,8 +52,13 @@ fn main() {
 fn envoy_types_dir() -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let manifest = std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    // Offline and for the target alone: a build fetches only the packages of the platforms
+    // it builds for, and cargo metadata over every platform would want the others too
+    // (Windows-only crates, on a fresh machine).
+    let target = std::env::var("TARGET").expect("cargo sets TARGET");
     let output = Command::new(cargo)
         .args(["metadata", "--format-version", "1", "--offline"])
+        .args(["--filter-platform", &target])
         .current_dir(&manifest)
         .output()
         .expect("running cargo metadata");
