@@ -4,6 +4,20 @@
 
 say() { printf '\n==> %s\n' "$*"; }
 
+# Where meshlimit listens: the examples' Envoy configs point at this gRPC address.
+MESHLIMIT_GRPC=127.0.0.1:8081
+MESHLIMIT_HTTP=127.0.0.1:8080
+
+# demo_flag "$@": DEMO=1 with --demo, 0 with no argument; anything else is a usage error.
+demo_flag() {
+  DEMO=0
+  case "${1:-}" in
+    "") ;;
+    --demo) DEMO=1 ;;
+    *) echo "usage: $0 [--demo]" >&2; exit 2 ;;
+  esac
+}
+
 # refuse_busy_ports PORT...: exit if anything listens on 127.0.0.1:PORT.
 refuse_busy_ports() {
   local port
@@ -111,4 +125,14 @@ serve_until_exit() {
   wait -n "$MESHLIMIT_PID" "$ENVOY_PID"
   echo "a process exited (status $?); see $LOGS" >&2
   exit 1
+}
+
+# demo_or_serve COMMANDS: with --demo, run COMMANDS and stop both; otherwise print them and
+# serve until Ctrl-C.
+demo_or_serve() {
+  if [[ $DEMO == 1 ]]; then
+    run_commands "$1"
+    exit 0
+  fi
+  serve_until_exit "$1"
 }

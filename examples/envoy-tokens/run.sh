@@ -12,22 +12,14 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 ROOT=$PWD
+# shellcheck source=../common.sh
+source "$ROOT/examples/common.sh"
+demo_flag "$@"
 
-DEMO=0
-case "${1:-}" in
-  "") ;;
-  --demo) DEMO=1 ;;
-  *) echo "usage: $0 [--demo]" >&2; exit 2 ;;
-esac
-
-MESHLIMIT_GRPC=127.0.0.1:8081
-MESHLIMIT_HTTP=127.0.0.1:8080
 ENVOY_ADMIN=http://127.0.0.1:9921
 ENVOY_CONFIG=$ROOT/examples/envoy-tokens/envoy.yaml
 CONFIG=$ROOT/examples/envoy-tokens/config
 
-# shellcheck source=../common.sh
-source "$ROOT/examples/common.sh"
 refuse_busy_ports 8080 8081 9921 10020 10021
 build_meshlimit
 find_envoy "$ENVOY_CONFIG"
@@ -52,9 +44,4 @@ curl -s http://127.0.0.1:8080/metrics | grep -E '^ratelimit_service_rate_limit_(
 EOF2
 )
 
-if [[ $DEMO == 1 ]]; then
-  run_commands "$COMMANDS"
-  exit 0
-fi
-
-serve_until_exit "$COMMANDS"
+demo_or_serve "$COMMANDS"

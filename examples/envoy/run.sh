@@ -11,21 +11,13 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 ROOT=$PWD
+# shellcheck source=../common.sh
+source "$ROOT/examples/common.sh"
+demo_flag "$@"
 
-DEMO=0
-case "${1:-}" in
-  "") ;;
-  --demo) DEMO=1 ;;
-  *) echo "usage: $0 [--demo]" >&2; exit 2 ;;
-esac
-
-MESHLIMIT_GRPC=127.0.0.1:8081
-MESHLIMIT_HTTP=127.0.0.1:8080
 ENVOY_ADMIN=http://127.0.0.1:9901
 ENVOY_CONFIG=$ROOT/examples/envoy/envoy.yaml
 
-# shellcheck source=../common.sh
-source "$ROOT/examples/common.sh"
 refuse_busy_ports 8080 8081 9901 10000 10001 10002
 build_meshlimit
 find_envoy "$ENVOY_CONFIG"
