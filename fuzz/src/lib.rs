@@ -163,7 +163,7 @@ pub struct Descriptor {
     pub limit: Option<(u32, i32)>,
     /// Descriptor-level hits.
     pub hits_addend: Option<u64>,
-    /// A refund, which is refused.
+    /// A refund: given back on a rule whose limits all charge, refused elsewhere.
     pub is_negative_hits: bool,
 }
 
