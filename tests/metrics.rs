@@ -1106,3 +1106,28 @@ async fn charges_refunds_and_debt_are_counted_per_rule() {
         Some(1.0)
     );
 }
+
+/// Callers choose their hits: counters wrap at 2^64 as Go's uint64 counters do, and a
+/// scrape sums the parts of a family (within, over, neither) wrapping alike, never
+/// overflowing.
+#[tokio::test]
+async fn hits_near_2_to_the_64_wrap_the_counters_and_a_scrape_still_renders() {
+    let (service, _clock) = support::service(&[("shop.yaml", SHOP)], Algorithm::TokenBucket);
+    for hits in [u64::MAX, 3] {
+        let api = Descriptor {
+            hits_addend: Some(hits),
+            ..Descriptor::new(&[("api", "x")])
+        };
+        service
+            .should_rate_limit("shop", &[api], 0)
+            .await
+            .expect("a valid request");
+    }
+    let samples = scrape(&service);
+    let api = [("domain", "shop"), ("key1", "api")];
+    assert_eq!(
+        value(&samples, &format!("{RULE}total_hits"), &api),
+        Some(2.0),
+        "2^64 + 2 hits, modulo 2^64"
+    );
+}

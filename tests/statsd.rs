@@ -294,3 +294,31 @@ async fn goes_away_and_comes_back(udp: bool) {
     .collect();
     counters_become(&server, &expected).await;
 }
+
+/// A counter that wraps at 2^64 (callers choose their hits) sends its exact change: the
+/// hits since the last flush, not nothing.
+#[tokio::test]
+async fn a_counter_that_wraps_sends_its_exact_change() {
+    let server = StatsdServer::start(false).await;
+    let (ml, _dir) = start(&server, &[]).await;
+    let total = format!("{RULE}shop.tier_gold*.total_hits");
+    let tier = |hits: u64| {
+        let mut request = rls_request("shop", &[&[("tier", "gold1")]]);
+        request.descriptors[0].hits_addend =
+            Some(envoy_types::pb::google::protobuf::UInt64Value { value: hits });
+        request
+    };
+    ml.ask(tier(u64::MAX)).await;
+    counter_reaches(&server, &total, u64::MAX as f64).await;
+    ml.ask(tier(3)).await;
+    eventually(20, "the 3 hits past 2^64 in statsd", || {
+        let lines = server.lines();
+        let sent: Vec<f64> = lines
+            .iter()
+            .filter(|l| l.name == total)
+            .map(|l| l.value)
+            .collect();
+        sent == [u64::MAX as f64, 3.0]
+    })
+    .await;
+}

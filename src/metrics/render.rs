@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use super::connections;
 use super::labels::Labels;
 use super::rules::{FIRST_CHARGE_FAMILY, RULE_FAMILIES, RuleStats};
+use super::stripes::wrapping_sum;
 use super::text::{family, sample};
 use super::{METHOD, Metrics};
 use crate::store::Store;
@@ -24,7 +25,7 @@ impl Metrics {
         for (i, (name, help, counter)) in RULE_FAMILIES.into_iter().enumerate() {
             family(&mut out, name, "counter", help);
             for (labels, stats) in &series {
-                let sum: u64 = stats.iter().map(|s| counter(s)).sum();
+                let sum = wrapping_sum(stats.iter().map(|s| counter(s)));
                 if sum > 0 || i < FIRST_CHARGE_FAMILY {
                     sample(&mut out, name, labels.pairs(), sum);
                 }

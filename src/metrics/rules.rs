@@ -13,7 +13,7 @@ use super::detailed::{Detailed, OVERFLOW_VALUE, Series};
 use super::labels::Labels;
 use super::limits::{self, LimitStats};
 use super::live::RuleCounts;
-use super::stripes::Counters;
+use super::stripes::{Counters, wrapping_sum};
 use super::value_to_metric::{Valued, names_values};
 use crate::config::Config;
 use crate::limiter::Report;
@@ -328,7 +328,7 @@ pub(super) const RULE_FAMILIES: [RuleFamily; 9] = [
     (
         "ratelimit_service_rate_limit_total_hits",
         "Hits (hits_addend) on each rule.",
-        |s| s.read(Hits::Within) + s.read(Hits::Over) + s.read(Hits::Neither),
+        |s| wrapping_sum([Hits::Within, Hits::Over, Hits::Neither].map(|h| s.read(h))),
     ),
     (
         "ratelimit_service_rate_limit_within_limit",

@@ -219,12 +219,13 @@ impl<const N: usize> Counters<N> {
         }
     }
 
-    /// Counter `index`: the plain counter plus its stripes.
+    /// Counter `index`: the plain counter plus its stripes, modulo 2^64 as each of them
+    /// counts (callers choose their hits: a few hits_addend near 2^64 wrap a counter).
     pub(super) fn get(&self, index: usize) -> u64 {
-        let striped: u64 = self.stripes.get().map_or(0, |stripes| {
-            stripes.iter().map(|s| s[index].load(Relaxed)).sum()
+        let striped = self.stripes.get().map_or(0, |stripes| {
+            wrapping_sum(stripes.iter().map(|s| s[index].load(Relaxed)))
         });
-        self.first[index].load(Relaxed) + striped
+        self.first[index].load(Relaxed).wrapping_add(striped)
     }
 
     /// Whether the set has taken its stripes.
@@ -232,6 +233,11 @@ impl<const N: usize> Counters<N> {
     fn is_striped(&self) -> bool {
         self.stripes.get().is_some()
     }
+}
+
+/// The sum of counters that wrap at 2^64, wrapping as they do.
+pub(super) fn wrapping_sum(counts: impl IntoIterator<Item = u64>) -> u64 {
+    counts.into_iter().fold(0, u64::wrapping_add)
 }
 
 #[cfg(test)]

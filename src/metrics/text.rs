@@ -3,7 +3,7 @@
 use std::fmt::{Display, Write as _};
 use std::time::Duration;
 
-use super::stripes::Counters;
+use super::stripes::{Counters, wrapping_sum};
 
 /// Upper bounds of the latency buckets, in nanoseconds: 10 µs to 1 s.
 const BUCKETS: [u64; 16] = [
@@ -57,7 +57,7 @@ impl Histogram {
     }
 
     pub(super) fn count(&self) -> u64 {
-        (0..=BUCKETS.len()).map(|i| self.bucket(i)).sum()
+        wrapping_sum((0..=BUCKETS.len()).map(|i| self.bucket(i)))
     }
 
     /// Observations in each bucket (not cumulative), each with its upper bound in

@@ -83,13 +83,16 @@ impl Flusher {
     pub(super) fn flush(&mut self, metrics: &Metrics, out: &mut Vec<u8>) {
         let mut now: HashMap<String, u64> = HashMap::with_capacity(self.last.len());
         metrics.go_counters(&mut |name, value| {
-            *now.entry(name.to_string()).or_default() += value;
+            let sum = now.entry(name.to_string()).or_default();
+            *sum = sum.wrapping_add(value); // counters wrap at 2^64
         });
         self.timer(metrics, out);
         let mut line = String::with_capacity(160);
         for (name, value) in now {
             let last = self.last.get(&name).copied().unwrap_or(0);
-            let delta = value.saturating_sub(last);
+            // Counters only grow, modulo 2^64 (callers choose their hits): the change is
+            // exact across a wrap.
+            let delta = value.wrapping_sub(last);
             if delta == 0 {
                 continue;
             }
