@@ -174,15 +174,14 @@ impl Bucket {
         self.report(debt, self.retry > 0, self.retry)
     }
 
-    /// The outcome of a bucket left with `debt` by a charge or a refund: over while in
-    /// debt, until one hit passes.
+    /// The time until one hit could pass a bucket (that refills) left with `debt` by a
+    /// charge or a refund: 0 unless it is in debt.
     #[inline]
-    fn in_debt_or_not(&self, debt: u128) -> (State, Report) {
+    fn debt_retry(&self, debt: u128) -> Nanos {
         if debt > self.cap {
-            let retry = ceil_div(debt - self.cap + self.token, self.rpu);
-            self.report(debt, true, retry)
+            ceil_div(debt - self.cap + self.token, self.rpu)
         } else {
-            self.report(debt, false, 0)
+            0
         }
     }
 
@@ -276,9 +275,13 @@ pub fn step(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> Step
         Algorithm::TokenBucket if limit.charge && hits > 0 => {
             bucket_charge(state, limit, hits, now)
         }
-        _ if limit.charge && hits > 0 => landed(state, limit, Landing::Charge(hits), now),
         Algorithm::TokenBucket => token_bucket(state, limit, hits, now),
+        // Every hit counts in a fixed window: a charge's as any other.
         Algorithm::FixedWindow => fixed_window(state, limit, hits, now),
+        Algorithm::SlidingWindow if limit.charge && hits > 0 => {
+            let (state, report) = sliding::Window::at(state, limit, 0, now).charged(hits);
+            Step(Fates::Settled(state, report))
+        }
         Algorithm::SlidingWindow => Step(Fates::SlidingWindow(sliding::Window::at(
             state, limit, hits, now,
         ))),
@@ -290,63 +293,25 @@ pub fn step(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> Step
 /// zero. It lands whatever the request's fate, and is over while the bucket is still in
 /// debt.
 pub fn refund(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> Step {
-    landed(state, limit, Landing::Refund(hits), now)
-}
-
-/// What a step that lands does.
-#[derive(Debug, Clone, Copy)]
-enum Landing {
-    /// Adds the hits, past the limit if need be.
-    Charge(u64),
-    /// Takes the hits back out.
-    Refund(u64),
-}
-
-/// A charge or a refund: its state and report, the same for either fate of the request.
-#[inline]
-fn landed(state: Option<&State>, limit: &Limit, landing: Landing, now: Nanos) -> Step {
     let (state, report) = match limit.algorithm {
-        Algorithm::TokenBucket => landed_in_bucket(state, limit, landing, now),
-        Algorithm::FixedWindow => {
-            let (hits, back) = match landing {
-                Landing::Charge(hits) => (hits, 0),
-                Landing::Refund(hits) => (0, hits),
-            };
-            fixed_window_at(state, limit, hits, back, now)
-        }
-        Algorithm::SlidingWindow => {
-            let window = sliding::Window::at(state, limit, 0, now);
-            match landing {
-                Landing::Charge(hits) => window.charged(hits),
-                Landing::Refund(hits) => window.refunded(hits),
-            }
-        }
+        Algorithm::TokenBucket => bucket_refund(state, limit, hits, now),
+        Algorithm::FixedWindow => fixed_window_at(state, limit, 0, hits, now),
+        Algorithm::SlidingWindow => sliding::Window::at(state, limit, 0, now).refunded(hits),
     };
     Step(Fates::Settled(state, report))
 }
 
-/// A token bucket's charge or refund (see [`landed`]).
-#[inline]
-fn landed_in_bucket(
-    state: Option<&State>,
-    limit: &Limit,
-    landing: Landing,
-    now: Nanos,
-) -> (State, Report) {
+/// A token bucket's refund (see [`refund`]).
+fn bucket_refund(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> (State, Report) {
     let mut b = Bucket::at(state, limit, now);
     if b.rpu == 0 {
         // Never refills: nothing to record into, nothing ever passes for a period.
         b.retry = b.period;
         return b.outcome(b.debt, true);
     }
-    let debt = match landing {
-        Landing::Charge(hits) => b
-            .debt
-            .saturating_add(u128::from(hits) * b.token)
-            .min(b.ceiling()),
-        Landing::Refund(hits) => b.debt.saturating_sub(u128::from(hits) * b.token),
-    };
-    b.in_debt_or_not(debt)
+    let debt = b.debt.saturating_sub(u128::from(hits) * b.token);
+    let retry = b.debt_retry(debt);
+    b.report(debt, retry > 0, retry)
 }
 
 /// What [`Step::unconsumed`] gives, worked out from the state [`Step::consumed`] kept for a
@@ -399,9 +364,7 @@ fn bucket_charge(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) ->
         let debt = b.held(b.debt + u128::from(hits) * b.token);
         b.take = Some(debt - b.debt);
         b.is_charge = true;
-        if debt > b.cap {
-            b.retry = ceil_div(debt - b.cap + b.token, b.rpu);
-        }
+        b.retry = b.debt_retry(debt);
     }
     Step(Fates::TokenBucket(b))
 }

@@ -122,7 +122,12 @@ impl Window {
     pub(super) fn outcome(&self, consume: bool) -> (State, Report) {
         let counts = self.counts_after(consume);
         let counted = self.counted + if consume { self.hits } else { 0 };
-        let over = !self.passes();
+        self.settled(counts, counted, !self.passes())
+    }
+
+    /// State and report of this window left holding `counts` (`counted` hits in all): when
+    /// `over`, reset is the time until its request could pass, else until it is empty.
+    fn settled(&self, counts: [u32; SLOTS], counted: u64, over: bool) -> (State, Report) {
         let reset = if over {
             self.retry()
         } else {
@@ -168,19 +173,7 @@ impl Window {
             ..*self
         };
         let over = after.limit == 0 || after.counted > after.limit;
-        let reset = if over {
-            after.retry()
-        } else {
-            empty_at(after.newest, &counts, after.period).saturating_sub(after.now)
-        };
-        let report = Report {
-            over,
-            remaining: u32::try_from(after.limit.saturating_sub(after.counted)).unwrap_or(u32::MAX),
-            reset,
-            count: after.counted,
-            cached: false,
-        };
-        (after.state_with(counts), report)
+        after.settled(counts, after.counted, over)
     }
 
     /// For a request that does not pass: the time until it would.
