@@ -355,25 +355,18 @@ fn resolve<'c, D: RequestDescriptor>(
 /// Descriptor `i`, resolved to `resolved`, asking for its hits back (`is_negative_hits`):
 /// a refund to a rule whose limits all charge; nothing on a descriptor no limit applies
 /// to; refused on any other limit, which never recorded more than it admitted.
-fn as_refund(i: usize, resolved: Resolved<'_>) -> Result<Resolved<'_>, RequestError> {
-    match resolved {
+fn as_refund(i: usize, mut resolved: Resolved<'_>) -> Result<Resolved<'_>, RequestError> {
+    match &mut resolved {
         Resolved::Limited {
-            limits,
             rule: Some(rule),
-            key,
-            hits,
+            refund,
             ..
-        } if rule.takes_refunds() => Ok(Resolved::Limited {
-            limits,
-            rule: Some(rule),
-            key,
-            hits,
-            refund: true,
-        }),
-        Resolved::Limited { .. } => Err(RequestError::RefundNotAllowed(i)),
-        Resolved::Unlimited { rule, .. } => Ok(Resolved::Unlimited { rule, hits: 0 }),
-        other => Ok(other),
+        } if rule.takes_refunds() => *refund = true,
+        Resolved::Limited { .. } => return Err(RequestError::RefundNotAllowed(i)),
+        Resolved::Unlimited { hits, .. } => *hits = 0,
+        _ => {}
     }
+    Ok(resolved)
 }
 
 /// After the descriptor's key at `key`, the key of each limit of a `rate_limits` list:
