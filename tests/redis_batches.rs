@@ -159,13 +159,7 @@ async fn the_specialised_script_answers_and_stores_exactly_what_the_general_one_
             _ => now + rng.below(2 * S / US) * US,
         };
         // Distinct buckets (the specialised script's shape), in a random order.
-        let mut picked: Vec<usize> = Vec::new();
-        for _ in 0..=rng.below(4) {
-            let i = rng.below(names.len() as u64) as usize;
-            if !picked.contains(&i) {
-                picked.push(i);
-            }
-        }
+        let picked = rng.distinct(4, names.len());
         let checks: Vec<Check<'_>> = picked
             .iter()
             .enumerate()

@@ -149,13 +149,7 @@ async fn charges_and_refunds_answer_as_on_the_embedded_store_on_either_script_an
             1 => rng.below(3) * S,
             _ => rng.below(400 * MS / US) * US,
         };
-        let mut picked: Vec<usize> = Vec::new();
-        for _ in 0..=rng.below(3) {
-            let i = rng.below(names.len() as u64) as usize;
-            if !picked.contains(&i) {
-                picked.push(i);
-            }
-        }
+        let picked = rng.distinct(3, names.len());
         let checks: Vec<Check<'_>> = picked
             .iter()
             .enumerate()

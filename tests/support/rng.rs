@@ -23,4 +23,17 @@ impl Rng {
     pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
         items[self.below(items.len() as u64) as usize]
     }
+
+    /// Distinct indexes below `len`, in the order drawn: from 1 to `most` draws, a repeat
+    /// dropped.
+    pub fn distinct(&mut self, most: u64, len: usize) -> Vec<usize> {
+        let mut picked: Vec<usize> = Vec::new();
+        for _ in 0..=self.below(most) {
+            let i = self.below(len as u64) as usize;
+            if !picked.contains(&i) {
+                picked.push(i);
+            }
+        }
+        picked
+    }
 }
