@@ -5,7 +5,7 @@
 //! Between the decoded request and the built response, a request may allocate only the
 //! response's own memory: the statuses' vector (and a name per named rule, none here).
 //! Plans, bucket keys and store checks must reuse buffers or stay on the stack. The same
-//! holds through the gRPC method from the message's bytes (`Rls::should_rate_limit`), which
+//! holds through the gRPC method from the message's bytes (`Rls::should_rate_limit_traced`), which
 //! reads the request in place. Exits non-zero when a request allocates more, so that a
 //! regression shows.
 
@@ -21,7 +21,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use fixture::{ready, service, three_descriptor_requests};
 use meshlimit::grpc::Rls;
-use meshlimit::request::Descriptor;
+use meshlimit::request::{Descriptor, Request};
 
 /// Allocations the response itself needs: its statuses' vector.
 const RESPONSE_ALLOCATIONS: u64 = 1;
@@ -87,13 +87,15 @@ fn main() {
         let service = service(with_metrics);
         // The first pass creates the buckets and grows the reused buffers.
         for request in &requests {
-            ready(service.should_rate_limit("bench", request, 1)).unwrap();
+            ready(service.should_rate_limit(Request::new("bench", request, 1))).unwrap();
         }
         let mut total = 0;
         for request in &requests {
             let mut answer = None;
             total += allocations(|| {
-                answer = Some(ready(service.should_rate_limit("bench", request, 1)).unwrap());
+                answer = Some(
+                    ready(service.should_rate_limit(Request::new("bench", request, 1))).unwrap(),
+                );
             });
             // Dropped outside the count: freeing is not what is measured.
             drop(answer);
@@ -109,14 +111,16 @@ fn main() {
     let rls = Rls::new(service(true));
     let messages: Vec<Bytes> = requests.iter().map(|r| message(r)).collect();
     for message in &messages {
-        ready(rls.should_rate_limit(message.clone())).unwrap();
+        ready(rls.should_rate_limit_traced(message.clone(), None)).unwrap();
     }
     let mut total = 0;
     for message in &messages {
         // Cloned outside the count: the bytes are tonic's, received before the method runs.
         let message = message.clone();
         let mut answer = None;
-        total += allocations(|| answer = Some(ready(rls.should_rate_limit(message)).unwrap()));
+        total += allocations(|| {
+            answer = Some(ready(rls.should_rate_limit_traced(message, None)).unwrap())
+        });
         drop(answer);
     }
     println!(

@@ -2,7 +2,7 @@ use std::hint::black_box;
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
-use meshlimit::request::Descriptor;
+use meshlimit::request::{Descriptor, Request};
 use meshlimit::service::Service;
 
 use crate::fixture::{ready, run_threads, service, three_descriptor_requests};
@@ -98,7 +98,12 @@ pub fn threads(c: &mut Criterion) {
                 b.iter_custom(|iters| {
                     run_threads(threads, iters, |t, _| {
                         black_box(
-                            ready(service.should_rate_limit("bench", &requests[t], 1)).unwrap(),
+                            ready(service.should_rate_limit(Request::new(
+                                "bench",
+                                &requests[t],
+                                1,
+                            )))
+                            .unwrap(),
                         );
                     })
                 })
@@ -119,7 +124,9 @@ fn round_robin(
     group.bench_function(name, |b| {
         b.iter(|| {
             i = (i + 1) % requests.len();
-            black_box(ready(service.should_rate_limit("bench", &requests[i], 1)).unwrap());
+            black_box(
+                ready(service.should_rate_limit(Request::new("bench", &requests[i], 1))).unwrap(),
+            );
         })
     });
 }

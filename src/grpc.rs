@@ -13,7 +13,7 @@ use tonic::Status;
 use crate::clock::NANOS_PER_SEC;
 use crate::defaults;
 use crate::error::RequestError;
-use crate::request::{Override, RequestDescriptor};
+use crate::request::{Override, Request, RequestDescriptor};
 use crate::rules::Unit;
 use crate::service::{self, Service};
 use crate::traces::{RequestSpan, Traces};
@@ -117,16 +117,12 @@ pub const HEALTH_SERVICE_NAME: &str = "ratelimit";
 
 impl Rls {
     /// Answers one `ShouldRateLimit` from its message's bytes (a `RateLimitRequest`), as the
-    /// gRPC route does. Nearly every request is read in place, its strings borrowed from
-    /// `message`; any other is decoded by prost, which also words the refusal of a
-    /// malformed one (`INVALID_ARGUMENT`). The answer is the same either way.
-    pub async fn should_rate_limit(&self, message: Bytes) -> Result<Answer, Status> {
-        self.should_rate_limit_in(message, None).await
-    }
-
-    /// [`Rls::should_rate_limit`], recorded in `span` when the call is sampled: its domain,
-    /// descriptors and overall code, or why it failed.
-    pub async fn should_rate_limit_in(
+    /// gRPC route does, recorded in `span` when the call is sampled: its domain,
+    /// descriptors and overall code, or why it failed. Nearly every request is read in
+    /// place, its strings borrowed from `message`; any other is decoded by prost, which
+    /// also words the refusal of a malformed one (`INVALID_ARGUMENT`). The answer is the
+    /// same either way.
+    pub async fn should_rate_limit_traced(
         &self,
         message: Bytes,
         span: Option<&RequestSpan>,
@@ -139,7 +135,7 @@ impl Rls {
         answer
     }
 
-    /// [`Rls::should_rate_limit_in`] before the outcome is recorded.
+    /// [`Rls::should_rate_limit_traced`] before the outcome is recorded.
     async fn read_and_answer(
         &self,
         message: Bytes,
@@ -147,52 +143,31 @@ impl Rls {
     ) -> Result<Answer, Status> {
         let mut request = wire::WireRequest::default();
         if wire::read(&message, &mut request).is_some() {
-            return self
-                .answer(
-                    request.domain,
-                    &request.descriptors,
-                    request.hits_addend,
-                    span,
-                )
-                .await;
+            return self.answer(&request.as_request(), span).await;
         }
         let request = RateLimitRequest::decode(message.as_ref()).map_err(|error| {
             // A client sending junk made a mistake that retrying cannot fix: not INTERNAL,
             // which would page the operator for it (see codec.rs).
             Status::invalid_argument(format!("malformed request: {error}"))
         })?;
-        self.answer(
-            &request.domain,
-            &request.descriptors,
-            request.hits_addend,
-            span,
-        )
-        .await
+        let request = Request::new(&request.domain, &request.descriptors, request.hits_addend);
+        self.answer(&request, span).await
     }
 
-    /// The answer to a request of `domain` and `descriptors`.
+    /// The answer to `request`.
     async fn answer<D: RequestDescriptor + Sync>(
         &self,
-        domain: &str,
-        descriptors: &[D],
-        hits_addend: u32,
+        request: &Request<'_, D>,
         span: Option<&RequestSpan>,
     ) -> Result<Answer, Status> {
         if let Some(span) = span {
-            span.request(domain, descriptors.len());
+            span.request(request.domain, request.descriptors.len());
         }
-        let answer = match self
-            .service
-            .decide_at_once(domain, descriptors, hits_addend)
-        {
+        let answer = match self.service.decide_at_once(request) {
             Some(answer) => answer,
             // Awaited here, not boxed in a `Decision`: the call's future, which holds this
             // one, is a box already (`grpc/route.rs`).
-            None => {
-                self.service
-                    .decide_waiting(domain, descriptors, hits_addend, span)
-                    .await
-            }
+            None => self.service.decide_waiting(request, span).await,
         }
         .map_err(to_status)?;
         let mut headers = match (&self.headers, answer.headline) {

@@ -31,7 +31,7 @@ use crate::explain;
 use crate::json;
 use crate::metrics::{self, Metrics};
 use crate::page::{self, Page};
-use crate::request::Descriptor;
+use crate::request::{self, Descriptor};
 use crate::rules::Rule;
 use crate::service::Service;
 use crate::source::History;
@@ -270,13 +270,11 @@ async fn json_answer_in(service: &Service, body: &[u8], span: Option<&RequestSpa
             return bad_request(e);
         }
     };
-    let (domain, descriptors) = (&request.domain, &request.descriptors);
+    let request = request.as_request();
     if let Some(span) = span {
-        span.request(domain, descriptors.len());
+        span.request(request.domain, request.descriptors.len());
     }
-    let decided = service
-        .should_rate_limit_traced(domain, descriptors, request.hits_addend, span)
-        .await;
+    let decided = service.should_rate_limit_traced(request, span).await;
     if let Some(span) = span {
         match &decided {
             Ok(answer) => span.answered(answer.over_limit),
@@ -426,20 +424,20 @@ async fn explain_query(State(op): State<Operator>, RawQuery(query): RawQuery) ->
             Ok(text) => text.into_response(),
             Err(e) => bad_request(e),
         },
-        None => explain(&op, &domain, &descriptors).await,
+        None => explain(&op, request::Request::new(&domain, &descriptors, 0)).await,
     }
 }
 
 /// `POST /explain` with a `/json` request body.
 async fn explain_json(State(op): State<Operator>, body: Bytes) -> Response {
     match json::parse_request(&body) {
-        Ok(request) => explain(&op, &request.domain, &request.descriptors).await,
+        Ok(request) => explain(&op, request.as_request()).await,
         Err(e) => bad_request(e),
     }
 }
 
-async fn explain(op: &Operator, domain: &str, descriptors: &[Descriptor]) -> Response {
-    match explain::explain(&op.service, domain, descriptors).await {
+async fn explain(op: &Operator, request: request::Request<'_, Descriptor>) -> Response {
+    match explain::explain(&op.service, request).await {
         Ok(text) => text.into_response(),
         Err(e) => bad_request(e),
     }

@@ -9,20 +9,9 @@
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::clock::NANOS_PER_SEC;
-use crate::request::{Descriptor, Override};
+use crate::request::{Descriptor, Override, OwnedRequest};
 use crate::rules::Unit;
 use crate::service;
-
-/// A `RateLimitRequest` read from JSON.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
-    /// `domain`.
-    pub domain: String,
-    /// `descriptors`.
-    pub descriptors: Vec<Descriptor>,
-    /// `hits_addend` of the request.
-    pub hits_addend: u32,
-}
 
 /// Why a JSON body is not a request.
 #[derive(Debug, thiserror::Error)]
@@ -131,7 +120,7 @@ fn unit(value: Option<&serde_json::Value>) -> Option<Unit> {
 ///
 /// # Errors
 /// The body is not such JSON.
-pub fn parse_request(body: &[u8]) -> Result<Request, ParseError> {
+pub fn parse_request(body: &[u8]) -> Result<OwnedRequest, ParseError> {
     let raw: RawRequest = serde_json::from_slice(body)?;
     let mut descriptors = Vec::with_capacity(raw.descriptors.len());
     for d in raw.descriptors {
@@ -145,7 +134,7 @@ pub fn parse_request(body: &[u8]) -> Result<Request, ParseError> {
             hits_addend: d.hits_addend,
         });
     }
-    Ok(Request {
+    Ok(OwnedRequest {
         domain: raw.domain,
         descriptors,
         hits_addend: u32::try_from(raw.hits_addend).unwrap_or(u32::MAX),

@@ -1,8 +1,62 @@
-//! A request's descriptors as the service reads them: the protobuf type implements
-//! [`RequestDescriptor`] in the gRPC module, so that the hot path reads its entries in
-//! place; [`Descriptor`] is the owned form for `/json`, `/explain`, tools and tests.
+//! A request as the service reads it: one [`Request`] value (domain, descriptors, hits)
+//! carried from the edge through the plan, the service, the statistics, the dynamic
+//! metadata and explanations. Its descriptors are any [`RequestDescriptor`]: the gRPC
+//! edge's, read in place from the message's bytes, or the owned [`Descriptor`] of
+//! `/json`, `/explain`, tools and tests ([`OwnedRequest`] holds a whole one).
 
 use crate::rules::Unit;
+
+/// One `ShouldRateLimit` request: what every step of a decision reads, borrowed from
+/// wherever the edge keeps it. Copied freely (three words and a number).
+#[derive(Debug)]
+pub struct Request<'a, D> {
+    /// The config domain the descriptors are looked up in.
+    pub domain: &'a str,
+    /// The descriptors, in request order.
+    pub descriptors: &'a [D],
+    /// The request's `hits_addend`: hits of every descriptor without its own (0 counts
+    /// as 1).
+    pub hits_addend: u32,
+}
+
+impl<'a, D> Request<'a, D> {
+    /// A request of `descriptors` in `domain`, each taking `hits_addend` hits unless it
+    /// says otherwise.
+    pub const fn new(domain: &'a str, descriptors: &'a [D], hits_addend: u32) -> Self {
+        Self {
+            domain,
+            descriptors,
+            hits_addend,
+        }
+    }
+}
+
+// By hand: derived, both would ask `D: Clone`, which a borrowed slice does not need.
+impl<D> Clone for Request<'_, D> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<D> Copy for Request<'_, D> {}
+
+/// A request that owns its strings (`/json`, `/explain`, `meshlimit explain`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnedRequest {
+    /// `domain`.
+    pub domain: String,
+    /// `descriptors`, in request order.
+    pub descriptors: Vec<Descriptor>,
+    /// `hits_addend` of the request.
+    pub hits_addend: u32,
+}
+
+impl OwnedRequest {
+    /// The request, borrowed.
+    pub fn as_request(&self) -> Request<'_, Descriptor> {
+        Request::new(&self.domain, &self.descriptors, self.hits_addend)
+    }
+}
 
 /// A descriptor as the service reads it.
 pub trait RequestDescriptor {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use meshlimit::clock::Clock;
 use meshlimit::config::Config;
-use meshlimit::request::{Descriptor, Override};
+use meshlimit::request::{Descriptor, Override, Request};
 use meshlimit::rules::{Algorithm, Unit};
 use meshlimit::service::{Response, Service};
 use meshlimit::store::redis::{RedisOptions, TimeSource};
@@ -105,7 +105,7 @@ fn scrape(service: &Service) -> Vec<Sample> {
 
 async fn hit(service: &Service, domain: &str, entries: &[(&str, &str)], hits: u32) -> Response {
     service
-        .should_rate_limit(domain, &[Descriptor::new(entries)], hits)
+        .should_rate_limit(Request::new(domain, &[Descriptor::new(entries)], hits))
         .await
         .expect("a valid request")
 }
@@ -315,7 +315,7 @@ async fn limits_sent_in_requests_count_under_one_series_per_domain() {
             ..Descriptor::new(&[("anything", value)])
         };
         service
-            .should_rate_limit("users", &[descriptor], 1)
+            .should_rate_limit(Request::new("users", &[descriptor], 1))
             .await
             .expect("valid");
     }
@@ -348,12 +348,17 @@ async fn every_request_is_counted_and_timed() {
     // Invalid: no domain, no descriptors.
     assert!(
         service
-            .should_rate_limit("", &[Descriptor::new(&[("api", "x")])], 1)
+            .should_rate_limit(Request::new("", &[Descriptor::new(&[("api", "x")])], 1))
             .await
             .is_err()
     );
     let none: [Descriptor; 0] = [];
-    assert!(service.should_rate_limit("shop", &none, 1).await.is_err());
+    assert!(
+        service
+            .should_rate_limit(Request::new("shop", &none, 1))
+            .await
+            .is_err()
+    );
 
     let samples = scrape(&service);
     let method = [("grpc_method", "ShouldRateLimit")];
@@ -524,7 +529,11 @@ async fn redis_cache_answers_and_store_errors_are_counted() {
     redis.kill();
     for _ in 0..2 {
         let answer = service
-            .should_rate_limit("shared", &[Descriptor::new(&[("pair", "q")])], 1)
+            .should_rate_limit(Request::new(
+                "shared",
+                &[Descriptor::new(&[("pair", "q")])],
+                1,
+            ))
             .await;
         assert!(answer.is_err());
     }
@@ -796,7 +805,7 @@ async fn unknown_domains_count_each_descriptor() {
         },
     ];
     let answer = service
-        .should_rate_limit("nowhere", &three, 1)
+        .should_rate_limit(Request::new("nowhere", &three, 1))
         .await
         .expect("valid");
     assert!(!answer.over_limit);
@@ -1081,7 +1090,7 @@ async fn charges_refunds_and_debt_are_counted_per_rule() {
         (0, false),
     ] {
         service
-            .should_rate_limit("llm", &[user(hits, refund)], 0)
+            .should_rate_limit(Request::new("llm", &[user(hits, refund)], 0))
             .await
             .expect("a valid request");
     }
@@ -1119,7 +1128,7 @@ async fn hits_near_2_to_the_64_wrap_the_counters_and_a_scrape_still_renders() {
             ..Descriptor::new(&[("api", "x")])
         };
         service
-            .should_rate_limit("shop", &[api], 0)
+            .should_rate_limit(Request::new("shop", &[api], 0))
             .await
             .expect("a valid request");
     }

@@ -15,7 +15,7 @@ use meshlimit::bucket_key::BucketKey;
 use meshlimit::clock::{Clock, ManualClock, NANOS_PER_SEC, Nanos, SystemClock};
 use meshlimit::config::Config;
 use meshlimit::limiter::Report;
-use meshlimit::request::Descriptor;
+use meshlimit::request::{Descriptor, Request};
 use meshlimit::rules::{Algorithm, Limit, Mode, Unit};
 use meshlimit::store::redis::{FailurePolicy, RedisOptions, TimeSource};
 use meshlimit::store::{Check, RedisStore};
@@ -512,7 +512,11 @@ async fn coalesced_calls_in_a_cluster_keep_to_one_slot_each() {
             let domain = domains[i % domains.len()].clone();
             tokio::spawn(async move {
                 let response = service
-                    .should_rate_limit(&domain, &[Descriptor::new(&[("user", "u")])], 0)
+                    .should_rate_limit(Request::new(
+                        &domain,
+                        &[Descriptor::new(&[("user", "u")])],
+                        0,
+                    ))
                     .await
                     .expect("decided");
                 (domain, !response.over_limit)

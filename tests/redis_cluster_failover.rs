@@ -18,7 +18,7 @@ use meshlimit::bucket_key::BucketKey;
 use meshlimit::clock::SystemClock;
 use meshlimit::config::Config;
 use meshlimit::error::RequestError;
-use meshlimit::request::Descriptor;
+use meshlimit::request::{Descriptor, Request};
 use meshlimit::service::Service;
 use meshlimit::store::StoreHealth;
 use meshlimit::store::redis::{FailurePolicy, RedisOptions};
@@ -84,7 +84,7 @@ fn config(domains: &[&str]) -> Config {
 async fn call(service: &Service, domain: &str) -> Result<(), String> {
     let answer = tokio::time::timeout(
         Duration::from_secs(10),
-        service.should_rate_limit(domain, &[Descriptor::new(&[("k", "v")])], 0),
+        service.should_rate_limit(Request::new(domain, &[Descriptor::new(&[("k", "v")])], 0)),
     )
     .await
     .unwrap_or_else(|_| panic!("a call for {domain} hung for 10 s"));

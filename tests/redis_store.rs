@@ -12,7 +12,7 @@ use std::time::Duration;
 use meshlimit::clock::{Clock, ManualClock, SystemClock};
 use meshlimit::config::Config;
 use meshlimit::error::{RequestError, StoreErrorKind};
-use meshlimit::request::Descriptor;
+use meshlimit::request::{Descriptor, Request};
 use meshlimit::service::{Response, Service};
 use meshlimit::store::StoreHealth;
 use meshlimit::store::redis::{FailurePolicy, RedisOptions, RedisTlsFiles, TimeSource};
@@ -54,7 +54,7 @@ fn system() -> Arc<dyn Clock> {
 
 async fn ask(service: &Service, entries: &[(&str, &str)]) -> Result<Response, RequestError> {
     service
-        .should_rate_limit("shared", &[Descriptor::new(entries)], 0)
+        .should_rate_limit(Request::new("shared", &[Descriptor::new(entries)], 0))
         .await
 }
 

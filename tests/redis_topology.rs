@@ -15,7 +15,7 @@ use meshlimit::bucket_key::BucketKey;
 use meshlimit::clock::SystemClock;
 use meshlimit::config::Config;
 use meshlimit::error::RequestError;
-use meshlimit::request::Descriptor;
+use meshlimit::request::{Descriptor, Request};
 use meshlimit::service::{Response, Service};
 use meshlimit::store::redis::RedisOptions;
 use support::redis::{RedisCluster, RedisSentinel};
@@ -74,7 +74,7 @@ async fn ask(
     entries: &[(&str, &str)],
 ) -> Result<Response, RequestError> {
     service
-        .should_rate_limit(domain, &[Descriptor::new(entries)], 0)
+        .should_rate_limit(Request::new(domain, &[Descriptor::new(entries)], 0))
         .await
 }
 

@@ -14,7 +14,7 @@ use meshlimit::config;
 use meshlimit::config::{SharedConfig, SharedDomains};
 use meshlimit::error::ConfigErrorKind as Kind;
 use meshlimit::reload::{self, Outcome};
-use meshlimit::request::Descriptor;
+use meshlimit::request::{Descriptor, Request};
 use meshlimit::rules::Algorithm;
 use meshlimit::service::Service;
 use meshlimit::source::History;
@@ -65,7 +65,7 @@ fn service_for(path: &Path) -> (Service, SharedConfig) {
 /// The `requests_per_unit` that `(k, v)` in `domain` gets, or None without a limit.
 async fn limit_of(service: &Service, domain: &str) -> Option<u32> {
     let answer = service
-        .should_rate_limit(domain, &[Descriptor::new(&[("k", "v")])], 0)
+        .should_rate_limit(Request::new(domain, &[Descriptor::new(&[("k", "v")])], 0))
         .await
         .expect("valid request");
     answer.statuses[0]
@@ -108,7 +108,7 @@ async fn a_good_edit_is_live_and_keeps_counters() {
 
     // The bucket survived: 4 taken before, 1 now, from a capacity of 20.
     let answer = service
-        .should_rate_limit("a", &[Descriptor::new(&[("k", "v")])], 0)
+        .should_rate_limit(Request::new("a", &[Descriptor::new(&[("k", "v")])], 0))
         .await
         .unwrap();
     assert_eq!(answer.statuses[0].remaining, 15);

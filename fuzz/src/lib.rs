@@ -220,7 +220,7 @@ pub fn requests(steps: Vec<Step>) {
             let request = step.request();
             let asked = request.descriptors.len();
             let message = prost::Message::encode_to_vec(&request).into();
-            if let Ok(answer) = rls.should_rate_limit(message).await {
+            if let Ok(answer) = rls.should_rate_limit_traced(message, None).await {
                 // What the route sends is what prost would have encoded.
                 let mut written = Vec::new();
                 answer.encode(&mut written);

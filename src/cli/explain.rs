@@ -7,6 +7,7 @@ use super::values::AlgorithmArg;
 use super::{fail, out};
 use crate::app::{self, Settings};
 use crate::defaults;
+use crate::request::Request;
 use crate::store::redis::RedisOptions;
 
 /// The flags of `meshlimit explain`; each field's comment is its `--help` text.
@@ -67,7 +68,8 @@ impl ExplainArgs {
             .iter()
             .map(|d| crate::http::parse_descriptor(d))
             .collect();
-        match crate::explain::explain(&service, &self.domain, &descriptors).await {
+        let request = Request::new(&self.domain, &descriptors, 0);
+        match crate::explain::explain(&service, request).await {
             Ok(text) => {
                 out(&text);
                 if settings.redis.is_none() {

@@ -17,7 +17,7 @@ use crate::error::RequestError;
 use crate::limiter::{Report, binding};
 use crate::matcher::{Listing, Matched, WalkStep};
 use crate::plan::{Plan, Resolved};
-use crate::request::{Descriptor, RequestDescriptor};
+use crate::request::{Descriptor, Request, RequestDescriptor};
 use crate::rules::{Algorithm, Limit, Mode, Rule};
 use crate::service::Service;
 use crate::store::Store;
@@ -26,24 +26,29 @@ pub use bucket::{BucketError, explain_bucket};
 /// Most entries listed where the text shows what a level offers.
 const LISTED: usize = 12;
 
-/// Explains, as text, how `descriptors` in `domain` would be decided now by `service`,
-/// consuming nothing.
+/// Explains, as text, how `request` would be decided now by `service`, consuming
+/// nothing. Each descriptor is planned with its own hits, or one: an explanation shows the
+/// state one request finds, whatever the request-level `hits_addend`.
 ///
 /// # Errors
 /// What [`Plan::build`] refuses. A store that cannot be read is reported in the text, not
 /// as an error.
 pub async fn explain(
     service: &Service,
-    domain: &str,
-    descriptors: &[Descriptor],
+    request: Request<'_, Descriptor>,
 ) -> Result<String, RequestError> {
+    let request = Request {
+        hits_addend: 1,
+        ..request
+    };
     let config = service.config().load();
-    let plan = Plan::build(&config, domain, descriptors, 1, service.plan_defaults())?;
+    let plan = Plan::build(&config, &request, service.plan_defaults())?;
     let store = service.store();
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "domain {domain:?} (store: {}, default algorithm: {})",
+        "domain {:?} (store: {}, default algorithm: {})",
+        request.domain,
         store.kind(),
         service.default_algorithm().name()
     );
@@ -66,9 +71,14 @@ pub async fn explain(
     } else {
         store.peek(&checks, service.clock().now()).await
     };
-    let mut states = states.as_ref().map(|reports| reports.iter());
-
-    for (i, (d, resolved)) in descriptors.iter().zip(plan.resolved()).enumerate() {
+    let mut states = States {
+        reports: states.as_ref().map(|reports| reports.iter()),
+        redis: match store {
+            Store::Redis(redis) => Some(redis.key_prefix()),
+            _ => None,
+        },
+    };
+    for (i, (d, resolved)) in request.descriptors.iter().zip(plan.resolved()).enumerate() {
         let entries: Vec<String> = d.entries().map(|(k, v)| format!("{k}={v}")).collect();
         let _ = writeln!(out, "\ndescriptor {}: {}", i + 1, entries.join(", "));
         if let Some(o) = d.limit {
@@ -81,89 +91,99 @@ pub async fn explain(
         } else {
             walk(&mut out, &tree.explain(d.entries(), LISTED));
         }
-        match resolved {
-            Resolved::NoRule => {
-                let _ = writeln!(out, "  result: OK, no limit");
-            }
-            Resolved::Replaced { rule, by } => {
-                let _ = writeln!(
-                    out,
-                    "  result: OK, no limit: rule {} ({:?}) is replaced by {} in this request",
-                    rule.full_key, rule.name, by.full_key
-                );
-            }
-            Resolved::Unlimited { rule, .. } => {
-                let _ = writeln!(
-                    out,
-                    "  rule: {}{}: unlimited\n  result: OK, never limited",
-                    rule.full_key,
-                    name(rule)
-                );
-            }
-            Resolved::Limited {
-                limits, rule, key, ..
-            } => {
-                let reports: Vec<Report> = match &mut states {
-                    Ok(all) => all.by_ref().take(limits.len()).copied().collect(),
-                    Err(_) => Vec::new(),
-                };
-                let state_of = |i: usize, limit: &Limit| match (&states, reports.get(i)) {
-                    (Err(e), _) => format!("cannot be read: {e}"),
-                    (Ok(_), Some(report)) => state(report, limit),
-                    (Ok(_), None) => "unknown".into(),
-                };
-                let redis = match store {
-                    Store::Redis(redis) => Some(redis.key_prefix()),
-                    _ => None,
-                };
-                let mut each = plan.limit_keys(limits, key);
-                if limits.len() == 1 {
-                    // One limit: the rule's line says it all, as it always has.
-                    let Some((limit, _, bucket)) = each.next() else {
-                        continue;
-                    };
-                    if let Some(rule) = rule {
-                        let _ = writeln!(
-                            out,
-                            "  rule: {}{}: {}{}",
-                            rule.full_key,
-                            name(rule),
-                            describe(&limit),
-                            flags(rule, plan.mode_of(resolved))
-                        );
-                    }
-                    let now = state_of(0, &limit);
-                    bucket_lines(&mut out, "  ", &bucket, redis, &now);
-                    continue;
-                }
-                if let Some(rule) = rule {
-                    let _ = writeln!(
-                        out,
-                        "  rule: {}: {} limits, all must have room{}",
-                        rule.full_key,
-                        limits.len(),
-                        flags(rule, plan.mode_of(resolved))
-                    );
-                }
-                let bound = binding(&reports);
-                for (i, (limit, config, bucket)) in each.enumerate() {
-                    let label = config.map_or_else(String::new, |c| c.label());
-                    let _ = writeln!(out, "  limit {label}: {}", describe(&limit));
-                    let now = state_of(i, &limit);
-                    bucket_lines(&mut out, "    ", &bucket, redis, &now);
-                    if i == bound && !reports.is_empty() {
-                        let why = if reports.iter().any(|r| r.over) {
-                            "of the limits refusing, the longest wait"
-                        } else {
-                            "the fewest requests left"
-                        };
-                        let _ = writeln!(out, "    binds: the status reports this limit ({why})");
-                    }
-                }
-            }
-        }
+        result(&mut out, &plan, resolved, &mut states);
     }
     Ok(out)
+}
+
+/// The buckets' states the store reported, taken in request order, and the key prefix
+/// of a Redis store.
+struct States<'a, I> {
+    /// The states of the limits not yet explained, or why the store could not be read.
+    reports: Result<I, &'a crate::error::StoreError>,
+    /// A Redis store's key prefix; `None` on the embedded store.
+    redis: Option<&'a str>,
+}
+
+/// What `resolved`, one descriptor of `plan`, comes to: its rule, and each limit's bucket
+/// and state.
+fn result<'a, 'c, I: Iterator<Item = &'a Report>>(
+    out: &mut String,
+    plan: &Plan<'c>,
+    resolved: &Resolved<'c>,
+    states: &mut States<'_, I>,
+) {
+    let Resolved::Limited {
+        limits, rule, key, ..
+    } = resolved
+    else {
+        let _ = match resolved {
+            Resolved::Replaced { rule, by } => writeln!(
+                out,
+                "  result: OK, no limit: rule {} ({:?}) is replaced by {} in this request",
+                rule.full_key, rule.name, by.full_key
+            ),
+            Resolved::Unlimited { rule, .. } => writeln!(
+                out,
+                "  rule: {}{}: unlimited\n  result: OK, never limited",
+                rule.full_key,
+                name(rule)
+            ),
+            _ => writeln!(out, "  result: OK, no limit"),
+        };
+        return;
+    };
+    let reports: Vec<Report> = match &mut states.reports {
+        Ok(all) => all.by_ref().take(limits.len()).copied().collect(),
+        Err(_) => Vec::new(),
+    };
+    let state_of = |i: usize, limit: &Limit| match (&states.reports, reports.get(i)) {
+        (Err(e), _) => format!("cannot be read: {e}"),
+        (Ok(_), Some(report)) => state(report, limit),
+        (Ok(_), None) => "unknown".into(),
+    };
+    let mut each = plan.limit_keys(limits, key);
+    if limits.len() == 1 {
+        // One limit: the rule's line says it all, as it always has.
+        let Some((limit, _, bucket)) = each.next() else {
+            return;
+        };
+        if let Some(rule) = rule {
+            let _ = writeln!(
+                out,
+                "  rule: {}{}: {}{}",
+                rule.full_key,
+                name(rule),
+                describe(&limit),
+                flags(rule, plan.mode_of(resolved))
+            );
+        }
+        bucket_lines(out, "  ", &bucket, states.redis, &state_of(0, &limit));
+        return;
+    }
+    if let Some(rule) = rule {
+        let _ = writeln!(
+            out,
+            "  rule: {}: {} limits, all must have room{}",
+            rule.full_key,
+            limits.len(),
+            flags(rule, plan.mode_of(resolved))
+        );
+    }
+    let bound = binding(&reports);
+    for (i, (limit, config, bucket)) in each.enumerate() {
+        let label = config.map_or_else(String::new, |c| c.label());
+        let _ = writeln!(out, "  limit {label}: {}", describe(&limit));
+        bucket_lines(out, "    ", &bucket, states.redis, &state_of(i, &limit));
+        if i == bound && !reports.is_empty() {
+            let why = if reports.iter().any(|r| r.over) {
+                "of the limits refusing, the longest wait"
+            } else {
+                "the fewest requests left"
+            };
+            let _ = writeln!(out, "    binds: the status reports this limit ({why})");
+        }
+    }
 }
 
 /// The walk, one line per request entry.

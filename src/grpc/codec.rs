@@ -1,7 +1,7 @@
 //! The codec of `ShouldRateLimit`: answers written by [`Answer::encode`], requests handed
 //! over as their bytes.
 //!
-//! The request is parsed by the method itself ([`super::Rls::should_rate_limit`]): most
+//! The request is parsed by the method itself ([`super::Rls::should_rate_limit_traced`]): most
 //! are read in place, borrowing their strings from these bytes, and the rest decoded by
 //! prost there. A message that does not parse is answered `INVALID_ARGUMENT` by the method,
 //! where tonic's prost codec would answer `INTERNAL` (following grpc's status-code guide,

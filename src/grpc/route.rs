@@ -1,5 +1,5 @@
 //! The `RateLimitService` route as tonic serves it, handing each request's bytes to
-//! [`Rls::should_rate_limit`] and writing its [`Answer`](super::Answer) itself
+//! [`Rls::should_rate_limit_traced`] and writing its [`Answer`](super::Answer) itself
 //! ([`ShouldRateLimitCodec`]). The generated server hard-wires tonic's prost codec, which
 //! decodes into owned strings, answers malformed protobuf `INTERNAL` where meshlimit
 //! answers `INVALID_ARGUMENT`, and encodes only prost's types.
@@ -86,7 +86,7 @@ impl UnaryService<Bytes> for ShouldRateLimit {
         Box::pin(async move {
             // `Grpc::unary` calls the method it was given once and drops it.
             let rls = rls.ok_or_else(|| Status::internal("ShouldRateLimit called twice"))?;
-            rls.should_rate_limit_in(request.into_inner(), span.as_ref())
+            rls.should_rate_limit_traced(request.into_inner(), span.as_ref())
                 .await
                 .map(Response::new)
         })

@@ -59,7 +59,7 @@ where
         let body = Prepended { first, rest: body };
         return through_tonic(rls, Request::from_parts(parts, body), span).await;
     };
-    match rls.should_rate_limit_in(message, span.as_ref()).await {
+    match rls.should_rate_limit_traced(message, span.as_ref()).await {
         Ok(answer) => one_message_response(|bytes| answer.encode(bytes)),
         Err(status) => status.into_http(),
     }

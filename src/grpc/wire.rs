@@ -17,7 +17,7 @@
 
 use smallvec::SmallVec;
 
-use crate::request::{Override, RequestDescriptor};
+use crate::request::{Override, Request, RequestDescriptor};
 
 /// Wire type of varints (read here, written by `response.rs`).
 pub(super) const VARINT: u8 = 0;
@@ -40,6 +40,13 @@ pub(crate) struct WireRequest<'a> {
     pub(crate) descriptors: SmallVec<[WireDescriptor<'a>; 4]>,
     /// `hits_addend` (0 when absent, as in protobuf).
     pub(crate) hits_addend: u32,
+}
+
+impl<'a> WireRequest<'a> {
+    /// The request, as the service reads it.
+    pub(crate) fn as_request(&self) -> Request<'_, WireDescriptor<'a>> {
+        Request::new(self.domain, &self.descriptors, self.hits_addend)
+    }
 }
 
 /// A `RateLimitDescriptor` as read in place.

@@ -6,22 +6,22 @@ use super::Metrics;
 use crate::config::Config;
 use crate::limiter::{Report, binding};
 use crate::plan::{Plan, Resolved};
-use crate::request::RequestDescriptor;
+use crate::request::{Request, RequestDescriptor};
 
 impl Metrics {
-    /// Counts the hits of a request decided on `config` by `plan`, with the store's
-    /// `reports` (one per limited descriptor, in request order).
+    /// Counts the hits of `request`, decided on `config` by `plan`, with the store's
+    /// `reports` (one per limit of each limited descriptor, in request order).
     pub(crate) fn count_hits<D: RequestDescriptor>(
         &self,
         config: &Arc<Config>,
-        domain: &str,
-        descriptors: &[D],
+        request: &Request<'_, D>,
         plan: &Plan<'_>,
         reports: &[Report],
     ) {
         let rules = self.rules(config);
+        let domain = request.domain;
         let mut rest = reports;
-        for (d, resolved) in descriptors.iter().zip(plan.resolved()) {
+        for (d, resolved) in request.descriptors.iter().zip(plan.resolved()) {
             match resolved {
                 Resolved::NoRule | Resolved::Replaced { .. } => {}
                 Resolved::Unlimited { rule, hits } => {

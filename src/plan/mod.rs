@@ -1,5 +1,5 @@
 //! A request's plan: what each descriptor resolves to before any store is asked. Built
-//! once per request from a config snapshot, the domain, the descriptors and the service's
+//! once per request from a config snapshot, the [`Request`] and the service's
 //! [`PlanDefaults`]; pure (no store, no clock, no metrics). `ShouldRateLimit`, `/json`,
 //! `/explain` and `meshlimit explain` all decide from it, so they cannot disagree.
 //!
@@ -23,7 +23,7 @@ use crate::bucket_key::{BucketKey, KeyWriter, key_at};
 use crate::config::Config;
 use crate::error::RequestError;
 use crate::matcher::DomainTree;
-use crate::request::RequestDescriptor;
+use crate::request::{Request, RequestDescriptor};
 use crate::request_limits::RequestLimits;
 use crate::rules::{Algorithm, ConfigLimit, Limit, Mode, Rule, Unit};
 use crate::store::Check;
@@ -116,8 +116,7 @@ pub struct Plan<'c> {
 }
 
 impl<'c> Plan<'c> {
-    /// Plans `descriptors` of `domain` on `config`. `hits_addend` is the request's (0
-    /// counts as 1).
+    /// Plans `request` on `config`.
     ///
     /// # Errors
     /// What no config could answer: an empty domain, no descriptors, a request over the
@@ -125,13 +124,11 @@ impl<'c> Plan<'c> {
     /// request over them costs no more than reading its size.
     pub fn build<D: RequestDescriptor>(
         config: &'c Config,
-        domain: &str,
-        descriptors: &[D],
-        hits_addend: u32,
+        request: &Request<'_, D>,
         defaults: &PlanDefaults,
     ) -> Result<Self, RequestError> {
-        let mut plan = Plan::empty(config, domain);
-        plan.fill(domain, descriptors, hits_addend, defaults)?;
+        let mut plan = Plan::empty(config, request.domain);
+        plan.fill(request, defaults)?;
         Ok(plan)
     }
 
@@ -149,30 +146,27 @@ impl<'c> Plan<'c> {
         }
     }
 
-    /// Plans `descriptors` of `domain` into this [`Plan::empty`] of the same domain (see
-    /// [`Plan::build`]).
+    /// Plans `request` into this [`Plan::empty`] of the same domain (see [`Plan::build`]).
     pub(crate) fn fill<D: RequestDescriptor>(
         &mut self,
-        domain: &str,
-        descriptors: &[D],
-        hits_addend: u32,
+        request: &Request<'_, D>,
         defaults: &PlanDefaults,
     ) -> Result<(), RequestError> {
         debug_assert!(self.resolved.is_empty(), "a plan is filled once");
-        validate(domain, descriptors, &defaults.limits)?;
+        validate(request, &defaults.limits)?;
         self.global_quota = defaults.global_quota;
         let Some(tree) = self.tree else {
             self.resolved
-                .extend(descriptors.iter().map(|_| Resolved::NoRule));
+                .extend(request.descriptors.iter().map(|_| Resolved::NoRule));
             return Ok(());
         };
-        let default_hits = u64::from(hits_addend.max(1));
+        let default_hits = u64::from(request.hits_addend.max(1));
         let Buffers { keys, scratch } = &mut self.buffers;
-        for (i, descriptor) in descriptors.iter().enumerate() {
+        for (i, descriptor) in request.descriptors.iter().enumerate() {
             let hits = descriptor.hits_addend().unwrap_or(default_hits);
             let resolved = resolve(
                 tree,
-                domain,
+                request.domain,
                 descriptor,
                 hits,
                 defaults.algorithm,
@@ -273,10 +267,14 @@ impl<'c> Plan<'c> {
 
 /// See [`Plan::build`]'s errors.
 fn validate<D: RequestDescriptor>(
-    domain: &str,
-    descriptors: &[D],
+    request: &Request<'_, D>,
     limits: &RequestLimits,
 ) -> Result<(), RequestError> {
+    let Request {
+        domain,
+        descriptors,
+        ..
+    } = *request;
     if domain.is_empty() {
         return Err(RequestError::EmptyDomain);
     }
@@ -373,28 +371,8 @@ fn as_refund(i: usize, mut resolved: Resolved<'_>) -> Result<Resolved<'_>, Reque
 /// the descriptor's, then the limit's part (see [`Plan::limit_keys`]).
 fn write_listed_keys(keys: &mut String, key: &Range<usize>, limits: &[ConfigLimit]) {
     for limit in limits.iter().filter(|l| !l.key_part.is_empty()) {
-        append_copy(keys, key.clone());
+        keys.extend_from_within(key.clone());
         keys.push_str(&limit.key_part);
-    }
-}
-
-/// Appends `buffer[range]` to `buffer`, through a small stack buffer: what
-/// `String::extend_from_within` does from Rust 1.87, without an allocation.
-fn append_copy(buffer: &mut String, range: Range<usize>) {
-    let mut chunk = [0u8; 128];
-    let mut at = range.start;
-    while at < range.end {
-        let mut end = (at + chunk.len()).min(range.end);
-        while !buffer.is_char_boundary(end) {
-            end -= 1;
-        }
-        let part = &mut chunk[..end - at];
-        part.copy_from_slice(&buffer.as_bytes()[at..end]);
-        // Cut at character boundaries of a `str`: always UTF-8.
-        if let Ok(text) = std::str::from_utf8(part) {
-            buffer.push_str(text);
-        }
-        at = end;
     }
 }
 
@@ -434,21 +412,6 @@ fn apply_replaces(resolved: &mut [Resolved<'_>]) {
         });
         if let Some(by) = by {
             resolved[i] = Resolved::Replaced { rule, by };
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::append_copy;
-
-    #[test]
-    fn a_key_is_copied_whole_whatever_its_characters() {
-        for base in ["", "7:trading", &"é🦀x".repeat(100)] {
-            let mut buffer = format!("ab{base}");
-            let range = 2..buffer.len();
-            append_copy(&mut buffer, range);
-            assert_eq!(buffer, format!("ab{base}{base}"));
         }
     }
 }

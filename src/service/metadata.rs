@@ -13,24 +13,24 @@ use serde_json::{Map, Value};
 
 use super::answer::Status;
 use crate::plan::{Plan, Resolved};
-use crate::request::RequestDescriptor;
+use crate::request::{Request, RequestDescriptor};
 
-/// The dynamic metadata of a request to `domain` with `descriptors` and the request-level
-/// `hits_addend`, answered with `statuses` (OVER_LIMIT after shadow mode) from `plan`
-/// (`None`: a domain the config does not have, where no rule passed).
+/// The dynamic metadata of `request`, answered with `statuses` (OVER_LIMIT after shadow
+/// mode) from `plan` (`None`: a domain the config does not have, where no rule passed).
 pub(super) fn dynamic_metadata<D: RequestDescriptor>(
-    domain: &str,
-    descriptors: &[D],
-    hits_addend: u32,
+    request: &Request<'_, D>,
     plan: Option<&Plan<'_>>,
     statuses: &[Status],
 ) -> Map<String, Value> {
     let mut out = Map::new();
-    out.insert("domain".into(), domain.into());
-    let descriptors = descriptors.iter().map(|d| Value::Object(descriptor(d)));
+    out.insert("domain".into(), request.domain.into());
+    let descriptors = request
+        .descriptors
+        .iter()
+        .map(|d| Value::Object(descriptor(d)));
     out.insert("descriptors".into(), Value::Array(descriptors.collect()));
-    if hits_addend != 0 {
-        out.insert("hitsAddend".into(), hits_addend.into());
+    if request.hits_addend != 0 {
+        out.insert("hitsAddend".into(), request.hits_addend.into());
     }
     let mut passed = Map::new();
     let resolved = plan.map_or(&[][..], Plan::resolved);

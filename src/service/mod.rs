@@ -13,10 +13,10 @@ use opentelemetry::KeyValue;
 
 use crate::clock::{Clock, Stopwatch};
 use crate::config::{Config, SharedConfig};
-use crate::error::RequestError;
+use crate::error::{RequestError, StoreError};
 use crate::metrics::Metrics;
 use crate::plan::{Checks, Plan, PlanDefaults};
-use crate::request::RequestDescriptor;
+use crate::request::{Request, RequestDescriptor};
 use crate::request_limits::RequestLimits;
 use crate::rules::Algorithm;
 use crate::store::{MemoryStore, Reports, Store};
@@ -156,11 +156,9 @@ impl Service {
     /// unit, or a store failure.
     pub fn should_rate_limit<'a, D: RequestDescriptor + Sync>(
         &'a self,
-        domain: &'a str,
-        descriptors: &'a [D],
-        hits_addend: u32,
+        request: Request<'a, D>,
     ) -> Decision<'a> {
-        self.should_rate_limit_traced(domain, descriptors, hits_addend, None)
+        self.should_rate_limit_traced(request, None)
     }
 
     /// [`Service::should_rate_limit`], the store call a child of `span` (a sampled
@@ -170,19 +168,14 @@ impl Service {
     /// As [`Service::should_rate_limit`].
     pub fn should_rate_limit_traced<'a, D: RequestDescriptor + Sync>(
         &'a self,
-        domain: &'a str,
-        descriptors: &'a [D],
-        hits_addend: u32,
+        request: Request<'a, D>,
         span: Option<&'a RequestSpan>,
     ) -> Decision<'a> {
-        match self.decide_at_once(domain, descriptors, hits_addend) {
+        match self.decide_at_once(&request) {
             Some(answer) => Decision::Ready(Some(answer)),
-            None => Decision::Waiting(Box::pin(self.decide_waiting(
-                domain,
-                descriptors,
-                hits_addend,
-                span,
-            ))),
+            None => Decision::Waiting(Box::pin(async move {
+                self.decide_waiting(&request, span).await
+            })),
         }
     }
 
@@ -195,140 +188,141 @@ impl Service {
     /// As [`Service::should_rate_limit`].
     pub fn decide_at_once<D: RequestDescriptor>(
         &self,
-        domain: &str,
-        descriptors: &[D],
-        hits_addend: u32,
+        request: &Request<'_, D>,
     ) -> Option<Result<Response, RequestError>> {
         let Store::Memory(memory) = &self.store else {
             return None;
         };
-        let timer = ResponseTimer::start(self.metrics.as_deref());
-        let mut decided_at = None;
-        let answer = self.decide_now(memory, domain, descriptors, hits_addend, &mut decided_at);
-        timer.stop(self.metrics.as_deref(), decided_at, &answer);
+        let mut timing = Timing::start(self.metrics.as_deref());
+        let answer = self.decide_now(memory, request, &mut timing);
+        timing.stop(&answer);
         Some(answer)
     }
 
-    /// Decides a request on the embedded store; with statistics on, `decided_at` gets the
-    /// clock reading that ended the store call, so that the response time needs no
-    /// reading of its own.
-    fn decide_now<D: RequestDescriptor>(
-        &self,
-        memory: &MemoryStore,
-        domain: &str,
-        descriptors: &[D],
-        hits_addend: u32,
-        decided_at: &mut Option<Stopwatch>,
-    ) -> Result<Response, RequestError> {
-        let config = self.config.load();
-        // Built in place: see `Plan::empty`.
-        let mut plan = Plan::empty(&config, domain);
-        let mut checks = Checks::new();
-        if let Some(answer) = self.begin(&mut plan, domain, descriptors, hits_addend)? {
-            return Ok(answer);
-        }
-        plan.push_checks(&mut checks);
-        let reports = if checks.is_empty() {
-            Reports::new()
-        } else {
-            let started = self.metrics.is_some().then(Stopwatch::start);
-            let reports = memory.check(&checks, self.clock.now());
-            if let (Some(metrics), Some(started)) = (&self.metrics, started) {
-                *decided_at = Some(metrics.store_answered(started, false));
-            }
-            reports
-        };
-        Ok(self.end(&config, domain, descriptors, hits_addend, &plan, &reports))
-    }
-
-    /// [`Service::should_rate_limit`]'s answer waited for (Redis; any store), with the
-    /// response time counted. The steps of [`Service::decide_now`] written again with the
-    /// store call awaited: one body generic over the call would make the embedded store's
-    /// decision a future again. With `span` (a sampled request), the store call is a child
-    /// span of it.
+    /// [`Service::should_rate_limit`]'s answer waited for (Redis; any store). With `span`
+    /// (a sampled request), the store call is a child span of it.
     ///
     /// # Errors
     /// As [`Service::should_rate_limit`].
     pub async fn decide_waiting<D: RequestDescriptor + Sync>(
         &self,
-        domain: &str,
-        descriptors: &[D],
-        hits_addend: u32,
+        request: &Request<'_, D>,
         span: Option<&RequestSpan>,
     ) -> Result<Response, RequestError> {
-        let timer = ResponseTimer::start(self.metrics.as_deref());
-        let mut decided_at = None;
-        let answer = async {
-            let config = self.config.load();
-            let mut plan = Plan::empty(&config, domain);
-            let mut checks = Checks::new();
-            if let Some(answer) = self.begin(&mut plan, domain, descriptors, hits_addend)? {
-                return Ok(answer);
-            }
-            plan.push_checks(&mut checks);
-            let reports = if checks.is_empty() {
-                Reports::new()
-            } else {
-                let started = self.metrics.is_some().then(Stopwatch::start);
-                let call = self.store.check(&checks, self.clock.now());
-                let reports = match span {
-                    None => call.await,
-                    Some(span) => {
-                        let attributes = vec![
-                            KeyValue::new("db.system.name", "redis"),
-                            KeyValue::new("checks", checks.len() as i64),
-                        ];
-                        span.child(REDIS_SPAN, attributes, call).await
-                    }
-                };
-                if let (Some(metrics), Some(started)) = (&self.metrics, started) {
-                    decided_at = Some(metrics.store_answered(started, reports.is_err()));
-                }
-                reports?
-            };
-            Ok(self.end(&config, domain, descriptors, hits_addend, &plan, &reports))
-        }
-        .await;
-        timer.stop(self.metrics.as_deref(), decided_at, &answer);
+        let mut timing = Timing::start(self.metrics.as_deref());
+        let answer = self.decide_awaiting(request, span, &mut timing).await;
+        timing.stop(&answer);
         answer
     }
 
-    /// Fills `plan`; returns the answer when the request needs no store call because its
-    /// domain is unknown.
-    fn begin<D: RequestDescriptor>(
+    // The decision is written as two bodies, the same steps around one store call:
+    // [`Service::prepare`], the call, [`Service::finish`]. The embedded store's call
+    // returns its reports, Redis' a future. One `async` body for both would keep the
+    // request's plan (about a kilobyte: descriptors, keys, checks) in a future that the
+    // embedded store's requests, decided at once today, would build and poll too.
+
+    /// Decides `request` on the embedded store.
+    fn decide_now<D: RequestDescriptor>(
         &self,
+        memory: &MemoryStore,
+        request: &Request<'_, D>,
+        timing: &mut Timing<'_>,
+    ) -> Result<Response, RequestError> {
+        let config = self.config.load();
+        // Built in place: see `Plan::empty`.
+        let mut plan = Plan::empty(&config, request.domain);
+        if let Some(answer) = self.prepare(request, &mut plan)? {
+            return Ok(answer);
+        }
+        let mut checks = Checks::new();
+        plan.push_checks(&mut checks);
+        let reports = if checks.is_empty() {
+            Reports::new()
+        } else {
+            let call = timing.store_call();
+            let reports = memory.check(&checks, self.clock.now());
+            timing.store_answered(call, false);
+            reports
+        };
+        Ok(self.finish(&config, request, &plan, &reports))
+    }
+
+    /// Decides `request` on any store, awaiting its call (see [`Service::decide_now`]).
+    async fn decide_awaiting<D: RequestDescriptor + Sync>(
+        &self,
+        request: &Request<'_, D>,
+        span: Option<&RequestSpan>,
+        timing: &mut Timing<'_>,
+    ) -> Result<Response, RequestError> {
+        let config = self.config.load();
+        let mut plan = Plan::empty(&config, request.domain);
+        if let Some(answer) = self.prepare(request, &mut plan)? {
+            return Ok(answer);
+        }
+        let mut checks = Checks::new();
+        plan.push_checks(&mut checks);
+        let reports = if checks.is_empty() {
+            Reports::new()
+        } else {
+            let call = timing.store_call();
+            let reports = self.store_call(&checks, span).await;
+            timing.store_answered(call, reports.is_err());
+            reports?
+        };
+        Ok(self.finish(&config, request, &plan, &reports))
+    }
+
+    /// The store's reports on `checks`, a child span of `span` when there is one.
+    async fn store_call(
+        &self,
+        checks: &Checks<'_>,
+        span: Option<&RequestSpan>,
+    ) -> Result<Reports, StoreError> {
+        let call = self.store.check(checks, self.clock.now());
+        match span {
+            None => call.await,
+            Some(span) => {
+                let attributes = vec![
+                    KeyValue::new("db.system.name", "redis"),
+                    KeyValue::new("checks", checks.len() as i64),
+                ];
+                span.child(REDIS_SPAN, attributes, call).await
+            }
+        }
+    }
+
+    /// Fills `plan` with `request`; returns the answer when the request needs no store
+    /// call because its domain is unknown.
+    fn prepare<D: RequestDescriptor>(
+        &self,
+        request: &Request<'_, D>,
         plan: &mut Plan<'_>,
-        domain: &str,
-        descriptors: &[D],
-        hits_addend: u32,
     ) -> Result<Option<Response>, RequestError> {
-        plan.fill(domain, descriptors, hits_addend, &self.defaults)?;
+        plan.fill(request, &self.defaults)?;
         if plan.knows_domain() {
             return Ok(None);
         }
         if let Some(metrics) = &self.metrics {
-            metrics.domain_not_found(domain, descriptors.len());
+            metrics.domain_not_found(request.domain, request.descriptors.len());
         }
-        let mut response = Response::no_limits(descriptors.len());
-        self.add_metadata(&mut response, domain, descriptors, hits_addend, None);
+        let mut response = Response::no_limits(request.descriptors.len());
+        self.add_metadata(&mut response, request, None);
         Ok(Some(response))
     }
 
-    /// The response to a request planned as `plan` whose store reported `reports`, with
-    /// its hits counted (and its dynamic metadata, if answers carry it).
-    fn end<D: RequestDescriptor>(
+    /// The response to `request`, planned as `plan` on `config`, whose store reported
+    /// `reports`, with its hits counted (and its dynamic metadata, if answers carry it).
+    fn finish<D: RequestDescriptor>(
         &self,
         config: &Arc<Config>,
-        domain: &str,
-        descriptors: &[D],
-        hits_addend: u32,
+        request: &Request<'_, D>,
         plan: &Plan<'_>,
         reports: &Reports,
     ) -> Response {
         let (mut response, over_before_shadow) = Response::new(plan, reports, self.global_shadow);
-        self.add_metadata(&mut response, domain, descriptors, hits_addend, Some(plan));
+        self.add_metadata(&mut response, request, Some(plan));
         if let Some(metrics) = &self.metrics {
-            metrics.count_hits(config, domain, descriptors, plan, reports);
+            metrics.count_hits(config, request, plan, reports);
             if over_before_shadow && self.global_shadow {
                 metrics.global_shadow();
             }
@@ -340,42 +334,53 @@ impl Service {
     fn add_metadata<D: RequestDescriptor>(
         &self,
         response: &mut Response,
-        domain: &str,
-        descriptors: &[D],
-        hits_addend: u32,
+        request: &Request<'_, D>,
         plan: Option<&Plan<'_>>,
     ) {
         if self.dynamic_metadata {
-            let metadata = metadata::dynamic_metadata(
-                domain,
-                descriptors,
-                hits_addend,
-                plan,
-                &response.statuses,
-            );
+            let metadata = metadata::dynamic_metadata(request, plan, &response.statuses);
             response.dynamic_metadata = Some(Box::new(metadata));
         }
     }
 }
 
-/// The response-time measurement of one request, when statistics are on.
-struct ResponseTimer(Option<Stopwatch>);
+/// The times of one request, when statistics are on: its response time, from its start
+/// to the end of its store call (or to its end, without one), and its store call's.
+struct Timing<'m> {
+    /// Where the times are counted; `None`: nothing is timed.
+    metrics: Option<&'m Metrics>,
+    /// When the request began.
+    started: Option<Stopwatch>,
+    /// When its store call ended, which ends the response time without a reading of its
+    /// own.
+    decided_at: Option<Stopwatch>,
+}
 
-impl ResponseTimer {
-    fn start(metrics: Option<&Metrics>) -> Self {
-        Self(metrics.map(|_| Stopwatch::start()))
+impl<'m> Timing<'m> {
+    fn start(metrics: Option<&'m Metrics>) -> Self {
+        Self {
+            metrics,
+            started: metrics.map(|_| Stopwatch::start()),
+            decided_at: None,
+        }
     }
 
-    /// Counts the request's `answer`, decided at `decided_at` (the end of its store call;
-    /// now if it made none).
-    fn stop(
-        self,
-        metrics: Option<&Metrics>,
-        decided_at: Option<Stopwatch>,
-        answer: &Result<Response, RequestError>,
-    ) {
-        if let (Some(metrics), Some(started)) = (metrics, self.0) {
-            let decided_at = decided_at.unwrap_or_else(Stopwatch::start);
+    /// The start of a store call.
+    fn store_call(&self) -> Option<Stopwatch> {
+        self.metrics.map(|_| Stopwatch::start())
+    }
+
+    /// The store call begun at `call` has ended, `failed` or not.
+    fn store_answered(&mut self, call: Option<Stopwatch>, failed: bool) {
+        if let (Some(metrics), Some(call)) = (self.metrics, call) {
+            self.decided_at = Some(metrics.store_answered(call, failed));
+        }
+    }
+
+    /// Counts the request's `answer`.
+    fn stop(self, answer: &Result<Response, RequestError>) {
+        if let (Some(metrics), Some(started)) = (self.metrics, self.started) {
+            let decided_at = self.decided_at.unwrap_or_else(Stopwatch::start);
             metrics.answered(started.until(decided_at), answer.as_ref().err());
         }
     }

@@ -30,7 +30,7 @@ use crate::support::ask;
 use meshlimit::clock::ManualClock;
 use meshlimit::clock::NANOS_PER_SEC;
 use meshlimit::error::RequestError;
-use meshlimit::request::{Descriptor, Override};
+use meshlimit::request::{Descriptor, Override, Request};
 use meshlimit::rules::{Algorithm, Unit};
 use meshlimit::service::{CurrentLimit, Response, Service, Status};
 
@@ -137,7 +137,7 @@ fn with_override(
 
 async fn call(service: &Service, domain: &str, descriptors: &[Descriptor], hits: u32) -> Response {
     service
-        .should_rate_limit(domain, descriptors, hits)
+        .should_rate_limit(Request::new(domain, descriptors, hits))
         .await
         .expect("request is valid")
 }
@@ -384,7 +384,7 @@ async fn unknown_domain_ignores_a_limit_override() {
 async fn an_override_without_a_unit_is_refused_even_for_an_unknown_domain() {
     let (service, _, _store) = service(&[("basic.yaml", BASIC)], FIXED);
     let err = service
-        .should_rate_limit("foo", &[with_override(&[("key1", "x")], 1, None)], 0)
+        .should_rate_limit(Request::new("foo", &[with_override(&[("key1", "x")], 1, None)], 0))
         .await
         .expect_err("bad override unit");
     assert!(matches!(err, RequestError::BadOverrideUnit(0)), "{err:?}");
@@ -395,7 +395,7 @@ async fn an_override_without_a_unit_is_refused_even_for_an_unknown_domain() {
 async fn empty_domain_and_no_descriptors_are_errors() {
     let (service, _, _store) = service(&[("basic.yaml", BASIC)], FIXED);
     let err = service
-        .should_rate_limit("", &[desc(&[("key1", "x")])], 0)
+        .should_rate_limit(Request::new("", &[desc(&[("key1", "x")])], 0))
         .await
         .expect_err("empty domain");
     assert!(matches!(err, RequestError::EmptyDomain), "{err:?}");
@@ -403,7 +403,7 @@ async fn empty_domain_and_no_descriptors_are_errors() {
 
     for domain in ["basic", "unknown"] {
         let err = service
-            .should_rate_limit::<Descriptor>(domain, &[], 0)
+            .should_rate_limit(Request::<Descriptor>::new(domain, &[], 0))
             .await
             .expect_err("no descriptors");
         assert!(matches!(err, RequestError::NoDescriptors), "{err:?}");
@@ -1438,14 +1438,10 @@ async fn override_shares_the_bucket_of_the_same_entries() {
 async fn override_without_a_unit_is_an_error() {
     let (service, _, _store) = service(&[("another.yaml", ANOTHER)], BUCKET);
     let err = service
-        .should_rate_limit(
-            "another",
-            &[
+        .should_rate_limit(Request::new("another", &[
                 desc(&[("key2", "x")]),
                 with_override(&[("key2", "y")], 5, None),
-            ],
-            0,
-        )
+            ], 0))
         .await
         .expect_err("no unit");
     assert!(matches!(err, RequestError::BadOverrideUnit(1)), "{err:?}");

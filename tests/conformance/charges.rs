@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::setup::Holds;
 use meshlimit::clock::{ManualClock, NANOS_PER_SEC};
 use meshlimit::error::RequestError;
-use meshlimit::request::{Descriptor, Override};
+use meshlimit::request::{Descriptor, Override, Request};
 use meshlimit::rules::{Algorithm, DEBT_PERIODS, Unit};
 use meshlimit::service::{Response, Service, Status};
 
@@ -65,7 +65,7 @@ fn refund(entries: &[(&str, &str)], hits: u64) -> Descriptor {
 
 async fn call(service: &Service, descriptors: &[Descriptor]) -> Response {
     service
-        .should_rate_limit("llm", descriptors, 0)
+        .should_rate_limit(Request::new("llm", descriptors, 0))
         .await
         .expect("a valid request")
 }
@@ -201,7 +201,7 @@ async fn refunds_are_refused_where_the_rule_does_not_charge() {
     .enumerate()
     {
         let bad = descriptors.len() - 1;
-        match service.should_rate_limit("llm", &descriptors, 0).await {
+        match service.should_rate_limit(Request::new("llm", &descriptors, 0)).await {
             Err(RequestError::RefundNotAllowed(at)) => assert_eq!(at, bad, "case {i}"),
             other => panic!("case {i}: {other:?}"),
         }

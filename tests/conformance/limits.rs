@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::setup::{Holds, Setup};
 use crate::support::ask;
 use meshlimit::clock::{ManualClock, NANOS_PER_SEC};
-use meshlimit::request::{Descriptor, Override};
+use meshlimit::request::{Descriptor, Override, Request};
 use meshlimit::rules::{Algorithm, Unit};
 use meshlimit::service::{Response, Service, Status};
 
@@ -332,7 +332,7 @@ descriptors:
         ..Descriptor::new(&[("user", "a")])
     };
     let r = service
-        .should_rate_limit("hits", &[three], 0)
+        .should_rate_limit(Request::new("hits", &[three], 0))
         .await
         .expect("valid");
     assert_eq!(
@@ -350,7 +350,7 @@ descriptors:
         ..Descriptor::new(&[("user", "a")])
     };
     let r = service
-        .should_rate_limit("hits", &[overridden], 0)
+        .should_rate_limit(Request::new("hits", &[overridden], 0))
         .await
         .expect("valid");
     let status = &r.statuses[0];

@@ -20,7 +20,7 @@ use arc_swap::ArcSwap;
 use meshlimit::clock::{Clock, ManualClock, NANOS_PER_SEC};
 use meshlimit::config::Config;
 use meshlimit::metrics::Metrics;
-use meshlimit::request::Descriptor;
+use meshlimit::request::{Descriptor, Request};
 use meshlimit::rules::Algorithm;
 use meshlimit::service::{Response, Service};
 use meshlimit::store::{MemoryStore, Store};
@@ -94,7 +94,7 @@ pub fn service_on(
 pub async fn ask(service: &Service, domain: &str, descriptors: &[&[(&str, &str)]]) -> Response {
     let descriptors: Vec<Descriptor> = descriptors.iter().map(|d| Descriptor::new(d)).collect();
     service
-        .should_rate_limit(domain, &descriptors, 0)
+        .should_rate_limit(Request::new(domain, &descriptors, 0))
         .await
         .expect("request is valid")
 }
@@ -289,7 +289,7 @@ pub async fn concurrent(
             tokio::spawn(async move {
                 barrier.wait().await;
                 let r = service
-                    .should_rate_limit(&domain, &descriptors, 0)
+                    .should_rate_limit(Request::new(&domain, &descriptors, 0))
                     .await
                     .expect("decided");
                 !r.over_limit
