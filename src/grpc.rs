@@ -1,5 +1,9 @@
-//! `envoy.service.ratelimit.v3.RateLimitService` over tonic: protobuf in, protobuf out;
-//! the only module that sees Envoy's types. Also serves `grpc.health.v1.Health`.
+//! `envoy.service.ratelimit.v3.RateLimitService` over tonic: protobuf in, protobuf out.
+//! The service behind it never sees protobuf: requests reach it as a [`Request`] and
+//! leave it as its answer, which this module writes back. Envoy's types are seen here,
+//! by the quota service's stream (`rlqs/service.rs`) and by the xDS client
+//! (`source/xds/`), each its own protocol's edge. The port also serves gRPC health,
+//! the quota service and reflection (`grpc/routes.rs`).
 
 use bytes::Bytes;
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
