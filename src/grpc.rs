@@ -147,7 +147,7 @@ impl Rls {
     ) -> Result<Answer, Status> {
         let mut request = wire::WireRequest::default();
         if wire::read(&message, &mut request).is_some() {
-            return self.answer(&request.as_request(), span).await;
+            return self.answer(request.as_request(), span).await;
         }
         let request = RateLimitRequest::decode(message.as_ref()).map_err(|error| {
             // A client sending junk made a mistake that retrying cannot fix: not INTERNAL,
@@ -155,13 +155,13 @@ impl Rls {
             Status::invalid_argument(format!("malformed request: {error}"))
         })?;
         let request = Request::new(&request.domain, &request.descriptors, request.hits_addend);
-        self.answer(&request, span).await
+        self.answer(request, span).await
     }
 
     /// The answer to `request`.
     async fn answer<D: RequestDescriptor + Sync>(
         &self,
-        request: &Request<'_, D>,
+        request: Request<'_, D>,
         span: Option<&RequestSpan>,
     ) -> Result<Answer, Status> {
         if let Some(span) = span {

@@ -171,11 +171,9 @@ impl Service {
         request: Request<'a, D>,
         span: Option<&'a RequestSpan>,
     ) -> Decision<'a> {
-        match self.decide_at_once(&request) {
+        match self.decide_at_once(request) {
             Some(answer) => Decision::Ready(Some(answer)),
-            None => Decision::Waiting(Box::pin(async move {
-                self.decide_waiting(&request, span).await
-            })),
+            None => Decision::Waiting(Box::pin(self.decide_waiting(request, span))),
         }
     }
 
@@ -188,13 +186,13 @@ impl Service {
     /// As [`Service::should_rate_limit`].
     pub fn decide_at_once<D: RequestDescriptor>(
         &self,
-        request: &Request<'_, D>,
+        request: Request<'_, D>,
     ) -> Option<Result<Response, RequestError>> {
         let Store::Memory(memory) = &self.store else {
             return None;
         };
         let mut timing = Timing::start(self.metrics.as_deref());
-        let answer = self.decide_now(memory, request, &mut timing);
+        let answer = self.decide_now(memory, &request, &mut timing);
         timing.stop(&answer);
         Some(answer)
     }
@@ -206,11 +204,11 @@ impl Service {
     /// As [`Service::should_rate_limit`].
     pub async fn decide_waiting<D: RequestDescriptor + Sync>(
         &self,
-        request: &Request<'_, D>,
+        request: Request<'_, D>,
         span: Option<&RequestSpan>,
     ) -> Result<Response, RequestError> {
         let mut timing = Timing::start(self.metrics.as_deref());
-        let answer = self.decide_awaiting(request, span, &mut timing).await;
+        let answer = self.decide_awaiting(&request, span, &mut timing).await;
         timing.stop(&answer);
         answer
     }
