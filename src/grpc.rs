@@ -35,7 +35,7 @@ mod wire;
 
 pub use ratelimit_headers::{LIMIT_FIELD, POLICY_FIELD};
 pub use reflection::reflection_servers;
-pub use response::Answer;
+pub use response::WireResponse;
 pub use route::RateLimitServer;
 pub use routes::{GrpcRoutes, Route};
 
@@ -130,7 +130,7 @@ impl Rls {
         &self,
         message: Bytes,
         span: Option<&RequestSpan>,
-    ) -> Result<Answer, Status> {
+    ) -> Result<WireResponse, Status> {
         let Some(span) = span else {
             return self.read_and_answer(message, None).await;
         };
@@ -144,7 +144,7 @@ impl Rls {
         &self,
         message: Bytes,
         span: Option<&RequestSpan>,
-    ) -> Result<Answer, Status> {
+    ) -> Result<WireResponse, Status> {
         let mut request = wire::WireRequest::default();
         if wire::read(&message, &mut request).is_some() {
             return self.answer(request.as_request(), span).await;
@@ -163,7 +163,7 @@ impl Rls {
         &self,
         request: Request<'_, D>,
         span: Option<&RequestSpan>,
-    ) -> Result<Answer, Status> {
+    ) -> Result<WireResponse, Status> {
         if let Some(span) = span {
             span.request(request.domain, request.descriptors.len());
         }
@@ -184,16 +184,13 @@ impl Rls {
             headers.push(header(POLICY_FIELD, policy));
             headers.push(header(LIMIT_FIELD, limit));
         }
-        Ok(Answer {
-            response: answer,
-            headers,
-        })
+        Ok(WireResponse { answer, headers })
     }
 }
 
 /// Records a call's outcome in its span: the RPC's names and status code, the overall
 /// code of an answer, or why there is none.
-fn record(span: &RequestSpan, answer: &Result<Answer, Status>) {
+fn record(span: &RequestSpan, answer: &Result<WireResponse, Status>) {
     let code = match answer {
         Ok(_) => tonic::Code::Ok,
         Err(status) => status.code(),
@@ -205,7 +202,7 @@ fn record(span: &RequestSpan, answer: &Result<Answer, Status>) {
         KeyValue::new("rpc.grpc.status_code", code as i64),
     ]);
     match answer {
-        Ok(answer) => span.answered(answer.response.over_limit),
+        Ok(answer) => span.answered(answer.answer.over_limit),
         Err(status) => span.failed(status.message().to_string()),
     }
 }
@@ -227,7 +224,7 @@ fn to_status(error: RequestError) -> Status {
 }
 
 /// The three headers for the status a response's headline names.
-fn response_headers(names: &HeaderNames, status: &service::Status) -> Vec<HeaderValue> {
+fn response_headers(names: &HeaderNames, status: &service::DescriptorStatus) -> Vec<HeaderValue> {
     let Some(limit) = &status.current_limit else {
         return Vec::new();
     };

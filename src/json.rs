@@ -207,7 +207,7 @@ fn duration(nanos: u64) -> String {
 }
 
 /// A `RateLimitResponse` as JSON.
-pub fn response_body(answer: &service::Response) -> String {
+pub fn response_body(answer: &service::Answer) -> String {
     let response = JsonResponse {
         overall_code: code(answer.over_limit),
         statuses: answer

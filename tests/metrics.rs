@@ -11,7 +11,7 @@ use meshlimit::clock::Clock;
 use meshlimit::config::Config;
 use meshlimit::request::{Descriptor, Override, Request};
 use meshlimit::rules::{Algorithm, Unit};
-use meshlimit::service::{Response, Service};
+use meshlimit::service::{Answer, Service};
 use meshlimit::store::redis::{RedisOptions, TimeSource};
 use support::redis::RedisServer;
 
@@ -103,7 +103,7 @@ fn scrape(service: &Service) -> Vec<Sample> {
     parse(&service.metrics().expect("support services count").render())
 }
 
-async fn hit(service: &Service, domain: &str, entries: &[(&str, &str)], hits: u32) -> Response {
+async fn hit(service: &Service, domain: &str, entries: &[(&str, &str)], hits: u32) -> Answer {
     service
         .should_rate_limit(Request::new(domain, &[Descriptor::new(entries)], hits))
         .await

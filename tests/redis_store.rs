@@ -13,7 +13,7 @@ use meshlimit::clock::{Clock, ManualClock, SystemClock};
 use meshlimit::config::Config;
 use meshlimit::error::{RequestError, StoreErrorKind};
 use meshlimit::request::{Descriptor, Request};
-use meshlimit::service::{Response, Service};
+use meshlimit::service::{Answer, Service};
 use meshlimit::store::StoreHealth;
 use meshlimit::store::redis::{FailurePolicy, RedisOptions, RedisTlsFiles, TimeSource};
 use support::START;
@@ -52,7 +52,7 @@ fn system() -> Arc<dyn Clock> {
     Arc::new(SystemClock)
 }
 
-async fn ask(service: &Service, entries: &[(&str, &str)]) -> Result<Response, RequestError> {
+async fn ask(service: &Service, entries: &[(&str, &str)]) -> Result<Answer, RequestError> {
     service
         .should_rate_limit(Request::new("shared", &[Descriptor::new(entries)], 0))
         .await

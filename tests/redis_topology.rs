@@ -16,7 +16,7 @@ use meshlimit::clock::SystemClock;
 use meshlimit::config::Config;
 use meshlimit::error::RequestError;
 use meshlimit::request::{Descriptor, Request};
-use meshlimit::service::{Response, Service};
+use meshlimit::service::{Answer, Service};
 use meshlimit::store::redis::RedisOptions;
 use support::redis::{RedisCluster, RedisSentinel};
 
@@ -72,7 +72,7 @@ async fn ask(
     service: &Service,
     domain: &str,
     entries: &[(&str, &str)],
-) -> Result<Response, RequestError> {
+) -> Result<Answer, RequestError> {
     service
         .should_rate_limit(Request::new(domain, &[Descriptor::new(entries)], 0))
         .await

@@ -1,4 +1,4 @@
-//! The codec of `ShouldRateLimit`: answers written by [`Answer::encode`], requests handed
+//! The codec of `ShouldRateLimit`: answers written by [`WireResponse::encode`], requests handed
 //! over as their bytes.
 //!
 //! The request is parsed by the method itself ([`super::Rls::should_rate_limit_traced`]): most
@@ -13,14 +13,14 @@ use bytes::{Buf, Bytes};
 use tonic::Status;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
-use super::Answer;
+use super::WireResponse;
 
-/// Encodes [`Answer`]s; decodes each message to its bytes.
+/// Encodes [`WireResponse`]s; decodes each message to its bytes.
 #[derive(Debug, Default)]
 pub(crate) struct ShouldRateLimitCodec;
 
 impl Codec for ShouldRateLimitCodec {
-    type Encode = Answer;
+    type Encode = WireResponse;
     type Decode = Bytes;
     type Encoder = AnswerEncoder;
     type Decoder = MessageBytes;
@@ -34,15 +34,15 @@ impl Codec for ShouldRateLimitCodec {
     }
 }
 
-/// Writes an [`Answer`] as a `RateLimitResponse`.
+/// Writes an [`WireResponse`] as a `RateLimitResponse`.
 #[derive(Debug)]
 pub(crate) struct AnswerEncoder;
 
 impl Encoder for AnswerEncoder {
-    type Item = Answer;
+    type Item = WireResponse;
     type Error = Status;
 
-    fn encode(&mut self, answer: Answer, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+    fn encode(&mut self, answer: WireResponse, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
         answer.encode(dst);
         Ok(())
     }

@@ -19,7 +19,7 @@ use std::fmt::Write as _;
 
 use super::sf;
 use crate::clock::NANOS_PER_SEC;
-use crate::service::{CurrentLimit, Status};
+use crate::service::{CurrentLimit, DescriptorStatus};
 
 /// The draft's field naming the policies: quota and window of each.
 pub const POLICY_FIELD: &str = "RateLimit-Policy";
@@ -29,7 +29,7 @@ pub const LIMIT_FIELD: &str = "RateLimit";
 
 /// The values of [`POLICY_FIELD`] and [`LIMIT_FIELD`] for a response's `statuses`, or
 /// `None` when no descriptor had a limit (the draft's lists are never empty).
-pub(super) fn values(statuses: &[Status]) -> Option<(String, String)> {
+pub(super) fn values(statuses: &[DescriptorStatus]) -> Option<(String, String)> {
     let mut policies = String::new();
     let mut limits = String::new();
     let mut names = Names::default();

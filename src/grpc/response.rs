@@ -1,10 +1,10 @@
 //! A `ShouldRateLimit` answer, and its protobuf: written straight from the service's
 //! answer, or as prost's `RateLimitResponse`.
 //!
-//! The route sends [`Answer::encode`]'s bytes. Going through prost instead meant building a
+//! The route sends [`WireResponse::encode`]'s bytes. Going through prost instead meant building a
 //! `RateLimitResponse` (a vector of statuses, each limit's name copied), measuring it and
 //! encoding it: about 1,000 instructions more for a two-descriptor answer than this
-//! (`benches/grpc_callgrind.sh`). [`Answer::into_proto`] is the same answer as prost's
+//! (`benches/grpc_callgrind.sh`). [`WireResponse::into_proto`] is the same answer as prost's
 //! type, for callers in Rust; the tests check that prost encodes it to the same bytes.
 
 use bytes::BufMut;
@@ -30,26 +30,26 @@ const STACK: usize = 256;
 /// The answer to one `ShouldRateLimit`: the service's, and the headers Envoy is asked to
 /// add.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answer {
+pub struct WireResponse {
     /// What the service decided.
-    pub(super) response: service::Response,
+    pub(super) answer: service::Answer,
     /// `response_headers_to_add`.
     pub(super) headers: Vec<HeaderValue>,
 }
 
-impl Answer {
+impl WireResponse {
     /// The answer as prost's `RateLimitResponse`.
     pub fn into_proto(self) -> RateLimitResponse {
         RateLimitResponse {
-            overall_code: overall_code(&self.response),
+            overall_code: overall_code(&self.answer),
             statuses: self
-                .response
+                .answer
                 .statuses
                 .into_iter()
                 .map(status_to_proto)
                 .collect(),
             response_headers_to_add: self.headers,
-            dynamic_metadata: self.response.dynamic_metadata.as_deref().map(to_struct),
+            dynamic_metadata: self.answer.dynamic_metadata.as_deref().map(to_struct),
             ..RateLimitResponse::default()
         }
     }
@@ -70,8 +70,8 @@ impl Answer {
     }
 
     fn write(&self, out: &mut Writer) {
-        put_field(out, 1, u64::from(overall_code(&self.response) as u32));
-        for status in &self.response.statuses {
+        put_field(out, 1, u64::from(overall_code(&self.answer) as u32));
+        for status in &self.answer.statuses {
             put_length_delimited(out, 2, status_len(status));
             put_status(out, status);
         }
@@ -81,7 +81,7 @@ impl Answer {
             put_bytes_field(out, 2, header.value.as_bytes());
             put_bytes_field(out, 3, &header.raw_value);
         }
-        if let Some(metadata) = &self.response.dynamic_metadata {
+        if let Some(metadata) = &self.answer.dynamic_metadata {
             // Off the common path (--response-dynamic-metadata): prost writes the Struct.
             let bytes = to_struct(metadata).encode_to_vec();
             put_length_delimited(out, 6, bytes.len());
@@ -91,7 +91,7 @@ impl Answer {
 }
 
 /// `overall_code` of `response`.
-fn overall_code(response: &service::Response) -> i32 {
+fn overall_code(response: &service::Answer) -> i32 {
     code(response.over_limit)
 }
 
@@ -104,7 +104,7 @@ fn code(over_limit: bool) -> i32 {
     }
 }
 
-fn status_to_proto(status: service::Status) -> DescriptorStatus {
+fn status_to_proto(status: service::DescriptorStatus) -> DescriptorStatus {
     DescriptorStatus {
         code: code(status.over_limit),
         current_limit: status.current_limit.map(|l| RateLimit {
@@ -144,7 +144,7 @@ fn unit_to_proto(unit: Unit) -> PbUnit {
 }
 
 /// Bytes of a `DescriptorStatus`'s fields.
-fn status_len(status: &service::Status) -> usize {
+fn status_len(status: &service::DescriptorStatus) -> usize {
     field_len(u64::from(code(status.over_limit) as u32))
         + status
             .current_limit
@@ -154,7 +154,7 @@ fn status_len(status: &service::Status) -> usize {
         + status.reset.map_or(0, |r| message_len(duration_len(r)))
 }
 
-fn put_status(out: &mut Writer, status: &service::Status) {
+fn put_status(out: &mut Writer, status: &service::DescriptorStatus) {
     put_field(out, 1, u64::from(code(status.over_limit) as u32));
     if let Some(limit) = &status.current_limit {
         put_length_delimited(out, 2, limit_len(limit));

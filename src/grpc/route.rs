@@ -1,5 +1,5 @@
 //! The `RateLimitService` route as tonic serves it, handing each request's bytes to
-//! [`Rls::should_rate_limit_traced`] and writing its [`Answer`](super::Answer) itself
+//! [`Rls::should_rate_limit_traced`] and writing its [`WireResponse`](super::WireResponse) itself
 //! ([`ShouldRateLimitCodec`]). The generated server hard-wires tonic's prost codec, which
 //! decodes into owned strings, answers malformed protobuf `INTERNAL` where meshlimit
 //! answers `INVALID_ARGUMENT`, and encodes only prost's types.
@@ -15,7 +15,7 @@ use tonic::codegen::BoxFuture;
 use tonic::server::{NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 
-use super::{Answer, Rls, unary};
+use super::{Rls, WireResponse, unary};
 use crate::traces::RequestSpan;
 
 /// The full gRPC name of the service.
@@ -78,8 +78,8 @@ pub(super) struct ShouldRateLimit(
 );
 
 impl UnaryService<Bytes> for ShouldRateLimit {
-    type Response = Answer;
-    type Future = BoxFuture<Response<Answer>, Status>;
+    type Response = WireResponse;
+    type Future = BoxFuture<Response<WireResponse>, Status>;
 
     fn call(&mut self, request: Request<Bytes>) -> Self::Future {
         let (rls, span) = (self.0.take(), self.1.take());

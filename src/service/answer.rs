@@ -14,11 +14,11 @@ use crate::rules::{ConfigLimit, Limit, Unit};
 
 /// The answer to one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Response {
+pub struct Answer {
     /// The request must be refused.
     pub over_limit: bool,
     /// One status per descriptor, in request order.
-    pub statuses: Vec<Status>,
+    pub statuses: Vec<DescriptorStatus>,
     /// The status that `RateLimit-*` response headers describe (§2.2 of the behaviour
     /// reference): the last non-quota OVER_LIMIT one, else the limited one with the
     /// fewest requests remaining; `None` when no descriptor had a limit.
@@ -30,7 +30,7 @@ pub struct Response {
 
 /// One descriptor's status.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Status {
+pub struct DescriptorStatus {
     /// OVER_LIMIT (after shadow mode turned it to OK where configured).
     pub over_limit: bool,
     /// The limit that applied, if any.
@@ -89,8 +89,8 @@ pub struct LimitStatus {
     pub binding: bool,
 }
 
-impl Status {
-    /// Every limit that applied, in config order: [`Status::all_limits`], or the status's
+impl DescriptorStatus {
+    /// Every limit that applied, in config order: [`DescriptorStatus::all_limits`], or the status's
     /// own limit when it had one (whose `over` is then the status's, after shadow mode).
     /// Borrowed when the status lists them, so that headers built per request copy no
     /// names.
@@ -109,7 +109,7 @@ impl Status {
     }
 }
 
-impl Response {
+impl Answer {
     /// The answer from `plan` and the store's `reports` (one per limit of each limited
     /// descriptor, in request order), and whether the request was over its limits before
     /// global shadow mode (`global_shadow`) turned it OK.
@@ -121,15 +121,15 @@ impl Response {
         // a shadowed rule as over).
         let mut verdicts: smallvec::SmallVec<[(usize, crate::rules::Mode, bool); 8]> =
             smallvec::SmallVec::new();
-        let statuses: Vec<Status> = plan
+        let statuses: Vec<DescriptorStatus> = plan
             .resolved()
             .iter()
             .enumerate()
             .map(|(descriptor, resolved)| match resolved {
-                Resolved::NoRule | Resolved::Replaced { .. } => Status::default(),
-                Resolved::Unlimited { .. } => Status {
+                Resolved::NoRule | Resolved::Replaced { .. } => DescriptorStatus::default(),
+                Resolved::Unlimited { .. } => DescriptorStatus {
                     remaining: u32::MAX,
-                    ..Status::default()
+                    ..DescriptorStatus::default()
                 },
                 Resolved::Limited { limits, .. } => {
                     let (mine, others) = rest.split_at(limits.len().min(rest.len()));
@@ -144,20 +144,20 @@ impl Response {
         let denied = verdicts.iter().any(|&(_, _, over)| over)
             && limiter::request_denied(verdicts.iter().copied());
         let headline = headline(plan, &statuses);
-        let response = Response {
+        let answer = Answer {
             over_limit: denied && !global_shadow,
             statuses,
             headline,
             dynamic_metadata: None,
         };
-        (response, denied)
+        (answer, denied)
     }
 
     /// Every descriptor OK with no limit: the answer for a domain the config does not have.
     pub(crate) fn no_limits(descriptors: usize) -> Self {
-        Response {
+        Answer {
             over_limit: false,
-            statuses: vec![Status::default(); descriptors],
+            statuses: vec![DescriptorStatus::default(); descriptors],
             headline: None,
             dynamic_metadata: None,
         }
@@ -165,13 +165,13 @@ impl Response {
 }
 
 /// A limited descriptor's status from its limits' `reports`.
-fn status(resolved: &Resolved<'_>, limits: &Limits<'_>, reports: &[Report]) -> Status {
+fn status(resolved: &Resolved<'_>, limits: &Limits<'_>, reports: &[Report]) -> DescriptorStatus {
     let over = reports.iter().any(|r| r.over);
     let over_limit = over && !resolved.mode().is_shadow();
     if let [report] = reports {
         // One limit, nearly every descriptor: its own numbers.
         let (limit, config) = limits.get(0);
-        return Status {
+        return DescriptorStatus {
             over_limit,
             current_limit: Some(CurrentLimit::of(&limit, config)),
             remaining: report.remaining,
@@ -193,7 +193,7 @@ fn status(resolved: &Resolved<'_>, limits: &Limits<'_>, reports: &[Report]) -> S
         })
         .collect();
     let report = reports.get(bound).copied().unwrap_or_default();
-    Status {
+    DescriptorStatus {
         over_limit,
         current_limit: all_limits.get(bound).map(|l| l.limit.clone()),
         remaining: report.remaining,
@@ -202,8 +202,8 @@ fn status(resolved: &Resolved<'_>, limits: &Limits<'_>, reports: &[Report]) -> S
     }
 }
 
-/// See [`Response::headline`].
-fn headline(plan: &Plan<'_>, statuses: &[Status]) -> Option<usize> {
+/// See [`Answer::headline`].
+fn headline(plan: &Plan<'_>, statuses: &[DescriptorStatus]) -> Option<usize> {
     let quota = |i: usize| plan.mode_of(&plan.resolved()[i]).is_quota();
     let over = (0..statuses.len())
         .rev()

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use super::Response;
+use super::Answer;
 use crate::error::RequestError;
 
 /// A request's decision, to be awaited.
@@ -18,9 +18,9 @@ use crate::error::RequestError;
 #[must_use = "a decision does nothing on Redis unless awaited"]
 pub enum Decision<'a> {
     /// Decided; taken by the first poll.
-    Ready(Option<Result<Response, RequestError>>),
+    Ready(Option<Result<Answer, RequestError>>),
     /// Waiting on the store.
-    Waiting(Pin<Box<dyn Future<Output = Result<Response, RequestError>> + Send + 'a>>),
+    Waiting(Pin<Box<dyn Future<Output = Result<Answer, RequestError>> + Send + 'a>>),
 }
 
 impl std::fmt::Debug for Decision<'_> {
@@ -33,7 +33,7 @@ impl std::fmt::Debug for Decision<'_> {
 }
 
 impl Future for Decision<'_> {
-    type Output = Result<Response, RequestError>;
+    type Output = Result<Answer, RequestError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.get_mut() {

@@ -11,7 +11,7 @@
 
 use serde_json::{Map, Value};
 
-use super::answer::Status;
+use super::answer::DescriptorStatus;
 use crate::plan::{Plan, Resolved};
 use crate::request::{Request, RequestDescriptor};
 
@@ -20,7 +20,7 @@ use crate::request::{Request, RequestDescriptor};
 pub(super) fn dynamic_metadata<D: RequestDescriptor>(
     request: &Request<'_, D>,
     plan: Option<&Plan<'_>>,
-    statuses: &[Status],
+    statuses: &[DescriptorStatus],
 ) -> Map<String, Value> {
     let mut out = Map::new();
     out.insert("domain".into(), request.domain.into());

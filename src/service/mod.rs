@@ -1,5 +1,5 @@
 //! The rate-limit service, free of protobuf: a request's [`Plan`], one atomic store call
-//! for all its limited descriptors, the per-rule statistics, and the [`Response`].
+//! for all its limited descriptors, the per-rule statistics, and the [`Answer`].
 
 mod answer;
 mod decision;
@@ -7,7 +7,7 @@ mod metadata;
 
 use std::sync::Arc;
 
-pub use answer::{CurrentLimit, LimitStatus, Response, Status};
+pub use answer::{Answer, CurrentLimit, DescriptorStatus, LimitStatus};
 pub use decision::Decision;
 use opentelemetry::KeyValue;
 
@@ -36,7 +36,7 @@ pub struct Service {
     defaults: PlanDefaults,
     /// Global shadow mode: over-limit requests are answered OK overall.
     global_shadow: bool,
-    /// Answers carry dynamic metadata (see [`Response::dynamic_metadata`]).
+    /// Answers carry dynamic metadata (see [`Answer::dynamic_metadata`]).
     dynamic_metadata: bool,
     /// The statistics requests are counted in; `None` counts nothing. Not process-global:
     /// several services in one process (tests) keep separate sets.
@@ -187,7 +187,7 @@ impl Service {
     pub fn decide_at_once<D: RequestDescriptor>(
         &self,
         request: Request<'_, D>,
-    ) -> Option<Result<Response, RequestError>> {
+    ) -> Option<Result<Answer, RequestError>> {
         let Store::Memory(memory) = &self.store else {
             return None;
         };
@@ -206,7 +206,7 @@ impl Service {
         &self,
         request: Request<'_, D>,
         span: Option<&RequestSpan>,
-    ) -> Result<Response, RequestError> {
+    ) -> Result<Answer, RequestError> {
         let mut timing = Timing::start(self.metrics.as_deref());
         let answer = self.decide_awaiting(&request, span, &mut timing).await;
         timing.stop(&answer);
@@ -225,7 +225,7 @@ impl Service {
         memory: &MemoryStore,
         request: &Request<'_, D>,
         timing: &mut Timing<'_>,
-    ) -> Result<Response, RequestError> {
+    ) -> Result<Answer, RequestError> {
         let config = self.config.load();
         // Built in place: see `Plan::empty`.
         let mut plan = Plan::empty(&config, request.domain);
@@ -251,7 +251,7 @@ impl Service {
         request: &Request<'_, D>,
         span: Option<&RequestSpan>,
         timing: &mut Timing<'_>,
-    ) -> Result<Response, RequestError> {
+    ) -> Result<Answer, RequestError> {
         let config = self.config.load();
         let mut plan = Plan::empty(&config, request.domain);
         if let Some(answer) = self.prepare(request, &mut plan)? {
@@ -295,7 +295,7 @@ impl Service {
         &self,
         request: &Request<'_, D>,
         plan: &mut Plan<'_>,
-    ) -> Result<Option<Response>, RequestError> {
+    ) -> Result<Option<Answer>, RequestError> {
         plan.fill(request, &self.defaults)?;
         if plan.knows_domain() {
             return Ok(None);
@@ -303,12 +303,12 @@ impl Service {
         if let Some(metrics) = &self.metrics {
             metrics.domain_not_found(request.domain, request.descriptors.len());
         }
-        let mut response = Response::no_limits(request.descriptors.len());
-        self.add_metadata(&mut response, request, None);
-        Ok(Some(response))
+        let mut answer = Answer::no_limits(request.descriptors.len());
+        self.add_metadata(&mut answer, request, None);
+        Ok(Some(answer))
     }
 
-    /// The response to `request`, planned as `plan` on `config`, whose store reported
+    /// The answer to `request`, planned as `plan` on `config`, whose store reported
     /// `reports`, with its hits counted (and its dynamic metadata, if answers carry it).
     fn finish<D: RequestDescriptor>(
         &self,
@@ -316,28 +316,28 @@ impl Service {
         request: &Request<'_, D>,
         plan: &Plan<'_>,
         reports: &Reports,
-    ) -> Response {
-        let (mut response, over_before_shadow) = Response::new(plan, reports, self.global_shadow);
-        self.add_metadata(&mut response, request, Some(plan));
+    ) -> Answer {
+        let (mut answer, over_before_shadow) = Answer::new(plan, reports, self.global_shadow);
+        self.add_metadata(&mut answer, request, Some(plan));
         if let Some(metrics) = &self.metrics {
             metrics.count_hits(config, request, plan, reports);
             if over_before_shadow && self.global_shadow {
                 metrics.global_shadow();
             }
         }
-        response
+        answer
     }
 
-    /// Gives `response` its dynamic metadata, when answers carry it.
+    /// Gives `answer` its dynamic metadata, when answers carry it.
     fn add_metadata<D: RequestDescriptor>(
         &self,
-        response: &mut Response,
+        answer: &mut Answer,
         request: &Request<'_, D>,
         plan: Option<&Plan<'_>>,
     ) {
         if self.dynamic_metadata {
-            let metadata = metadata::dynamic_metadata(request, plan, &response.statuses);
-            response.dynamic_metadata = Some(Box::new(metadata));
+            let metadata = metadata::dynamic_metadata(request, plan, &answer.statuses);
+            answer.dynamic_metadata = Some(Box::new(metadata));
         }
     }
 }
@@ -376,7 +376,7 @@ impl<'m> Timing<'m> {
     }
 
     /// Counts the request's `answer`.
-    fn stop(self, answer: &Result<Response, RequestError>) {
+    fn stop(self, answer: &Result<Answer, RequestError>) {
         if let (Some(metrics), Some(started)) = (self.metrics, self.started) {
             let decided_at = self.decided_at.unwrap_or_else(Stopwatch::start);
             metrics.answered(started.until(decided_at), answer.as_ref().err());

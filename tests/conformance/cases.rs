@@ -32,7 +32,7 @@ use meshlimit::clock::NANOS_PER_SEC;
 use meshlimit::error::RequestError;
 use meshlimit::request::{Descriptor, Override, Request};
 use meshlimit::rules::{Algorithm, Unit};
-use meshlimit::service::{CurrentLimit, Response, Service, Status};
+use meshlimit::service::{CurrentLimit, Answer, Service, DescriptorStatus};
 
 const FIXED: Algorithm = Algorithm::FixedWindow;
 const BUCKET: Algorithm = Algorithm::TokenBucket;
@@ -59,8 +59,8 @@ fn leasing<T>(algorithm: Algorithm, leased: T, usual: T) -> T {
 }
 
 /// An OK status under a limit, reset in whole seconds (fixed windows).
-fn ok(requests_per_unit: u32, unit: Unit, remaining: u32, reset_secs: u64) -> Status {
-    Status {
+fn ok(requests_per_unit: u32, unit: Unit, remaining: u32, reset_secs: u64) -> DescriptorStatus {
+    DescriptorStatus {
         over_limit: false,
         current_limit: Some(CurrentLimit {
             requests_per_unit,
@@ -75,14 +75,14 @@ fn ok(requests_per_unit: u32, unit: Unit, remaining: u32, reset_secs: u64) -> St
 }
 
 /// An OVER_LIMIT status (remaining 0), reset in whole seconds (fixed windows).
-fn over(requests_per_unit: u32, unit: Unit, reset_secs: u64) -> Status {
-    Status {
+fn over(requests_per_unit: u32, unit: Unit, reset_secs: u64) -> DescriptorStatus {
+    DescriptorStatus {
         over_limit: true,
         ..ok(requests_per_unit, unit, 0, reset_secs)
     }
 }
 
-fn named(mut status: Status, name: &str) -> Status {
+fn named(mut status: DescriptorStatus, name: &str) -> DescriptorStatus {
     if let Some(limit) = status.current_limit.as_mut() {
         limit.name = name.to_string();
     }
@@ -90,20 +90,20 @@ fn named(mut status: Status, name: &str) -> Status {
 }
 
 /// The status of a matched-nothing descriptor: OK, no limit, remaining 0, no reset.
-fn no_limit() -> Status {
-    Status::default()
+fn no_limit() -> DescriptorStatus {
+    DescriptorStatus::default()
 }
 
 /// The status of an `unlimited` rule.
-fn unlimited() -> Status {
-    Status {
+fn unlimited() -> DescriptorStatus {
+    DescriptorStatus {
         remaining: u32::MAX,
-        ..Status::default()
+        ..DescriptorStatus::default()
     }
 }
 
 /// `(requests_per_unit, unit, name)` of a status's current limit.
-fn limit_of(status: &Status) -> Option<(u32, Unit, &str)> {
+fn limit_of(status: &DescriptorStatus) -> Option<(u32, Unit, &str)> {
     status
         .current_limit
         .as_ref()
@@ -135,7 +135,7 @@ fn with_override(
     }
 }
 
-async fn call(service: &Service, domain: &str, descriptors: &[Descriptor], hits: u32) -> Response {
+async fn call(service: &Service, domain: &str, descriptors: &[Descriptor], hits: u32) -> Answer {
     service
         .should_rate_limit(Request::new(domain, descriptors, hits))
         .await
@@ -143,7 +143,7 @@ async fn call(service: &Service, domain: &str, descriptors: &[Descriptor], hits:
 }
 
 /// The status of a one-descriptor request (request-level hits_addend 0).
-async fn one(service: &Service, domain: &str, entries: &[(&str, &str)]) -> Status {
+async fn one(service: &Service, domain: &str, entries: &[(&str, &str)]) -> DescriptorStatus {
     let response = ask(service, domain, &[entries]).await;
     assert_eq!(response.statuses.len(), 1);
     assert_eq!(response.over_limit, response.statuses[0].over_limit);
@@ -575,7 +575,7 @@ descriptors:
 async fn nested_matching_of_the_go_basic_config() {
     let (service, _, _store) = service(&[("basic_config.yaml", TEST_DOMAIN)], FIXED);
     let d = "test-domain";
-    let cases: &[(&[(&str, &str)], Status)] = &[
+    let cases: &[(&[(&str, &str)], DescriptorStatus)] = &[
         // A node without a rate_limit gives no limit, even with children.
         (&[("key1", "value1")], no_limit()),
         (&[("key1", "something")], no_limit()),
@@ -1098,7 +1098,7 @@ async fn shadow_mode_counts_but_never_denies() {
     let status = one(&service, "rl", &[("foo", "pelle"), ("baz", "shady")]).await;
     assert_eq!(
         status,
-        Status {
+        DescriptorStatus {
             over_limit: false,
             ..over(3, Unit::Minute, 60)
         }
@@ -1237,7 +1237,7 @@ async fn request_hits_addend_zero_counts_as_one() {
     for algorithm in [FIXED, BUCKET] {
         let (service, _, _store) = service(&[("another.yaml", ANOTHER)], algorithm);
         let d = [desc(&[("key2", "x")])];
-        let remaining = |r: Response| r.statuses[0].remaining;
+        let remaining = |r: Answer| r.statuses[0].remaining;
         assert_eq!(
             remaining(call(&service, "another", &d, 0).await),
             19,
@@ -1404,7 +1404,7 @@ async fn override_shares_the_bucket_of_the_same_entries() {
     for algorithm in [FIXED, BUCKET] {
         let (service, _, _store) = service(&[("basic_config.yaml", TEST_DOMAIN)], algorithm);
         let entries = [("key1", "value1"), ("subkey1", "shared")]; // 5/s in config
-        let remaining = |r: Response| {
+        let remaining = |r: Answer| {
             (
                 r.statuses[0].remaining,
                 limit_of(&r.statuses[0]).map(|l| l.0),

@@ -14,7 +14,7 @@ use meshlimit::clock::{ManualClock, NANOS_PER_SEC};
 use meshlimit::error::RequestError;
 use meshlimit::request::{Descriptor, Override, Request};
 use meshlimit::rules::{Algorithm, DEBT_PERIODS, Unit};
-use meshlimit::service::{Response, Service, Status};
+use meshlimit::service::{Answer, Service, DescriptorStatus};
 
 const S: u64 = NANOS_PER_SEC;
 const MS: u64 = 1_000_000;
@@ -63,7 +63,7 @@ fn refund(entries: &[(&str, &str)], hits: u64) -> Descriptor {
     }
 }
 
-async fn call(service: &Service, descriptors: &[Descriptor]) -> Response {
+async fn call(service: &Service, descriptors: &[Descriptor]) -> Answer {
     service
         .should_rate_limit(Request::new("llm", descriptors, 0))
         .await
@@ -77,7 +77,7 @@ async fn one(service: &Service, descriptor: Descriptor) -> (bool, u32, u64) {
     brief(&response.statuses[0])
 }
 
-fn brief(status: &Status) -> (bool, u32, u64) {
+fn brief(status: &DescriptorStatus) -> (bool, u32, u64) {
     (status.over_limit, status.remaining, status.reset.unwrap_or(0))
 }
 

@@ -13,7 +13,7 @@ use crate::support::ask;
 use meshlimit::clock::{ManualClock, NANOS_PER_SEC};
 use meshlimit::request::{Descriptor, Override, Request};
 use meshlimit::rules::{Algorithm, Unit};
-use meshlimit::service::{Response, Service, Status};
+use meshlimit::service::{Answer, Service, DescriptorStatus};
 
 const S: u64 = NANOS_PER_SEC;
 const MS: u64 = 1_000_000;
@@ -26,18 +26,18 @@ fn setup() -> Setup {
     crate::setup_of(module_path!())
 }
 
-async fn request(service: &Service, domain: &str, descriptors: &[&[(&str, &str)]]) -> Response {
+async fn request(service: &Service, domain: &str, descriptors: &[&[(&str, &str)]]) -> Answer {
     ask(service, domain, descriptors).await
 }
 
-async fn one(service: &Service, domain: &str, entries: &[(&str, &str)]) -> Status {
+async fn one(service: &Service, domain: &str, entries: &[(&str, &str)]) -> DescriptorStatus {
     let response = ask(service, domain, &[entries]).await;
     assert_eq!(response.over_limit, response.statuses[0].over_limit);
     response.statuses[0].clone()
 }
 
 /// `(name, over, remaining, reset)` of each limit of a status.
-fn limits(status: &Status) -> Vec<(String, bool, u32, u64)> {
+fn limits(status: &DescriptorStatus) -> Vec<(String, bool, u32, u64)> {
     status
         .each_limit()
         .iter()
@@ -46,7 +46,7 @@ fn limits(status: &Status) -> Vec<(String, bool, u32, u64)> {
 }
 
 /// `(over, binding limit's name, remaining, reset)` of a status.
-fn headline(status: &Status) -> (bool, String, u32, u64) {
+fn headline(status: &DescriptorStatus) -> (bool, String, u32, u64) {
     let name = status
         .current_limit
         .as_ref()

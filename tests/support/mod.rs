@@ -22,7 +22,7 @@ use meshlimit::config::Config;
 use meshlimit::metrics::Metrics;
 use meshlimit::request::{Descriptor, Request};
 use meshlimit::rules::Algorithm;
-use meshlimit::service::{Response, Service};
+use meshlimit::service::{Answer, Service};
 use meshlimit::store::{MemoryStore, Store};
 
 /// A protobuf descriptor of `entries`, no override, default hits.
@@ -91,7 +91,7 @@ pub fn service_on(
 }
 
 /// One request of descriptors given as entry lists, hits_addend 0 (counts as 1).
-pub async fn ask(service: &Service, domain: &str, descriptors: &[&[(&str, &str)]]) -> Response {
+pub async fn ask(service: &Service, domain: &str, descriptors: &[&[(&str, &str)]]) -> Answer {
     let descriptors: Vec<Descriptor> = descriptors.iter().map(|d| Descriptor::new(d)).collect();
     service
         .should_rate_limit(Request::new(domain, &descriptors, 0))

@@ -78,8 +78,8 @@ fn limit(name: &str, requests_per_unit: u32, unit: Unit, multiplier: u32) -> Cur
 }
 
 /// A descriptor with one limit.
-fn single(limit: CurrentLimit, remaining: u32, reset_ns: u64, over: bool) -> Status {
-    Status {
+fn single(limit: CurrentLimit, remaining: u32, reset_ns: u64, over: bool) -> DescriptorStatus {
+    DescriptorStatus {
         over_limit: over,
         current_limit: Some(limit),
         remaining,
@@ -90,7 +90,7 @@ fn single(limit: CurrentLimit, remaining: u32, reset_ns: u64, over: bool) -> Sta
 
 /// A descriptor with several limits, `(limit, remaining, reset_ns, over)` each; the first
 /// refusing one (else the first) binds, which these fields do not look at.
-fn several(limits: Vec<(CurrentLimit, u32, u64, bool)>) -> Status {
+fn several(limits: Vec<(CurrentLimit, u32, u64, bool)>) -> DescriptorStatus {
     let bound = limits.iter().position(|l| l.3).unwrap_or(0);
     let all: Vec<LimitStatus> = limits
         .into_iter()
@@ -104,7 +104,7 @@ fn several(limits: Vec<(CurrentLimit, u32, u64, bool)>) -> Status {
         })
         .collect();
     let binding = all[bound].clone();
-    Status {
+    DescriptorStatus {
         over_limit: all.iter().any(|l| l.over),
         current_limit: Some(binding.limit),
         remaining: binding.remaining,
@@ -118,11 +118,11 @@ const SECOND: u64 = NANOS_PER_SEC;
 #[test]
 fn no_limit_no_fields() {
     assert_eq!(values(&[]), None);
-    let unlimited = Status {
+    let unlimited = DescriptorStatus {
         remaining: u32::MAX,
-        ..Status::default()
+        ..DescriptorStatus::default()
     };
-    assert_eq!(values(&[Status::default(), unlimited]), None);
+    assert_eq!(values(&[DescriptorStatus::default(), unlimited]), None);
 }
 
 #[test]
@@ -142,7 +142,7 @@ fn one_policy_per_limit_of_every_limited_descriptor() {
                 false,
             ),
         ]),
-        Status::default(),
+        DescriptorStatus::default(),
         single(limit("", 3, Unit::Minute, 5), 2, 250 * SECOND + 1, false),
     ];
     let (policy, current) = values(&statuses).expect("limits applied");
@@ -200,7 +200,7 @@ fn odd_names_make_valid_fields_and_no_header_injection() {
         "",
         " ",
     ];
-    let statuses: Vec<Status> = odd
+    let statuses: Vec<DescriptorStatus> = odd
         .iter()
         .map(|name| single(limit(name, 4, Unit::Minute, 1), 3, 30 * SECOND, false))
         .collect();

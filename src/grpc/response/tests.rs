@@ -6,7 +6,7 @@ use prost::Message;
 
 use super::*;
 use crate::rules::Unit;
-use crate::service::{CurrentLimit, Status};
+use crate::service::{CurrentLimit, DescriptorStatus};
 
 fn text() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -21,14 +21,14 @@ fn unit() -> impl Strategy<Value = Unit> {
     prop::sample::select(&Unit::ALL[..])
 }
 
-fn status() -> impl Strategy<Value = Status> {
+fn status() -> impl Strategy<Value = DescriptorStatus> {
     (
         any::<bool>(),
         prop::option::of((prop_oneof![Just(0u32), any::<u32>()], unit(), text())),
         prop_oneof![Just(0u32), Just(u32::MAX), any::<u32>()],
         prop::option::of(prop_oneof![Just(0u64), 0u64..NANOS_PER_SEC, any::<u64>()]),
     )
-        .prop_map(|(over_limit, limit, remaining, reset)| Status {
+        .prop_map(|(over_limit, limit, remaining, reset)| DescriptorStatus {
             over_limit,
             current_limit: limit.map(|(requests_per_unit, unit, name)| CurrentLimit {
                 requests_per_unit,
@@ -42,7 +42,7 @@ fn status() -> impl Strategy<Value = Status> {
         })
 }
 
-fn answer() -> impl Strategy<Value = Answer> {
+fn answer() -> impl Strategy<Value = WireResponse> {
     (
         any::<bool>(),
         prop::collection::vec(status(), 0..5),
@@ -51,8 +51,8 @@ fn answer() -> impl Strategy<Value = Answer> {
             0..4,
         ),
     )
-        .prop_map(|(over_limit, statuses, headers)| Answer {
-            response: service::Response {
+        .prop_map(|(over_limit, statuses, headers)| WireResponse {
+            answer: service::Answer {
                 over_limit,
                 statuses,
                 headline: None,
@@ -83,17 +83,17 @@ proptest! {
 #[test]
 fn an_empty_limit_is_still_sent() {
     // A limit whose fields are all protobuf defaults is present, with no bytes inside.
-    let answer = Answer {
-        response: service::Response {
+    let answer = WireResponse {
+        answer: service::Answer {
             over_limit: false,
-            statuses: vec![Status {
+            statuses: vec![DescriptorStatus {
                 current_limit: Some(CurrentLimit {
                     requests_per_unit: 0,
                     unit: Unit::Second,
                     multiplier: 1,
                     name: String::new(),
                 }),
-                ..Status::default()
+                ..DescriptorStatus::default()
             }],
             headline: None,
             dynamic_metadata: None,
@@ -116,10 +116,10 @@ fn dynamic_metadata_is_sent_as_a_struct() {
     }) else {
         unreachable!()
     };
-    let answer = Answer {
-        response: service::Response {
+    let answer = WireResponse {
+        answer: service::Answer {
             dynamic_metadata: Some(Box::new(metadata)),
-            ..service::Response::no_limits(1)
+            ..service::Answer::no_limits(1)
         },
         headers: Vec::new(),
     };
