@@ -13,7 +13,8 @@
 //!   (`super::c::…`, `crate::a::c::…`, `self::c` from `a/mod.rs`, `use super::{c, …}`)
 //!   that resolves into c or below it; the uses of tests (`#[cfg(test)]` items and test
 //!   modules) do not count, and neither does a child's use of its parent's own items;
-//! - every test the page's "Deliberate twins" tables name exists.
+//! - every test the page's "Deliberate twins" tables name exists;
+//! - no function outside tests is longer than [`LONGEST_FUNCTION`] lines.
 //!
 //! The reader resolves paths by module name only: a path through a re-export of the
 //! parent (`super::Thing` where the parent has `pub use c::Thing`) counts as a use of
@@ -1170,5 +1171,119 @@ fn every_test_the_twins_table_names_exists() {
             "\n## Deliberate twins\n| a | b | `tests/x.rs::a_test`, `limiter/mod.rs` |\n## Next `tests/y.rs::no`"
         ),
         [("tests/x.rs".to_string(), "a_test".to_string())]
+    );
+}
+
+/// The most lines a function outside tests may take, from `fn` to its closing brace: a
+/// longer one is split into steps a reader can name.
+const LONGEST_FUNCTION: usize = 120;
+
+/// Each function with a body in `code` (as [`code_of`] leaves it, so that a brace in a
+/// comment or a literal does not count): its name, its first line and its length in
+/// lines. A nested function is counted on its own, and inside its parent.
+fn function_lengths(code: &str) -> Vec<(String, usize, usize)> {
+    let bytes = code.as_bytes();
+    let line_of = |at: usize| 1 + code[..at].matches('\n').count();
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(found) = code[from..].find("fn ") {
+        let start = from + found;
+        from = start + 3;
+        if start > 0 && (bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_') {
+            continue;
+        }
+        let name: String = code[from..]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if name.is_empty() {
+            continue;
+        }
+        // The body opens at the first brace outside the signature's parentheses; a `;`
+        // first means a declaration without one (in a trait).
+        let mut depth = 0usize;
+        let mut open = None;
+        for (i, &b) in bytes.iter().enumerate().skip(from) {
+            match b {
+                b'(' | b'[' => depth += 1,
+                b')' | b']' => depth = depth.saturating_sub(1),
+                b';' if depth == 0 => break,
+                b'{' if depth == 0 => {
+                    open = Some(i);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let Some(open) = open else { continue };
+        let mut braces = 0usize;
+        for (i, &b) in bytes.iter().enumerate().skip(open) {
+            match b {
+                b'{' => braces += 1,
+                b'}' => {
+                    braces -= 1;
+                    if braces == 0 {
+                        out.push((
+                            name.clone(),
+                            line_of(start),
+                            line_of(i) - line_of(start) + 1,
+                        ));
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_function_outside_tests_is_longer_than_the_limit() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let mut long = Vec::new();
+    for file in files {
+        let name = relative_to_src(&file);
+        // Test modules in files of their own.
+        if name.ends_with("tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("a readable source file");
+        for (function, line, lines) in function_lengths(&code_of(&text)) {
+            if lines > LONGEST_FUNCTION {
+                long.push(format!("src/{name}:{line}: fn {function} is {lines} lines"));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions longer than {LONGEST_FUNCTION} lines; split each into steps with names:\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn the_length_reader_counts_from_fn_to_its_closing_brace() {
+    let code = "trait T { fn declared(&self); }\n\
+                pub(crate) async fn outer(x: [u8; 2]) -> impl Fn() {\n\
+                    fn inner() {}\n\
+                    let f = |a: u8| { a };\n\
+                }\n\
+                fn define() {}";
+    let lengths = function_lengths(&code_of(code));
+    assert_eq!(
+        lengths,
+        [
+            ("outer".to_string(), 2, 4),
+            ("inner".to_string(), 3, 1),
+            ("define".to_string(), 6, 1),
+        ]
+    );
+    // A brace in a literal or a comment is no brace of the body.
+    let literal = "fn a() {\n let s = \"}\"; // }\n}\nfn b() {}";
+    assert_eq!(
+        function_lengths(&code_of(literal)),
+        [("a".to_string(), 1, 3), ("b".to_string(), 4, 1)]
     );
 }
