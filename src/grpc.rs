@@ -20,19 +20,19 @@ use crate::traces::{RequestSpan, Traces};
 
 mod codec;
 mod metadata;
+mod rate_limit_server;
 mod ratelimit_headers;
 mod reflection;
 mod response;
-mod route;
 mod routes;
 mod sf;
 pub mod unary;
 mod wire;
 
+pub use rate_limit_server::RateLimitServer;
 pub use ratelimit_headers::{LIMIT_FIELD, POLICY_FIELD};
 pub use reflection::reflection_servers;
 pub use response::Answer;
-pub use route::RateLimitServer;
 pub use routes::{GrpcRoutes, Route};
 
 /// The gRPC face of a [`Service`].
@@ -187,7 +187,7 @@ impl Rls {
         {
             Some(answer) => answer,
             // Awaited here, not boxed in a `Decision`: the call's future, which holds this
-            // one, is a box already (`grpc/route.rs`).
+            // one, is a box already (`grpc/rate_limit_server.rs`).
             None => {
                 self.service
                     .decide_waiting(domain, descriptors, hits_addend, span)
@@ -221,7 +221,7 @@ fn record(span: &RequestSpan, answer: &Result<Answer, Status>) {
     };
     span.set([
         KeyValue::new("rpc.system", "grpc"),
-        KeyValue::new("rpc.service", route::SERVICE),
+        KeyValue::new("rpc.service", rate_limit_server::SERVICE),
         KeyValue::new("rpc.method", "ShouldRateLimit"),
         KeyValue::new("rpc.grpc.status_code", code as i64),
     ]);
