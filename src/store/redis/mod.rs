@@ -26,7 +26,7 @@
 //! decides them, and land there, in the same one call as the rest of their request.
 
 mod backend;
-mod batch;
+mod call_queue;
 mod circuit;
 mod cluster;
 mod conn;
@@ -197,7 +197,7 @@ impl RedisStore {
             .await
             .unwrap_or_else(|_| {
                 node.reset();
-                Err(script::Failure {
+                Err(node::Failure {
                     error: node.error(&node::timed_out("deciding")),
                     node,
                     opens: true,
