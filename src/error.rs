@@ -70,12 +70,6 @@ impl StoreError {
             message: message.into(),
         }
     }
-
-    /// Whether asking again soon may succeed: everything but a reply that could not be
-    /// read, which says the store and meshlimit disagree about the protocol.
-    pub fn is_transient(&self) -> bool {
-        self.kind != StoreErrorKind::MalformedReply
-    }
 }
 
 /// Which problem a descriptor file has: one kind per rule of the format (and per limit of
@@ -219,24 +213,3 @@ impl std::fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
-
-#[cfg(test)]
-mod tests {
-    use super::{StoreError, StoreErrorKind};
-
-    #[test]
-    fn only_a_reply_that_cannot_be_read_is_not_transient() {
-        for (kind, transient) in [
-            (StoreErrorKind::Unreachable, true),
-            (StoreErrorKind::TimedOut, true),
-            (StoreErrorKind::Refused, true),
-            (StoreErrorKind::MalformedReply, false),
-        ] {
-            assert_eq!(
-                StoreError::new(kind, "x").is_transient(),
-                transient,
-                "{kind:?}"
-            );
-        }
-    }
-}
