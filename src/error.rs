@@ -38,6 +38,23 @@ impl RequestError {
     }
 }
 
+/// Why a quota stream (`StreamRateLimitQuotas`) is refused, or ended by a report.
+#[derive(Debug, thiserror::Error)]
+pub enum QuotaError {
+    /// The server is draining: new streams are refused.
+    #[error("meshlimit is shutting down")]
+    ShuttingDown,
+    /// The first usage report of a stream named no domain.
+    #[error("the first usage report of a stream must name a domain")]
+    NoDomain,
+    /// A usage report's bucket id (at this index of `bucket_quota_usages`) has no entries.
+    #[error("bucket_quota_usages[{0}]: the bucket id is empty")]
+    EmptyBucketId(usize),
+    /// A bucket id over the caps a descriptor has.
+    #[error("bucket_quota_usages: {0}")]
+    TooLarge(TooLarge),
+}
+
 /// What kind of failure kept a store from deciding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreErrorKind {

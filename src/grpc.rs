@@ -1,5 +1,6 @@
-//! `envoy.service.ratelimit.v3.RateLimitService` over tonic: protobuf in, protobuf out;
-//! the only module that sees Envoy's types. Also serves `grpc.health.v1.Health`.
+//! `envoy.service.ratelimit.v3.RateLimitService` over tonic: protobuf in, protobuf out.
+//! Envoy's types are seen here, and in `rlqs/` (the quota service's stream) and
+//! `source/xds/` (the xDS client) only. Also serves `grpc.health.v1.Health`.
 
 use bytes::Bytes;
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
@@ -12,11 +13,11 @@ use tonic::Status;
 
 use crate::clock::NANOS_PER_SEC;
 use crate::defaults;
-use crate::error::RequestError;
 use crate::request::{Override, RequestDescriptor};
 use crate::rules::Unit;
 use crate::service::{self, Service};
 use crate::traces::{RequestSpan, Traces};
+use status::to_status;
 
 mod codec;
 mod metadata;
@@ -26,6 +27,7 @@ mod reflection;
 mod response;
 mod routes;
 mod sf;
+mod status;
 pub mod unary;
 mod wire;
 
@@ -228,22 +230,6 @@ fn record(span: &RequestSpan, answer: &Result<Answer, Status>) {
     match answer {
         Ok(answer) => span.answered(answer.response.over_limit),
         Err(status) => span.failed(status.message().to_string()),
-    }
-}
-
-/// The one place errors become gRPC statuses.
-fn to_status(error: RequestError) -> Status {
-    match error {
-        // The caller sent something no config could answer: its fault, and retrying the
-        // same request will not help.
-        RequestError::EmptyDomain
-        | RequestError::NoDescriptors
-        | RequestError::BadOverrideUnit(_)
-        | RequestError::RefundNotAllowed(_)
-        | RequestError::TooLarge(_) => Status::invalid_argument(error.to_string()),
-        // We could not decide. UNAVAILABLE lets Envoy apply its `failure_mode_deny`
-        // setting, which is the operator's choice between failing open and closed.
-        RequestError::Store(_) => Status::unavailable(error.to_string()),
     }
 }
 
