@@ -93,11 +93,7 @@ impl Inner {
     /// Decides `part` on `node`: in a call of its own when the node has fewer calls in
     /// flight than allowed, else in the batch the next call that ends takes. Not bounded
     /// in time: the caller's deadline is (a call itself is bounded by the timeout).
-    pub(super) async fn submit(
-        self: &Arc<Self>,
-        node: Arc<Node>,
-        part: Part,
-    ) -> Result<Reply, Failure> {
+    async fn submit(self: &Arc<Self>, node: Arc<Node>, part: Part) -> Result<Reply, Failure> {
         let cluster_slot = match self.backend.cluster() {
             Some(_) => part.keys.first().map_or(0, |key| slot(key.as_bytes())),
             None => 0,
