@@ -14,7 +14,8 @@
 //! A limit that charges ([`Limit::charge`]) records every hit of a request, whatever the
 //! request's fate: a charge, and a refund ([`refund`]), *land*, so both of their fates are
 //! the same. A token bucket's debt may then pass its capacity (the bucket is *in debt*,
-//! its level below zero), up to [`DEBT_PERIODS`](crate::rules::DEBT_PERIODS) periods of refill beyond it.
+//! its level below zero), up to [`DEBT_PERIODS`](crate::rules::DEBT_PERIODS) periods of
+//! refill beyond it.
 
 mod binding;
 mod bucket;
