@@ -27,7 +27,7 @@
 #   decisions  the requests meshlimit sent to Redis meanwhile (its /metrics,
 #              meshlimit_redis_cache_misses_total, read before and after the load)
 #   calls      script calls: fewer than decisions when meshlimit put waiting requests in
-#              one call (src/store/redis/batch.rs)
+#              one call (src/store/redis/call_queue.rs)
 # and prints µs per call, µs per decision, decisions per call and the main thread's CPU µs
 # per decision; then the median of each concurrency's rounds. At 1 request in flight every call carries one decision (the cost of
 # a call); with more in flight, calls carry several.

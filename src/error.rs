@@ -38,6 +38,23 @@ impl RequestError {
     }
 }
 
+/// Why a quota stream (`StreamRateLimitQuotas`) is refused, or ended by a report.
+#[derive(Debug, thiserror::Error)]
+pub enum QuotaError {
+    /// The server is draining: new streams are refused.
+    #[error("meshlimit is shutting down")]
+    ShuttingDown,
+    /// The first usage report of a stream named no domain.
+    #[error("the first usage report of a stream must name a domain")]
+    NoDomain,
+    /// A usage report's bucket id (at this index of `bucket_quota_usages`) has no entries.
+    #[error("bucket_quota_usages[{0}]: the bucket id is empty")]
+    EmptyBucketId(usize),
+    /// A bucket id over the caps a descriptor has.
+    #[error("bucket_quota_usages: {0}")]
+    TooLarge(TooLarge),
+}
+
 /// What kind of failure kept a store from deciding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreErrorKind {
@@ -69,12 +86,6 @@ impl StoreError {
             kind,
             message: message.into(),
         }
-    }
-
-    /// Whether asking again soon may succeed: everything but a reply that could not be
-    /// read, which says the store and meshlimit disagree about the protocol.
-    pub fn is_transient(&self) -> bool {
-        self.kind != StoreErrorKind::MalformedReply
     }
 }
 
@@ -219,24 +230,3 @@ impl std::fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
-
-#[cfg(test)]
-mod tests {
-    use super::{StoreError, StoreErrorKind};
-
-    #[test]
-    fn only_a_reply_that_cannot_be_read_is_not_transient() {
-        for (kind, transient) in [
-            (StoreErrorKind::Unreachable, true),
-            (StoreErrorKind::TimedOut, true),
-            (StoreErrorKind::Refused, true),
-            (StoreErrorKind::MalformedReply, false),
-        ] {
-            assert_eq!(
-                StoreError::new(kind, "x").is_transient(),
-                transient,
-                "{kind:?}"
-            );
-        }
-    }
-}

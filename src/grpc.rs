@@ -16,27 +16,28 @@ use tonic::Status;
 
 use crate::clock::NANOS_PER_SEC;
 use crate::defaults;
-use crate::error::RequestError;
 use crate::request::{Override, Request, RequestDescriptor};
 use crate::rules::Unit;
 use crate::service::{self, Service};
 use crate::traces::{RequestSpan, Traces};
+use status::to_status;
 
 mod codec;
 mod metadata;
+mod rate_limit_server;
 mod ratelimit_headers;
 mod reflection;
 mod response;
-mod route;
 mod routes;
 mod sf;
+mod status;
 pub mod unary;
 mod wire;
 
+pub use rate_limit_server::RateLimitServer;
 pub use ratelimit_headers::{LIMIT_FIELD, POLICY_FIELD};
 pub use reflection::reflection_servers;
 pub use response::WireResponse;
-pub use route::RateLimitServer;
 pub use routes::{GrpcRoutes, Route};
 
 /// The gRPC face of a [`Service`].
@@ -170,7 +171,7 @@ impl Rls {
         let answer = match self.service.decide_at_once(request) {
             Some(answer) => answer,
             // Awaited here, not boxed in a `Decision`: the call's future, which holds this
-            // one, is a box already (`grpc/route.rs`).
+            // one, is a box already (`grpc/rate_limit_server.rs`).
             None => self.service.decide_waiting(request, span).await,
         }
         .map_err(to_status)?;
@@ -197,29 +198,13 @@ fn record(span: &RequestSpan, answer: &Result<WireResponse, Status>) {
     };
     span.set([
         KeyValue::new("rpc.system", "grpc"),
-        KeyValue::new("rpc.service", route::SERVICE),
+        KeyValue::new("rpc.service", rate_limit_server::SERVICE),
         KeyValue::new("rpc.method", "ShouldRateLimit"),
         KeyValue::new("rpc.grpc.status_code", code as i64),
     ]);
     match answer {
         Ok(answer) => span.answered(answer.answer.over_limit),
         Err(status) => span.failed(status.message().to_string()),
-    }
-}
-
-/// The one place errors become gRPC statuses.
-fn to_status(error: RequestError) -> Status {
-    match error {
-        // The caller sent something no config could answer: its fault, and retrying the
-        // same request will not help.
-        RequestError::EmptyDomain
-        | RequestError::NoDescriptors
-        | RequestError::BadOverrideUnit(_)
-        | RequestError::RefundNotAllowed(_)
-        | RequestError::TooLarge(_) => Status::invalid_argument(error.to_string()),
-        // We could not decide. UNAVAILABLE lets Envoy apply its `failure_mode_deny`
-        // setting, which is the operator's choice between failing open and closed.
-        RequestError::Store(_) => Status::unavailable(error.to_string()),
     }
 }
 

@@ -4,7 +4,8 @@
 //! - [`config`]: descriptor files (the envoyproxy/ratelimit format) → a valid [`config::Config`].
 //! - [`matcher`]: the compiled descriptor tree and the Go server's matching walk.
 //! - [`rules`]: units, limits and rules, free of YAML and protobuf.
-//! - [`limiter`]: token-bucket and fixed-window arithmetic as pure functions of `now`.
+//! - [`limiter`]: the token bucket, fixed window and sliding window (a file each) as pure
+//!   functions of `now`, and the two-phase step a store runs them in.
 //! - [`bucket_key`]: a bucket's identity and its one text format, for both stores.
 //! - [`store`]: where bucket state lives: the embedded store and Redis.
 //! - [`request`]: a descriptor as the service reads it; [`request_limits`]: caps on

@@ -8,7 +8,7 @@ use super::fields::{Fields, Reader};
 use super::yaml::{self, Yaml, YamlNode, line};
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::matcher::{DomainTree, Entry, Level};
-use crate::rules::Mode;
+use crate::rules::{Mode, Rule};
 
 const FILE_KEYS: &[&str] = &["domain", "descriptors"];
 const DESCRIPTOR_KEYS: &[&str] = &[
@@ -147,124 +147,167 @@ fn descriptors(
 ) -> Vec<u32> {
     let mut lines = Vec::with_capacity(items.len());
     for item in items {
-        if !matches!(item.value, Yaml::Map(_)) {
-            reader.error(
-                ConfigErrorKind::DescriptorNotAMapping,
-                line(item),
-                Some(parent),
-                "yaml file contains list of type other than map",
-            );
+        let Some(read) = descriptor(reader, item, parent, depth) else {
             continue;
-        }
-        // Key and value first: they name the descriptor in every other message.
-        let peek = Fields::peek(item, &["key", "value"]);
-        let at = peek.get("key").map_or(line(item), line);
-        let key = peek
-            .get("key")
-            .and_then(|n| reader.text(n, Some(parent), "key"))
-            .unwrap_or_default();
-        let value = peek
-            .get("value")
-            .and_then(|n| reader.text(n, Some(parent), "value"))
-            .filter(|v| !v.is_empty());
-        let composite = match &value {
-            Some(v) => format!("{key}_{v}"),
-            None => key.clone(),
         };
-        let path = format!("{parent}.{composite}");
-        let fields = reader.mapping(item, Some(&path), DESCRIPTOR_KEYS);
-        if key.is_empty() {
-            reader.error(
-                ConfigErrorKind::EmptyKey,
-                at,
-                Some(&path),
-                "descriptor has empty key",
-            );
-        }
-        let wildcard = value.as_deref().is_some_and(|v| v.contains('*'));
-        let share = reader.flag(&fields, "share_threshold", &path);
-        if share && !wildcard {
-            reader.error(
-                ConfigErrorKind::ShareThresholdWithoutWildcard,
-                at,
-                Some(&path),
-                format_args!(
-                    "share_threshold can only be used with wildcard values (containing '*'), but found key '{composite}'"
-                ),
-            );
-        }
-        let mode = Mode::from_flags(
-            reader.flag(&fields, "shadow_mode", &path),
-            reader.flag(&fields, "quota_mode", &path),
-        );
-        let detailed_metric = reader.flag(&fields, "detailed_metric", &path);
-        // As in the Go server, the request's value replaces only what the config leaves
-        // open: a value-less entry's value, a wildcard's pattern (unless share_threshold,
-        // whose pattern names the one bucket all its values share).
-        let by_value = reader.flag(&fields, "value_to_metric", &path)
-            && (value.is_none() || (wildcard && !share));
-        let depth = depth.below(by_value);
-        let rule = match (fields.get("rate_limit"), fields.get("rate_limits")) {
-            (Some(_), Some(list)) => {
-                reader.error(
-                    ConfigErrorKind::BothLimitForms,
-                    line(list),
-                    Some(&path),
-                    "a descriptor has rate_limit or rate_limits, not both",
-                );
-                None
-            }
-            (Some(single), None) => super::rate_limit::rule(reader, single, &path),
-            (None, Some(list)) => super::rate_limit::listed_rule(reader, list, &path),
-            (None, None) => None,
-        };
-        let metadata = fields
-            .get("metadata")
-            .and_then(|node| super::metadata::read(reader, node, &path))
-            .filter(|map| !map.is_empty())
-            .map(std::sync::Arc::new);
-        let charge = super::rate_limit::charge(reader, &fields, &path);
-        if let (Some(_), Some(node)) = (charge, fields.get("charge"))
-            && rule.as_ref().is_none_or(|rule| rule.is_unlimited())
-        {
-            reader.error(
-                ConfigErrorKind::BadCharge,
-                line(node),
-                Some(&path),
-                "charge needs limits to charge: a rate_limit or rate_limits that is not unlimited",
-            );
-        }
-        let rule = rule.map(|mut rule| {
-            if charge == Some(true) {
-                rule.limits.iter_mut().for_each(|limit| limit.charge = true);
-            }
-            rule.mode = mode;
-            rule.metadata = metadata;
-            rule.detailed_metric = detailed_metric;
-            rule.value_to_metric = depth.value_to_metric;
-            rule
-        });
-        let mut node = Entry {
-            rule,
-            shared_value: value.filter(|_| share && wildcard).map(Into::into),
-            children: Level::default(),
-        };
-        if let Some(children) = fields.get("descriptors") {
-            let children = reader.list(children, Some(&path), "descriptors");
-            descriptors(reader, &mut node.children, children, &path, depth);
-        }
-        if level.insert(&composite, wildcard, node) {
-            lines.push(at);
+        if level.insert(&read.composite, read.wildcard, read.entry) {
+            lines.push(read.at);
         } else {
+            let path = read.path;
             reader.error(
                 ConfigErrorKind::DuplicateDescriptor,
-                at,
+                read.at,
                 Some(&path),
                 format_args!("duplicate descriptor composite key '{path}'"),
             );
         }
     }
     lines
+}
+
+/// One descriptor of a level, read with its children, for [`descriptors`] to add.
+struct Descriptor {
+    /// Its composite key (`key_value`, or `key`), unique in its level.
+    composite: String,
+    /// Its value holds a `*`.
+    wildcard: bool,
+    /// Its line: its key's, or its own.
+    at: u32,
+    /// Its path (`domain.key_value…`), for messages.
+    path: String,
+    /// Its rule and children.
+    entry: Entry,
+}
+
+/// Reads the descriptor `item` of the descriptor at `parent` (or of the domain), which
+/// sits at `depth`, and its children; `None` when it is not a mapping.
+fn descriptor(
+    reader: &mut Reader<'_>,
+    item: &YamlNode,
+    parent: &str,
+    depth: Depth,
+) -> Option<Descriptor> {
+    if !matches!(item.value, Yaml::Map(_)) {
+        reader.error(
+            ConfigErrorKind::DescriptorNotAMapping,
+            line(item),
+            Some(parent),
+            "yaml file contains list of type other than map",
+        );
+        return None;
+    }
+    // Key and value first: they name the descriptor in every other message.
+    let peek = Fields::peek(item, &["key", "value"]);
+    let at = peek.get("key").map_or(line(item), line);
+    let key = peek
+        .get("key")
+        .and_then(|n| reader.text(n, Some(parent), "key"))
+        .unwrap_or_default();
+    let value = peek
+        .get("value")
+        .and_then(|n| reader.text(n, Some(parent), "value"))
+        .filter(|v| !v.is_empty());
+    let composite = match &value {
+        Some(v) => format!("{key}_{v}"),
+        None => key.clone(),
+    };
+    let path = format!("{parent}.{composite}");
+    let fields = reader.mapping(item, Some(&path), DESCRIPTOR_KEYS);
+    if key.is_empty() {
+        reader.error(
+            ConfigErrorKind::EmptyKey,
+            at,
+            Some(&path),
+            "descriptor has empty key",
+        );
+    }
+    let wildcard = value.as_deref().is_some_and(|v| v.contains('*'));
+    let share = reader.flag(&fields, "share_threshold", &path);
+    if share && !wildcard {
+        reader.error(
+            ConfigErrorKind::ShareThresholdWithoutWildcard,
+            at,
+            Some(&path),
+            format_args!(
+                "share_threshold can only be used with wildcard values (containing '*'), but found key '{composite}'"
+            ),
+        );
+    }
+    let mode = Mode::from_flags(
+        reader.flag(&fields, "shadow_mode", &path),
+        reader.flag(&fields, "quota_mode", &path),
+    );
+    let detailed_metric = reader.flag(&fields, "detailed_metric", &path);
+    // As in the Go server, the request's value replaces only what the config leaves
+    // open: a value-less entry's value, a wildcard's pattern (unless share_threshold,
+    // whose pattern names the one bucket all its values share).
+    let by_value =
+        reader.flag(&fields, "value_to_metric", &path) && (value.is_none() || (wildcard && !share));
+    let depth = depth.below(by_value);
+    let rule = descriptor_rule(reader, &fields, &path).map(|mut rule| {
+        rule.mode = mode;
+        rule.detailed_metric = detailed_metric;
+        rule.value_to_metric = depth.value_to_metric;
+        rule
+    });
+    let mut entry = Entry {
+        rule,
+        shared_value: value.filter(|_| share && wildcard).map(Into::into),
+        children: Level::default(),
+    };
+    if let Some(children) = fields.get("descriptors") {
+        let children = reader.list(children, Some(&path), "descriptors");
+        descriptors(reader, &mut entry.children, children, &path, depth);
+    }
+    Some(Descriptor {
+        composite,
+        wildcard,
+        at,
+        path,
+        entry,
+    })
+}
+
+/// The rule of the descriptor at `path` with these `fields`: its limits (`rate_limit` or
+/// `rate_limits`), its metadata and its `charge`; `None` when it has no limits.
+fn descriptor_rule(reader: &mut Reader<'_>, fields: &Fields<'_>, path: &str) -> Option<Rule> {
+    let rule = match (fields.get("rate_limit"), fields.get("rate_limits")) {
+        (Some(_), Some(list)) => {
+            reader.error(
+                ConfigErrorKind::BothLimitForms,
+                line(list),
+                Some(path),
+                "a descriptor has rate_limit or rate_limits, not both",
+            );
+            None
+        }
+        (Some(single), None) => super::rate_limit::rule(reader, single, path),
+        (None, Some(list)) => super::rate_limit::listed_rule(reader, list, path),
+        (None, None) => None,
+    };
+    let metadata = fields
+        .get("metadata")
+        .and_then(|node| super::metadata::read(reader, node, path))
+        .filter(|map| !map.is_empty())
+        .map(std::sync::Arc::new);
+    let charge = super::rate_limit::charge(reader, fields, path);
+    if let (Some(_), Some(node)) = (charge, fields.get("charge"))
+        && rule.as_ref().is_none_or(|rule| rule.is_unlimited())
+    {
+        reader.error(
+            ConfigErrorKind::BadCharge,
+            line(node),
+            Some(path),
+            "charge needs limits to charge: a rate_limit or rate_limits that is not unlimited",
+        );
+    }
+    rule.map(|mut rule| {
+        if charge == Some(true) {
+            rule.limits.iter_mut().for_each(|limit| limit.charge = true);
+        }
+        rule.metadata = metadata;
+        rule
+    })
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! apply to a longer request, a request must end exactly at an entry with a
 //! `rate_limit`, and the walk never backtracks. The text says so where it matters.
 
-mod bucket;
+mod quota_bucket;
 
 use std::fmt::Write;
 
@@ -21,7 +21,7 @@ use crate::request::{Descriptor, Request, RequestDescriptor};
 use crate::rules::{Algorithm, Limit, Mode, Rule};
 use crate::service::Service;
 use crate::store::Store;
-pub use bucket::{BucketError, explain_bucket};
+pub use quota_bucket::{BucketError, explain_bucket};
 
 /// Most entries listed where the text shows what a level offers.
 const LISTED: usize = 12;

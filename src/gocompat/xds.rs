@@ -50,28 +50,9 @@ pub(crate) fn translate(
     ours: &impl Fn(&str) -> bool,
     names: &[String],
 ) -> Result<XdsArgs, String> {
+    let vars = Vars { set, ours };
     let mut out = XdsArgs::default();
-    let flag = |name: &str| -> Result<Option<bool>, String> {
-        set(name)
-            .map(|v| parse_bool(&v).ok_or_else(|| format!("{name}={v:?} is not a boolean")))
-            .transpose()
-    };
-    for (go, twin, meshlimit) in [
-        (
-            "FORCE_START_WITHOUT_INITIAL_CONFIG",
-            "MESHLIMIT_START_WITHOUT_CONFIG",
-            "--start-without-config",
-        ),
-        (
-            "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
-            "MESHLIMIT_UNHEALTHY_WITHOUT_CONFIG",
-            "--unhealthy-without-config",
-        ),
-    ] {
-        if flag(go)? == Some(true) && !ours(twin) {
-            out.args.push(meshlimit.into());
-        }
-    }
+    vars.startup_switches(&mut out.args)?;
     if !is_xds(set) {
         out.ignored = names
             .iter()
@@ -80,38 +61,111 @@ pub(crate) fn translate(
             .collect();
         return Ok(out);
     }
-    let push = |args: &mut Vec<String>, twin: &str, flag: &str, value: String| {
-        if !ours(twin) {
-            args.extend([flag.to_string(), value]);
-        }
-    };
-    if !ours("MESHLIMIT_CONFIG") {
-        let url = set("CONFIG_GRPC_XDS_SERVER_URL").unwrap_or_else(|| GO_SERVER_URL.into());
-        push(&mut out.args, "MESHLIMIT_XDS_SERVER", "--xds-server", url);
-    }
-    if let Some(id) = set("CONFIG_GRPC_XDS_NODE_ID") {
-        push(&mut out.args, "MESHLIMIT_XDS_NODE_ID", "--xds-node-id", id);
-    }
-    if let Some(metadata) = set("CONFIG_GRPC_XDS_NODE_METADATA") {
-        let pairs: Vec<&str> = metadata.split(',').filter(|e| e.contains('=')).collect();
-        push(
-            &mut out.args,
-            "MESHLIMIT_XDS_NODE_METADATA",
-            "--xds-node-metadata",
-            pairs.join(","),
-        );
-    }
-    if let Some(headers) = set("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS") {
-        push(
-            &mut out.args,
-            "MESHLIMIT_XDS_HEADERS",
-            "--xds-headers",
-            headers_as_pairs(&headers)?,
-        );
+    vars.control_plane(&mut out.args)?;
+    vars.tls(&mut out)?;
+    vars.backoff(&mut out.args)?;
+    Ok(out)
+}
+
+/// The variables as [`translate`] reads them: `set` and `ours`.
+struct Vars<'a, S, O> {
+    /// A variable's value, when set and not empty.
+    set: &'a S,
+    /// Whether a `MESHLIMIT_*` variable is set, which then wins over its Go twin.
+    ours: &'a O,
+}
+
+impl<S, O> Vars<'_, S, O>
+where
+    S: Fn(&str) -> Option<String>,
+    O: Fn(&str) -> bool,
+{
+    /// The boolean variable `name`, when set.
+    fn flag(&self, name: &str) -> Result<Option<bool>, String> {
+        (self.set)(name)
+            .map(|v| parse_bool(&v).ok_or_else(|| format!("{name}={v:?} is not a boolean")))
+            .transpose()
     }
 
-    if flag("CONFIG_GRPC_XDS_SERVER_USE_TLS")? == Some(true) {
-        if !ours("MESHLIMIT_XDS_TLS") {
+    /// `flag value` onto `args`, unless the `MESHLIMIT_*` variable `twin` is set.
+    fn push(&self, args: &mut Vec<String>, twin: &str, flag: &str, value: String) {
+        if !(self.ours)(twin) {
+            args.extend([flag.to_string(), value]);
+        }
+    }
+
+    /// `FORCE_START_WITHOUT_INITIAL_CONFIG` and `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`,
+    /// read whatever the source.
+    fn startup_switches(&self, args: &mut Vec<String>) -> Result<(), String> {
+        for (go, twin, meshlimit) in [
+            (
+                "FORCE_START_WITHOUT_INITIAL_CONFIG",
+                "MESHLIMIT_START_WITHOUT_CONFIG",
+                "--start-without-config",
+            ),
+            (
+                "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+                "MESHLIMIT_UNHEALTHY_WITHOUT_CONFIG",
+                "--unhealthy-without-config",
+            ),
+        ] {
+            if self.flag(go)? == Some(true) && !(self.ours)(twin) {
+                args.push(meshlimit.into());
+            }
+        }
+        Ok(())
+    }
+
+    /// The control plane: its URL, the node's id and metadata, the headers sent to it.
+    fn control_plane(&self, args: &mut Vec<String>) -> Result<(), String> {
+        let set = self.set;
+        if !(self.ours)("MESHLIMIT_CONFIG") {
+            let url = set("CONFIG_GRPC_XDS_SERVER_URL").unwrap_or_else(|| GO_SERVER_URL.into());
+            self.push(args, "MESHLIMIT_XDS_SERVER", "--xds-server", url);
+        }
+        if let Some(id) = set("CONFIG_GRPC_XDS_NODE_ID") {
+            self.push(args, "MESHLIMIT_XDS_NODE_ID", "--xds-node-id", id);
+        }
+        if let Some(metadata) = set("CONFIG_GRPC_XDS_NODE_METADATA") {
+            let pairs: Vec<&str> = metadata.split(',').filter(|e| e.contains('=')).collect();
+            self.push(
+                args,
+                "MESHLIMIT_XDS_NODE_METADATA",
+                "--xds-node-metadata",
+                pairs.join(","),
+            );
+        }
+        if let Some(headers) = set("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS") {
+            self.push(
+                args,
+                "MESHLIMIT_XDS_HEADERS",
+                "--xds-headers",
+                headers_as_pairs(&headers)?,
+            );
+        }
+        Ok(())
+    }
+
+    /// TLS to the control plane, only with `CONFIG_GRPC_XDS_SERVER_USE_TLS=true`; its
+    /// files and SAN are reported as ignored otherwise.
+    fn tls(&self, out: &mut XdsArgs) -> Result<(), String> {
+        let set = self.set;
+        if self.flag("CONFIG_GRPC_XDS_SERVER_USE_TLS")? != Some(true) {
+            for name in [
+                "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+                "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+                "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+                "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+            ] {
+                if set(name).is_some() {
+                    out.ignored.push(format!(
+                        "{name} (used only with CONFIG_GRPC_XDS_SERVER_USE_TLS=true)"
+                    ));
+                }
+            }
+            return Ok(());
+        }
+        if !(self.ours)("MESHLIMIT_XDS_TLS") {
             out.args.push("--xds-tls".into());
         }
         let (cert, key) = (
@@ -148,83 +202,77 @@ pub(crate) fn translate(
             ),
         ] {
             if let Some(value) = set(go) {
-                push(&mut out.args, twin, flag, value);
+                self.push(&mut out.args, twin, flag, value);
             }
         }
-    } else {
-        for name in [
-            "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
-            "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
-            "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
-            "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
-        ] {
-            if set(name).is_some() {
-                out.ignored.push(format!(
-                    "{name} (used only with CONFIG_GRPC_XDS_SERVER_USE_TLS=true)"
-                ));
-            }
-        }
+        Ok(())
     }
 
-    let initial = set("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL")
-        .map(|v| ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", v))
-        .or_else(|| {
-            set("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL")
-                .map(|v| ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", v))
-        });
-    if let Some((name, value)) = initial {
-        let ms = millis(name, &value)?;
-        push(
-            &mut out.args,
-            "MESHLIMIT_XDS_BACKOFF_INITIAL_MS",
-            "--xds-backoff-initial-ms",
-            ms.to_string(),
-        );
-    }
-    if let Some(value) = set("XDS_CLIENT_BACKOFF_MAX_INTERVAL") {
-        let ms = millis("XDS_CLIENT_BACKOFF_MAX_INTERVAL", &value)?;
-        push(
-            &mut out.args,
-            "MESHLIMIT_XDS_BACKOFF_MAX_MS",
-            "--xds-backoff-max-ms",
-            ms.to_string(),
-        );
-    }
-    if let Some(value) = set("XDS_CLIENT_BACKOFF_RANDOM_FACTOR") {
-        let factor: f64 = value
-            .parse()
-            .ok()
-            .filter(|f: &f64| (0.0..=1.0).contains(f))
-            .ok_or_else(|| {
-                format!("XDS_CLIENT_BACKOFF_RANDOM_FACTOR={value:?} is not a number from 0 to 1")
+    /// The client's reconnection backoff and its largest message.
+    fn backoff(&self, args: &mut Vec<String>) -> Result<(), String> {
+        let set = self.set;
+        let initial = set("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL")
+            .map(|v| ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", v))
+            .or_else(|| {
+                set("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL")
+                    .map(|v| ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", v))
+            });
+        if let Some((name, value)) = initial {
+            let ms = millis(name, &value)?;
+            self.push(
+                args,
+                "MESHLIMIT_XDS_BACKOFF_INITIAL_MS",
+                "--xds-backoff-initial-ms",
+                ms.to_string(),
+            );
+        }
+        if let Some(value) = set("XDS_CLIENT_BACKOFF_MAX_INTERVAL") {
+            let ms = millis("XDS_CLIENT_BACKOFF_MAX_INTERVAL", &value)?;
+            self.push(
+                args,
+                "MESHLIMIT_XDS_BACKOFF_MAX_MS",
+                "--xds-backoff-max-ms",
+                ms.to_string(),
+            );
+        }
+        if let Some(value) = set("XDS_CLIENT_BACKOFF_RANDOM_FACTOR") {
+            let factor: f64 = value
+                .parse()
+                .ok()
+                .filter(|f: &f64| (0.0..=1.0).contains(f))
+                .ok_or_else(|| {
+                    format!(
+                        "XDS_CLIENT_BACKOFF_RANDOM_FACTOR={value:?} is not a number from 0 to 1"
+                    )
+                })?;
+            self.push(
+                args,
+                "MESHLIMIT_XDS_BACKOFF_RANDOM_FACTOR",
+                "--xds-backoff-random-factor",
+                factor.to_string(),
+            );
+        }
+        if let Some(jitter) = self.flag("XDS_CLIENT_BACKOFF_JITTER")? {
+            self.push(
+                args,
+                "MESHLIMIT_XDS_BACKOFF_JITTER",
+                "--xds-backoff-jitter",
+                jitter.to_string(),
+            );
+        }
+        if let Some(value) = set("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES") {
+            let bytes: usize = value.parse().map_err(|_| {
+                format!("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES={value:?} is not a number of bytes")
             })?;
-        push(
-            &mut out.args,
-            "MESHLIMIT_XDS_BACKOFF_RANDOM_FACTOR",
-            "--xds-backoff-random-factor",
-            factor.to_string(),
-        );
+            self.push(
+                args,
+                "MESHLIMIT_XDS_MAX_MSG_BYTES",
+                "--xds-max-msg-bytes",
+                bytes.to_string(),
+            );
+        }
+        Ok(())
     }
-    if let Some(jitter) = flag("XDS_CLIENT_BACKOFF_JITTER")? {
-        push(
-            &mut out.args,
-            "MESHLIMIT_XDS_BACKOFF_JITTER",
-            "--xds-backoff-jitter",
-            jitter.to_string(),
-        );
-    }
-    if let Some(value) = set("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES") {
-        let bytes: usize = value.parse().map_err(|_| {
-            format!("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES={value:?} is not a number of bytes")
-        })?;
-        push(
-            &mut out.args,
-            "MESHLIMIT_XDS_MAX_MSG_BYTES",
-            "--xds-max-msg-bytes",
-            bytes.to_string(),
-        );
-    }
-    Ok(out)
 }
 
 /// envconfig's map form `k:v,k2:v2` as `k=v,k2=v2`; an entry without `:` is refused, as

@@ -24,12 +24,13 @@ use bytes::{BufMut, Bytes, BytesMut};
 use crossbeam_utils::CachePadded;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
 use http_body::{Body as HttpBody, Frame};
+use tonic::Status;
 use tonic::body::Body;
-use tonic::server::Grpc;
+use tonic::codegen::BoxFuture;
+use tonic::server::{Grpc, UnaryService};
 
-use super::Rls;
 use super::codec::ShouldRateLimitCodec;
-use super::route::ShouldRateLimit;
+use super::{Rls, WireResponse};
 use crate::traces::{RequestSpan, SHOULD_RATE_LIMIT_SPAN};
 
 /// The gRPC message prefix: a compressed flag, then the length as 4 big-endian bytes.
@@ -132,6 +133,31 @@ where
 {
     let mut grpc = Grpc::new(ShouldRateLimitCodec);
     grpc.unary(ShouldRateLimit(Some(rls), span), request).await
+}
+
+/// The unary method, as tonic's `Grpc` calls it: once per request.
+struct ShouldRateLimit(
+    /// The server's `Rls`, moved into the call's future: one count taken a request (tonic's
+    /// generated servers take two).
+    Option<Arc<CachePadded<Rls>>>,
+    /// The call's span, when it is sampled; moved into the call's future.
+    Option<RequestSpan>,
+);
+
+impl UnaryService<Bytes> for ShouldRateLimit {
+    type Response = WireResponse;
+    type Future = BoxFuture<tonic::Response<WireResponse>, Status>;
+
+    fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
+        let (rls, span) = (self.0.take(), self.1.take());
+        Box::pin(async move {
+            // `Grpc::unary` calls the method it was given once and drops it.
+            let rls = rls.ok_or_else(|| Status::internal("ShouldRateLimit called twice"))?;
+            rls.should_rate_limit_traced(request.into_inner(), span.as_ref())
+                .await
+                .map(tonic::Response::new)
+        })
+    }
 }
 
 /// A request body with its first frame (already read) put back in front.

@@ -7,29 +7,32 @@
 //! any bucket, while fixed windows keep the Go server's count-every-hit behaviour (both of
 //! their states are the same).
 //!
-//! Token-bucket state is the bucket's *debt*: the tokens missing from a full bucket, scaled
-//! so that all arithmetic is exact integers. One token is worth the period (`unit` ×
-//! `unit_multiplier`) in nanoseconds and the bucket refills `requests_per_unit` scaled
-//! units per nanosecond, so `debt / rpu` is the time in nanoseconds until the bucket is
-//! full again. No rounding ever drifts. Sliding windows are in [`sliding`].
+//! Each algorithm has a file of its own: the token bucket in [`bucket`] (its state a
+//! *debt*, in exact integers), the fixed window in [`fixed_window`], the sliding window in
+//! [`sliding`]. This file is the two-phase step that dispatches to them.
 //!
 //! A limit that charges ([`Limit::charge`]) records every hit of a request, whatever the
 //! request's fate: a charge, and a refund ([`refund`]), *land*, so both of their fates are
 //! the same. A token bucket's debt may then pass its capacity (the bucket is *in debt*,
-//! its level below zero), up to [`DEBT_PERIODS`] periods of refill beyond it.
+//! its level below zero), up to [`DEBT_PERIODS`](crate::rules::DEBT_PERIODS) periods of
+//! refill beyond it.
 
 mod binding;
+mod bucket;
+mod fixed_window;
 mod sliding;
 
 use crate::clock::{NANOS_PER_SEC, Nanos};
-use crate::rules::{Algorithm, DEBT_PERIODS, Limit, Mode, SLIDING_SUBWINDOWS};
+use crate::rules::{Algorithm, Limit, Mode, SLIDING_SUBWINDOWS};
 pub use binding::binding;
+use bucket::{Bucket, bucket_charge, bucket_refund, token_bucket};
+use fixed_window::{fixed_window, fixed_window_at};
 pub use sliding::subwindow_start;
 
 /// What a store keeps per bucket between requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
-    /// Token bucket: `debt` (scaled, see the module docs) as of time `at`, for a bucket of
+    /// Token bucket: `debt` (scaled, see [`bucket`]) as of time `at`, for a bucket of
     /// this `period` (a reload that changes the period rescales the debt).
     TokenBucket {
         /// Tokens missing × period in nanoseconds.
@@ -113,118 +116,11 @@ enum Fates {
     SlidingWindow(sliding::Window),
 }
 
-/// A token bucket's numbers at `now` (see the module docs for the scaling).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Bucket {
-    /// The rule's period in nanoseconds, recorded in the new state so that a reload
-    /// changing it can rescale the debt.
-    period: Nanos,
-    /// The time of this evaluation: the new state's `at`.
-    now: Nanos,
-    /// One token, scaled: the period in nanoseconds.
-    token: u128,
-    /// Refill per nanosecond, scaled: `requests_per_unit`.
-    rpu: u128,
-    /// Capacity, scaled.
-    cap: u128,
-    /// The limit charges: the bucket may owe [`DEBT_PERIODS`] periods of refill past
-    /// empty (see [`Bucket::ceiling`]).
-    charges: bool,
-    /// Debt before this request.
-    debt: u128,
-    /// Scaled tokens this request takes if it passes (a charge's: what it adds to the
-    /// debt, whatever the fate); `None` when it cannot pass.
-    take: Option<u128>,
-    /// `take` is a charge: it lands in either fate, up to the ceiling.
-    is_charge: bool,
-    /// When over: the time until this request could pass.
-    retry: Nanos,
-}
-
-impl Bucket {
-    fn outcome(&self, debt: u128, over: bool) -> (State, Report) {
-        self.report(debt, over, self.retry)
-    }
-
-    /// The most debt the bucket may hold: its capacity, and [`DEBT_PERIODS`] periods of
-    /// refill when the limit charges. Computed only for a bucket past empty, as most never
-    /// are.
-    fn ceiling(&self) -> u128 {
-        if self.charges {
-            self.cap + u128::from(DEBT_PERIODS) * self.rpu * self.token
-        } else {
-            self.cap
-        }
-    }
-
-    /// `debt` past the capacity held to the ceiling.
-    #[inline]
-    fn held(&self, debt: u128) -> u128 {
-        if debt > self.cap {
-            debt.min(self.ceiling())
-        } else {
-            debt
-        }
-    }
-
-    /// A charge's outcome, the same in either fate (see [`bucket_charge`]).
-    #[inline]
-    fn charged(&self) -> (State, Report) {
-        let debt = self.debt + self.take.unwrap_or(0);
-        self.report(debt, self.retry > 0, self.retry)
-    }
-
-    /// The time until one hit could pass a bucket (that refills) left with `debt` by a
-    /// charge or a refund: 0 unless it is in debt.
-    #[inline]
-    fn debt_retry(&self, debt: u128) -> Nanos {
-        if debt > self.cap {
-            ceil_div(debt - self.cap + self.token, self.rpu)
-        } else {
-            0
-        }
-    }
-
-    /// State and report with `debt` after the decision; `retry` when `over`.
-    fn report(&self, debt: u128, over: bool, retry: Nanos) -> (State, Report) {
-        let remaining = if self.rpu == 0 {
-            0 // never refills: nothing to offer, whatever the burst says
-        } else {
-            u32::try_from(div(self.cap.saturating_sub(debt), self.token)).unwrap_or(u32::MAX)
-        };
-        let owed = debt.saturating_sub(self.cap);
-        let reset = if over {
-            retry
-        } else {
-            ceil_div(debt, self.rpu)
-        };
-        let report = Report {
-            over,
-            remaining,
-            reset,
-            count: if owed == 0 {
-                0
-            } else {
-                ceil_div(owed, self.token)
-            },
-            ..Report::default()
-        };
-        let state = State::TokenBucket {
-            debt,
-            at: self.now,
-            period: period_seconds(self.period),
-        };
-        (state, report)
-    }
-}
-
 impl Step {
     /// Whether this descriptor alone refuses the request.
     pub fn over(&self) -> bool {
         match &self.0 {
-            // A charge in debt after it has the time until one hit passes; otherwise 0.
-            Fates::TokenBucket(b) if b.is_charge => b.retry > 0,
-            Fates::TokenBucket(b) => b.take.is_none(),
+            Fates::TokenBucket(b) => b.over(),
             Fates::Settled(_, report) => report.over,
             Fates::SlidingWindow(w) => !w.passes(),
         }
@@ -233,11 +129,7 @@ impl Step {
     /// State and report if the request is allowed and its hits are taken.
     pub fn consumed(&self) -> (State, Report) {
         match &self.0 {
-            Fates::TokenBucket(b) if b.is_charge => b.charged(),
-            Fates::TokenBucket(b) => match b.take {
-                Some(take) => b.outcome(b.debt + take, false),
-                None => b.outcome(b.debt, true),
-            },
+            Fates::TokenBucket(b) => b.consumed(),
             Fates::Settled(state, report) => (*state, *report),
             Fates::SlidingWindow(w) => w.outcome(w.passes()),
         }
@@ -246,8 +138,7 @@ impl Step {
     /// State and report if the request is denied (by this or another descriptor).
     pub fn unconsumed(&self) -> (State, Report) {
         match &self.0 {
-            Fates::TokenBucket(b) if b.is_charge => b.charged(),
-            Fates::TokenBucket(b) => b.outcome(b.debt, b.take.is_none()),
+            Fates::TokenBucket(b) => b.unconsumed(),
             Fates::Settled(state, report) => (*state, *report),
             Fates::SlidingWindow(w) => w.outcome(false),
         }
@@ -301,19 +192,6 @@ pub fn refund(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> St
     Step(Fates::Settled(state, report))
 }
 
-/// A token bucket's refund (see [`refund`]).
-fn bucket_refund(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> (State, Report) {
-    let mut b = Bucket::at(state, limit, now);
-    if b.rpu == 0 {
-        // Never refills: nothing to record into, nothing ever passes for a period.
-        b.retry = b.period;
-        return b.outcome(b.debt, true);
-    }
-    let debt = b.debt.saturating_sub(u128::from(hits) * b.token);
-    let retry = b.debt_retry(debt);
-    b.report(debt, retry > 0, retry)
-}
-
 /// What [`Step::unconsumed`] gives, worked out from the state [`Step::consumed`] kept for a
 /// limit that passed (its report not over), at the same `now`, `limit` and `hits`: the
 /// hits are taken out again and the limit evaluated afresh. A store that keeps each
@@ -347,139 +225,6 @@ pub fn unconsumed_from(consumed: &State, limit: &Limit, hits: u64, now: Nanos) -
         }
     };
     step(Some(&before), limit, hits_again, now).unconsumed()
-}
-
-/// A charge on a token bucket, as a take's step with the debt it leaves (see
-/// [`Bucket::charged`]), so that it costs what a take does.
-#[inline]
-fn bucket_charge(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> Step {
-    let mut b = Bucket::at(state, limit, now);
-    if b.rpu == 0 {
-        // Never refills: nothing to record into, nothing passes for a period.
-        b.retry = b.period;
-    } else {
-        // What the charge leaves, worked out once: both fates keep it.
-        // No overflow: a debt within the ceiling plus 2^64 tokens of 100 years are below
-        // 2^128.
-        let debt = b.held(b.debt + u128::from(hits) * b.token);
-        b.take = Some(debt - b.debt);
-        b.is_charge = true;
-        b.retry = b.debt_retry(debt);
-    }
-    Step(Fates::TokenBucket(b))
-}
-
-fn token_bucket(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> Step {
-    let mut b = Bucket::at(state, limit, now);
-    let take = u128::from(hits) * b.token;
-    let need = take.max(b.token);
-    // In debt, a bucket's level is below zero: `cap - debt` would be negative.
-    let passes = b.rpu > 0 && b.debt <= b.cap && need <= b.cap - b.debt;
-    b.retry = if passes {
-        0
-    } else if b.rpu == 0 {
-        // Never refills: report one period, as a fixed window of 0 would.
-        b.period
-    } else if need <= b.cap {
-        ceil_div(need + b.debt - b.cap, b.rpu)
-    } else {
-        // More than the burst can ever hold: the best moment is when it is full.
-        ceil_div(b.debt, b.rpu)
-    };
-    b.take = passes.then_some(take);
-    Step(Fates::TokenBucket(b))
-}
-
-impl Bucket {
-    /// The bucket of `limit` in `state` (or a fresh one) refilled to `now`, before any
-    /// request: nothing taken, no retry.
-    #[inline]
-    fn at(state: Option<&State>, limit: &Limit, now: Nanos) -> Bucket {
-        let period = limit.period_nanos();
-        let token = u128::from(period);
-        let rpu = u128::from(limit.requests_per_unit);
-        let cap = u128::from(limit.burst) * token;
-        let debt = match state {
-            Some(&State::TokenBucket {
-                debt,
-                at,
-                period: old,
-            }) => {
-                let debt = if u64::from(old) * NANOS_PER_SEC == period {
-                    debt
-                } else {
-                    // Same tokens missing, in the new period's scale. Whole tokens and the
-                    // remainder separately: `debt * token` alone can pass u128::MAX.
-                    let old = u128::from(old.max(1)) * u128::from(NANOS_PER_SEC);
-                    debt / old * token + debt % old * token / old
-                };
-                let refilled = u128::from(now.saturating_sub(at)) * rpu;
-                debt.saturating_sub(refilled)
-            }
-            // A fresh bucket, or one that was a fixed window before a reload: full.
-            _ => 0,
-        };
-        let mut bucket = Bucket {
-            period,
-            now,
-            token,
-            rpu,
-            cap,
-            charges: limit.charge,
-            debt,
-            take: None,
-            is_charge: false,
-            retry: 0,
-        };
-        // Within the limit's ceiling even when a reload lowered it: without charges, the
-        // capacity (an empty bucket, as a denial leaves it).
-        bucket.debt = bucket.held(debt);
-        bucket
-    }
-}
-
-fn fixed_window(state: Option<&State>, limit: &Limit, hits: u64, now: Nanos) -> Step {
-    let (state, report) = fixed_window_at(state, limit, hits, 0, now);
-    Step(Fates::Settled(state, report))
-}
-
-/// A fixed window's count at `now` with `hits` added and `back` (a refund's) taken out,
-/// never below zero.
-fn fixed_window_at(
-    state: Option<&State>,
-    limit: &Limit,
-    hits: u64,
-    back: u64,
-    now: Nanos,
-) -> (State, Report) {
-    // Aligned to multiples of the period since the epoch, as the Go server's windows.
-    let window = limit.period_seconds();
-    let now_s = now / NANOS_PER_SEC;
-    let start = now_s - now_s % window;
-    let before = match state {
-        Some(&State::FixedWindow {
-            start: s,
-            count,
-            period,
-        }) if s == start && u64::from(period) == window => count,
-        _ => 0,
-    };
-    let after = before.saturating_add(hits).saturating_sub(back);
-    let limit_n = u64::from(limit.requests_per_unit);
-    let over = after > limit_n;
-    let report = Report {
-        over,
-        remaining: if over { 0 } else { (limit_n - after) as u32 },
-        reset: (start + window - now_s) * NANOS_PER_SEC,
-        count: after,
-        cached: false,
-    };
-    let state = State::FixedWindow {
-        start,
-        count: after,
-        period: period_seconds(limit.period_nanos()),
-    };
-    (state, report)
 }
 
 impl State {

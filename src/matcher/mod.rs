@@ -8,8 +8,8 @@
 //! Nothing matched stops the walk with no limit: there is no backtracking and no fallback
 //! to a parent's limit, and a limit applies only at the request's last entry.
 
-mod bucket;
 mod pattern;
+mod quota_bucket;
 mod wildcards;
 
 use std::collections::HashMap;
@@ -21,7 +21,7 @@ use hashbrown::HashTable;
 use crate::bucket_key::KeyWriter;
 use crate::rules::Rule;
 use crate::short_eq;
-pub use bucket::BucketWalk;
+pub use quota_bucket::BucketWalk;
 use wildcards::Wildcards;
 
 /// One level of a domain's tree.

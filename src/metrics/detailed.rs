@@ -18,7 +18,7 @@ use foldhash::fast::RandomState;
 
 use super::Metrics;
 use super::labels::Labels;
-use super::rules::RuleStats;
+use super::rule_stats::RuleStats;
 use super::text::{family, sample};
 
 /// The value that stands for every request value past the cap, in each level's label

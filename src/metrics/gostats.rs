@@ -17,7 +17,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
-use super::rules::RULE_FAMILIES;
+use super::rule_stats::RULE_FAMILIES;
 use super::text::{family, sample};
 use super::{METHOD, Metrics};
 

@@ -9,7 +9,7 @@
 //!   `ratelimit_service_rate_limit_{total_hits,within_limit,near_limit,over_limit,shadow_mode,over_limit_with_local_cache}`
 //!   with labels `domain`, `key1`, `key2` (see below). Go's mapping has no entry for
 //!   `over_limit_with_local_cache` (its series get names of their own there); here it is a
-//!   family like the others. How hits split into within, near and over: see `rules::split`;
+//!   family like the others. How hits split into within, near and over: see `rule_stats::split`;
 //! - `ratelimit_service_total_requests{grpc_method}` and the histogram
 //!   `ratelimit_service_response_time_seconds{grpc_method}`: every `ShouldRateLimit` call;
 //! - `ratelimit_service_should_rate_limit_error{err_type}`: `service_error` for a request no
@@ -90,6 +90,7 @@ pub mod live;
 pub mod refusals;
 mod render;
 mod rlqs;
+mod rule_stats;
 mod rules;
 mod source;
 mod stripes;
@@ -116,7 +117,8 @@ pub use detailed::OVERFLOW_VALUE;
 use detailed::Series;
 use domains::UnknownDomains;
 use labels::Labels;
-use rules::{RuleStats, RuleTable, Rules, TableRef, build_table};
+use rule_stats::RuleStats;
+use rules::{RuleTable, Rules, TableRef, build_table};
 use text::Histogram;
 pub use views::{LimitCounts, RuleView};
 

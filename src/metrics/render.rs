@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::connections;
 use super::labels::Labels;
-use super::rules::{FIRST_CHARGE_FAMILY, RULE_FAMILIES, RuleStats};
+use super::rule_stats::{FIRST_CHARGE_FAMILY, RULE_FAMILIES, RuleStats};
 use super::stripes::wrapping_sum;
 use super::text::{family, sample};
 use super::{METHOD, Metrics};

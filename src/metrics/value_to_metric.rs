@@ -24,7 +24,7 @@ use smallvec::SmallVec;
 use super::Metrics;
 use super::detailed::{Detailed, OVERFLOW_VALUE};
 use super::labels::Labels;
-use super::rules::RuleStats;
+use super::rule_stats::RuleStats;
 
 /// Whether a rule whose `value_to_metric` bits are `levels` names series by request values.
 pub(super) fn names_values(levels: u64) -> bool {

@@ -10,7 +10,7 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme};
 
-use super::tls::TlsError;
+use super::tls_error::TlsError;
 
 /// `inner`, refusing certificates valid for none of `sans` (none given: `inner` as is).
 pub(crate) fn allow_only(

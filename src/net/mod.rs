@@ -12,8 +12,8 @@
 //! - [`limit`]: the connection cap and the connection counters shown in `/metrics`.
 //! - [`descriptors`]: the file-descriptor limit and the default cap derived from it.
 //! - [`service`]: the service and body bounds every layer shares, named once.
-//! - [`tls`], [`tls_reload`], [`client_san`]: rustls configs from PEM files, rebuilt
-//!   when the files change, and the client-certificate SAN allow-list.
+//! - [`tls`], [`tls_reload`], [`client_san`], [`tls_error`]: rustls configs from PEM files,
+//!   rebuilt when the files change, the client-certificate SAN allow-list, and their error.
 
 mod accept;
 mod activity;
@@ -26,6 +26,7 @@ mod listener;
 mod server;
 mod service;
 mod tls;
+mod tls_error;
 mod tls_reload;
 
 pub use connection::{ConnectionOptions, SILENT_TIMEOUT};
@@ -33,5 +34,6 @@ pub use limit::Connections;
 pub use listener::Listener;
 pub use server::serve;
 pub use service::{BoxError, HttpService, ResponseBody};
-pub use tls::{Protocols, TlsError, TlsFiles};
+pub use tls::{Protocols, TlsFiles};
+pub use tls_error::TlsError;
 pub use tls_reload::TlsSource;

@@ -12,6 +12,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 
 use super::client_san;
+use super::tls_error::TlsError;
 
 /// The files of one port's TLS.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,14 +65,6 @@ impl Protocols {
         }
     }
 }
-
-/// Files that do not make a TLS config, with the file and the reason.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct TlsError(
-    /// The message: the file and what is wrong with it.
-    pub(crate) String,
-);
 
 /// The config `files` describe, as of now.
 pub(crate) fn build(files: &TlsFiles, protocols: Protocols) -> Result<ServerConfig, TlsError> {

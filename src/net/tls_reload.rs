@@ -18,7 +18,8 @@ use rustls::ServerConfig;
 use tokio_rustls::TlsAcceptor;
 use tracing::{info, warn};
 
-use super::tls::{Protocols, TlsError, TlsFiles, build};
+use super::tls::{Protocols, TlsFiles, build};
+use super::tls_error::TlsError;
 use crate::file_watch::Changes;
 
 /// Quiet time after a file event before the files are read again.

@@ -6,7 +6,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::mpsc;
 
 use super::registry::{
-    Assignment, Assignments, BucketKey, MAX_BUCKETS_PER_STREAM, Registry, Unmatched, Usage,
+    Assignment, Assignments, MAX_BUCKETS_PER_STREAM, QuotaKey, Registry, Unmatched, Usage,
 };
 use super::share::TURN_SECONDS;
 use crate::clock::{Clock, ManualClock, SystemClock};
@@ -55,8 +55,8 @@ fn usage(user: &str, seconds: u64, requests: u64) -> Usage {
 }
 
 /// Everything queued on `rx` so far, the latest assignment per bucket.
-fn latest(rx: &mut mpsc::Receiver<Assignments>) -> Vec<(BucketKey, Assignment)> {
-    let mut out: Vec<(BucketKey, Assignment)> = Vec::new();
+fn latest(rx: &mut mpsc::Receiver<Assignments>) -> Vec<(QuotaKey, Assignment)> {
+    let mut out: Vec<(QuotaKey, Assignment)> = Vec::new();
     while let Ok(batch) = rx.try_recv() {
         for (key, assignment) in batch {
             out.retain(|(k, _)| *k != key);

@@ -22,6 +22,7 @@ use tonic::codegen::tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::registry::{Assignment, Assignments, Registry, Usage};
+use crate::error::QuotaError;
 use crate::request_limits::RequestLimits;
 
 /// Where the server's drain is, for the quota streams.
@@ -105,7 +106,7 @@ impl RateLimitQuotaService for QuotaService {
     ) -> Result<Response<Outgoing>, Status> {
         let mut drain = self.drain.clone();
         if *drain.borrow_and_update() != Drain::Serving {
-            return Err(Status::unavailable("meshlimit is shutting down"));
+            return Err(QuotaError::ShuttingDown.into());
         }
         let mut reports = request.into_inner();
         let (responses, outgoing) = mpsc::channel(OUTBOX);
@@ -139,22 +140,12 @@ impl RateLimitQuotaService for QuotaService {
                     // assignments run out their time to live meanwhile.
                     _ = drain.wait_for(|stage| *stage == Drain::Closing) => break,
                 };
-                let domain = match &domain {
-                    Some(domain) => domain.clone(),
-                    None if report.domain.is_empty() => {
-                        let _ = responses
-                            .send(Err(Status::invalid_argument(
-                                "the first usage report of a stream must name a domain",
-                            )))
-                            .await;
-                        break;
-                    }
-                    None => domain.insert(report.domain.clone()).clone(),
-                };
-                match usages(report, &limits) {
-                    Ok(usages) => registry.report(stream, &domain, usages).await,
-                    Err(status) => {
-                        let _ = responses.send(Err(status)).await;
+                let read = stream_domain(&mut domain, &report)
+                    .and_then(|domain| usages(report, &limits).map(|usages| (domain, usages)));
+                match read {
+                    Ok((domain, usages)) => registry.report(stream, &domain, usages).await,
+                    Err(error) => {
+                        let _ = responses.send(Err(Status::from(error))).await;
                         break;
                     }
                 }
@@ -166,12 +157,25 @@ impl RateLimitQuotaService for QuotaService {
     }
 }
 
+/// The stream's domain: the one its first report names (kept in `domain`), which every
+/// later report is counted in.
+fn stream_domain(
+    domain: &mut Option<String>,
+    report: &RateLimitQuotaUsageReports,
+) -> Result<String, QuotaError> {
+    match domain {
+        Some(domain) => Ok(domain.clone()),
+        None if report.domain.is_empty() => Err(QuotaError::NoDomain),
+        None => Ok(domain.insert(report.domain.clone()).clone()),
+    }
+}
+
 /// A report's usages, checked: every bucket id has entries, no more (and no longer) than
 /// a descriptor may.
 fn usages(
     report: RateLimitQuotaUsageReports,
     limits: &RequestLimits,
-) -> Result<Vec<Usage>, Status> {
+) -> Result<Vec<Usage>, QuotaError> {
     report
         .bucket_quota_usages
         .into_iter()
@@ -182,13 +186,11 @@ fn usages(
                 .map(|id| id.bucket.into_iter().collect())
                 .unwrap_or_default();
             if id.is_empty() {
-                return Err(Status::invalid_argument(format!(
-                    "bucket_quota_usages[{i}]: the bucket id is empty"
-                )));
+                return Err(QuotaError::EmptyBucketId(i));
             }
             limits
                 .check_descriptor(i, id.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-                .map_err(|e| Status::invalid_argument(format!("bucket_quota_usages: {e}")))?;
+                .map_err(QuotaError::TooLarge)?;
             let seconds = usage
                 .time_elapsed
                 .map_or(0, |d| u64::try_from(d.seconds).unwrap_or(0))

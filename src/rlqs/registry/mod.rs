@@ -32,7 +32,7 @@ mod types;
 
 use shared::Shared;
 use state::{Bucket, State, Stream, Turn};
-pub use types::{Assignment, BucketKey, BucketView, Snapshot, Stats, Unmatched, Usage};
+pub use types::{Assignment, BucketView, QuotaKey, Snapshot, Stats, Unmatched, Usage};
 
 /// One stream's identity.
 pub type StreamId = u64;
@@ -41,7 +41,7 @@ pub type StreamId = u64;
 pub const MAX_BUCKETS_PER_STREAM: usize = 4096;
 
 /// Assignments for one stream, by bucket.
-pub type Assignments = Vec<(BucketKey, Assignment)>;
+pub type Assignments = Vec<(QuotaKey, Assignment)>;
 
 /// Where a stream's assignments go.
 pub type Outbox = mpsc::Sender<Assignments>;
@@ -159,7 +159,7 @@ impl Registry {
 
     /// Bookkeeping of a report under the lock: the buckets it names (within the stream's
     /// cap), their reporters' demands. Returns the buckets reported.
-    fn record(&self, stream: StreamId, domain: &str, usages: Vec<Usage>) -> Vec<BucketKey> {
+    fn record(&self, stream: StreamId, domain: &str, usages: Vec<Usage>) -> Vec<QuotaKey> {
         self.stats.reports.fetch_add(1, Relaxed);
         let config = self.config.load_full();
         let mut state = self.state.lock();
@@ -169,11 +169,11 @@ impl Registry {
         if let Some(entry) = state.streams.get_mut(&stream) {
             entry.domain.get_or_insert_with(|| domain.to_string());
         }
-        let mut changed: Vec<BucketKey> = Vec::new();
+        let mut changed: Vec<QuotaKey> = Vec::new();
         for usage in usages {
             let mut id = usage.id;
             id.sort_unstable();
-            let key = BucketKey {
+            let key = QuotaKey {
                 domain: domain.to_string(),
                 id,
             };
@@ -223,7 +223,7 @@ impl Registry {
     /// Assignments of `keys` computed again and queued; on Redis, first granted within
     /// what the other replicas hold. `stream` (the reporting one) gets every bucket of
     /// `keys` again, changed or not: that renews their time to live.
-    async fn decide(&self, stream: Option<StreamId>, keys: &[BucketKey]) {
+    async fn decide(&self, stream: Option<StreamId>, keys: &[QuotaKey]) {
         let turn = self.turn();
         let mut outgoing = self
             .state
@@ -314,7 +314,7 @@ impl Registry {
         let Some(shared) = &self.shared else {
             // The embedded store: crowded buckets change hands when their turn ends (on
             // Redis, every bucket is decided again below).
-            let crowded: Vec<BucketKey> = {
+            let crowded: Vec<QuotaKey> = {
                 let state = self.state.lock();
                 state
                     .buckets
@@ -330,7 +330,7 @@ impl Registry {
             return;
         };
         let _round = self.rounds.lock().await;
-        let keys: Vec<BucketKey> = self.state.lock().buckets.keys().cloned().collect();
+        let keys: Vec<QuotaKey> = self.state.lock().buckets.keys().cloned().collect();
         if keys.is_empty() {
             return;
         }
@@ -358,7 +358,7 @@ impl Registry {
             .map(|(&id, s)| (id, s.domain.clone().unwrap_or_default(), s.buckets.len()))
             .collect();
         streams.sort_unstable();
-        let mut keys: Vec<&BucketKey> = state.buckets.keys().collect();
+        let mut keys: Vec<&QuotaKey> = state.buckets.keys().collect();
         let total_buckets = keys.len();
         if most < keys.len() {
             keys.select_nth_unstable(most);
@@ -394,7 +394,7 @@ impl Registry {
     }
 
     /// The whole quota of the rule `key` matches, if any.
-    fn quota(&self, config: &Config, key: &BucketKey) -> Option<Quota> {
+    fn quota(&self, config: &Config, key: &QuotaKey) -> Option<Quota> {
         let tree = config.domain(&key.domain)?;
         let id: Vec<(&str, &str)> = key
             .id
@@ -407,8 +407,8 @@ impl Registry {
 }
 
 /// The buckets that `outgoing` assigns anew, each once.
-fn changed_buckets(outgoing: &HashMap<StreamId, Assignments>) -> Vec<BucketKey> {
-    let mut keys: Vec<BucketKey> = outgoing
+fn changed_buckets(outgoing: &HashMap<StreamId, Assignments>) -> Vec<QuotaKey> {
+    let mut keys: Vec<QuotaKey> = outgoing
         .values()
         .flatten()
         .map(|(key, _)| key.clone())

@@ -11,7 +11,7 @@ use tracing::warn;
 
 use super::super::share::{Share, totals};
 use super::state::field_of;
-use super::{Assignment, Assignments, BucketKey, Registry, StreamId};
+use super::{Assignment, Assignments, QuotaKey, Registry, StreamId};
 use crate::bucket_key::{KeyWriter, REDIS_PREFIX};
 use crate::store::redis::{Demand, FailurePolicy, Nudge, RedisStore};
 
@@ -43,7 +43,7 @@ impl Shared {
 
     /// The Redis key of a bucket's hash: the domain in the hash tag (one slot per domain,
     /// as the rate-limit buckets), then the id's entries, length-prefixed.
-    pub(super) fn key(&self, key: &BucketKey) -> String {
+    pub(super) fn key(&self, key: &QuotaKey) -> String {
         // `q:` keeps quota buckets apart from the rate-limit buckets of the same text.
         let namespace = self.store.key_prefix();
         let mut out = format!("{namespace}{REDIS_PREFIX}{{q:{}}}", key.domain);
@@ -109,7 +109,7 @@ impl Registry {
             return;
         }
         let _round = self.rounds.lock().await;
-        let keys: Vec<BucketKey> = {
+        let keys: Vec<QuotaKey> = {
             let state = self.state.lock();
             state
                 .buckets
@@ -129,7 +129,7 @@ impl Registry {
     /// Writes this replica's reporters of `keys` to Redis and reads every replica's: one
     /// script call per bucket, [`IN_FLIGHT`] at a time (they share the node's connection,
     /// so a look at a thousand buckets costs a few round trips, not a thousand).
-    pub(super) async fn exchange(&self, shared: &Shared, keys: &[BucketKey]) {
+    pub(super) async fn exchange(&self, shared: &Shared, keys: &[QuotaKey]) {
         let mine = self.local_demands(shared, keys);
         let now_ms = self.clock.now() / 1_000_000;
         let mut read = Vec::with_capacity(keys.len());
@@ -147,7 +147,7 @@ impl Registry {
     }
 
     /// This replica's reporters of each of `keys`, as the shared hash names them.
-    fn local_demands(&self, shared: &Shared, keys: &[BucketKey]) -> Vec<Vec<Demand>> {
+    fn local_demands(&self, shared: &Shared, keys: &[QuotaKey]) -> Vec<Vec<Demand>> {
         let state = self.state.lock();
         keys.iter()
             .map(|key| {
@@ -167,7 +167,7 @@ impl Registry {
     fn absorb(
         &self,
         shared: &Shared,
-        keys: &[BucketKey],
+        keys: &[QuotaKey],
         read: Vec<Result<Vec<Demand>, crate::error::StoreError>>,
     ) {
         let mut state = self.state.lock();
@@ -207,7 +207,7 @@ impl Registry {
     pub(super) async fn grant(
         &self,
         shared: &Shared,
-        keys: &[BucketKey],
+        keys: &[QuotaKey],
         outgoing: &mut HashMap<StreamId, Assignments>,
     ) {
         let now_ms = self.clock.now() / 1_000_000;

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::super::quota::Quota;
 use super::super::share::{TURN_SECONDS, rank, settle, split};
-use super::{Assignment, Assignments, BucketKey, Outbox, Registry, Stats, StreamId, Unmatched};
+use super::{Assignment, Assignments, Outbox, QuotaKey, Registry, Stats, StreamId, Unmatched};
 use crate::config::Config;
 use crate::store::redis::{Demand, FailurePolicy};
 
@@ -47,7 +47,7 @@ pub(super) struct State {
     /// The last stream id handed out.
     pub(super) next: StreamId,
     pub(super) streams: HashMap<StreamId, Stream>,
-    pub(super) buckets: HashMap<BucketKey, Bucket>,
+    pub(super) buckets: HashMap<QuotaKey, Bucket>,
     /// The config the buckets' quotas were read from.
     pub(super) seen: Option<Arc<Config>>,
 }
@@ -59,7 +59,7 @@ pub(super) struct Stream {
     /// The stream's domain, from its first report.
     pub(super) domain: Option<String>,
     /// The buckets it reported.
-    pub(super) buckets: HashSet<BucketKey>,
+    pub(super) buckets: HashSet<QuotaKey>,
 }
 
 /// A bucket some stream reports.
@@ -115,7 +115,7 @@ impl State {
     /// that changed, by stream.
     pub(super) fn rebalance<'k>(
         &mut self,
-        keys: impl Iterator<Item = &'k BucketKey>,
+        keys: impl Iterator<Item = &'k QuotaKey>,
         unmatched: Unmatched,
         turn: &Turn<'_>,
     ) -> HashMap<StreamId, Assignments> {

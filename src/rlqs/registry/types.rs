@@ -7,9 +7,10 @@ use super::super::quota::Quota;
 use super::super::share::Share;
 use super::StreamId;
 
-/// A bucket: its domain and its id's entries, sorted by key.
+/// A quota bucket's key: its domain and its id's entries, sorted by key (not a
+/// [`crate::bucket_key::BucketKey`], which names a rate-limit bucket of the stores).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct BucketKey {
+pub struct QuotaKey {
     /// The stream's domain.
     pub domain: String,
     /// The id's entries, sorted.
@@ -70,7 +71,7 @@ pub struct Stats {
 #[derive(Debug, Clone)]
 pub struct BucketView {
     /// Which bucket.
-    pub key: BucketKey,
+    pub key: QuotaKey,
     /// The matching rule's whole quota, `None` when unmatched.
     pub quota: Option<Quota>,
     /// Each reporting stream: its demand (requests per second) and assignment.

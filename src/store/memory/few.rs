@@ -1,6 +1,6 @@
 //! Requests of two to [`FEW`] descriptors on as many different one-limit buckets, a
 //! gateway's most common shapes (a user and method, a client address, a route): decided
-//! as [`super::batch`] decides them, without its bookkeeping for repeated keys and any
+//! as [`super::many`] decides them, without its bookkeeping for repeated keys and any
 //! number of shards.
 //!
 //! With every bucket different, each bucket's state is stepped once: the request's fate
@@ -12,8 +12,8 @@
 use parking_lot::MutexGuard;
 use smallvec::SmallVec;
 
-use super::batch::denied;
 use super::bucket_id::BucketId;
+use super::many::denied;
 use super::shard::{Buckets, Place};
 use super::{Inner, shard_index};
 use crate::clock::Nanos;
@@ -43,7 +43,7 @@ impl Inner {
         for (shard, &id) in shards.iter_mut().zip(&ids[..n]) {
             *shard = shard_index(id);
         }
-        // The shards to lock, ascending, each once. Not `batch::ShardSet`: walking its 256
+        // The shards to lock, ascending, each once. Not `many::ShardSet`: walking its 256
         // bits and ranking in them cost about 110 instructions more a three-descriptor
         // request (callgrind on `service/three_descriptors`, 9,347 against 9,227).
         let mut locked: SmallVec<[usize; FEW]> = shards[..n].iter().copied().collect();

@@ -4,7 +4,7 @@
 //! Buckets live in [`SHARDS`] shards, each a `parking_lot` mutex around a table of buckets
 //! kept in recency order (see [`shard`]). A one-descriptor decision takes one lock, the
 //! shard of its key; a request with several descriptors takes the locks of all its shards
-//! (see [`batch`]; a few descriptors on as many one-limit buckets, the commonest such
+//! (see [`many`]; a few descriptors on as many one-limit buckets, the commonest such
 //! requests, skip its bookkeeping, see [`few`]). N concurrent requests against a limit L
 //! let exactly L through, and a denied request takes no token from any bucket. The limits of a `rate_limits` list are
 //! kept together in one bucket, under the descriptor's key (see [`cell`]): they are looked
@@ -32,12 +32,12 @@
 //! no bucket at all, so dropping it loses nothing, and it is not counted as an eviction.
 //! Slots freed by evictions and expiry are reused; the shards' tables do not shrink.
 
-mod batch;
 mod bounds;
 mod bucket_id;
 mod cell;
 mod few;
 mod listed;
+mod many;
 mod shard;
 
 use std::sync::Arc;

@@ -114,7 +114,7 @@ impl RedisStore {
                 self.spawn_probe(node);
             }
         }
-        inner.blocked.run_pending_tasks();
+        inner.over_limit_cache.run_pending_tasks();
         inner.leases.run_pending_tasks();
         inner.fallback.maintain();
     }

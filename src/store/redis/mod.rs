@@ -26,7 +26,7 @@
 //! decides them, and land there, in the same one call as the rest of their request.
 
 mod backend;
-mod batch;
+mod call_queue;
 mod circuit;
 mod cluster;
 mod conn;
@@ -83,7 +83,7 @@ struct Inner {
     /// What the store was built with.
     options: RedisOptions,
     /// Buckets Redis said are over their limit: refusals answered without asking again.
-    blocked: OverLimitCache,
+    over_limit_cache: OverLimitCache,
     /// Tokens taken ahead of use: passes answered without asking (empty unless leasing
     /// is on).
     leases: Leases,
@@ -121,7 +121,7 @@ impl RedisStore {
             inner: Arc::new(Inner {
                 backend: Backend::new(target, &options.url, options.timeout)?,
                 scripts: script::Scripts::new(options.expiry_jitter),
-                blocked: OverLimitCache::new(options.cache_size, options.cache_ttl),
+                over_limit_cache: OverLimitCache::new(options.cache_size, options.cache_ttl),
                 leases: Leases::new(options.lease, options.cache_size, options.lease_ttl),
                 fallback: Fallback::new(&options, clock),
                 counts: Counters::default(),
@@ -197,7 +197,7 @@ impl RedisStore {
             .await
             .unwrap_or_else(|_| {
                 node.reset();
-                Err(script::Failure {
+                Err(node::Failure {
                     error: node.error(&node::timed_out("deciding")),
                     node,
                     opens: true,
@@ -303,7 +303,7 @@ impl Inner {
             count(&self.counts.lease_hits);
             return Some(reports);
         }
-        let reports = self.blocked.refuse(checks, now)?;
+        let reports = self.over_limit_cache.refuse(checks, now)?;
         count(&self.counts.over_limit_hits);
         Some(reports)
     }
@@ -329,7 +329,7 @@ impl Inner {
             {
                 refill.credit(report.remaining, leased);
             }
-            self.blocked.learn(check, &outcome, now);
+            self.over_limit_cache.learn(check, &outcome, now);
             reports.push(report);
         }
         Some(reports)

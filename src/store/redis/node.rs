@@ -1,6 +1,7 @@
 //! One Redis server as the store uses it: a multiplexed connection shared by every
 //! request, made lazily, replaced when it breaks and never waited on longer than the
-//! timeout, and the [`Circuit`] saying whether requests may ask it.
+//! timeout, the [`Circuit`] saying whether requests may ask it, the queue of requests
+//! waiting for its script calls ([`Batcher`]), and a call's [`Failure`] on it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,8 +11,9 @@ use redis::aio::{MultiplexedConnection, PubSub};
 use redis::sentinel::SentinelClient;
 use redis::{AsyncConnectionConfig, Client, RedisError};
 
-use super::batch::Batcher;
+use super::call_queue::Batcher;
 use super::circuit::Circuit;
+use super::reply::Reply;
 use crate::error::{StoreError, StoreErrorKind};
 
 /// How a node's connections are made.
@@ -38,7 +40,7 @@ pub(crate) struct Node {
     /// Whether requests may ask this node.
     pub(crate) circuit: Circuit,
     /// Requests waiting for a script call on this node, and its calls in flight.
-    pub(crate) batcher: Batcher,
+    pub(crate) batcher: Batcher<Result<Reply, Failure>>,
     /// The latest background probe write's round trip, in microseconds (0: none yet), for
     /// the operator page.
     pub(crate) round_trip_us: std::sync::atomic::AtomicU64,
@@ -131,6 +133,30 @@ impl Node {
             format!("Redis unreachable ({}): {e}", self.name)
         };
         StoreError::new(kind_of(e), message)
+    }
+}
+
+/// Why a node did not decide.
+#[derive(Clone, Debug)]
+pub(super) struct Failure {
+    /// The node that failed (after a redirect, the one redirected to).
+    pub(super) node: Arc<Node>,
+    /// What failed, for the failure policy's answer and the logs.
+    pub(super) error: StoreError,
+    /// Whether the node's circuit opens: any failure to reach it or error reply; not a
+    /// malformed reply (a probe write could not tell when that ends), nor a node whose
+    /// circuit is already open.
+    pub(super) opens: bool,
+}
+
+impl Failure {
+    /// `node` failed with `e`, which opens its circuit.
+    pub(super) fn of(node: Arc<Node>, e: &redis::RedisError) -> Self {
+        Failure {
+            error: node.error(e),
+            node,
+            opens: true,
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! One request's share of a script call ([`Part`]): which script decides it ([`Shape`]),
 //! its keys and arguments, and how its reply is read from the call's. A call decides the
-//! parts of one shape in order ([`evalsha`]); see [`super::batch`] for how they are put
+//! parts of one shape in order ([`evalsha`]); see [`super::call_queue`] for how they are put
 //! together.
 //!
 //! [`decide_buckets.lua`](./decide_buckets.lua) answers a token bucket's debt before the
@@ -295,7 +295,7 @@ fn distinct_buckets<'p>(parts: &[&'p Part]) -> (Vec<&'p str>, Vec<u32>) {
     for key in parts.iter().flat_map(|p| &p.keys) {
         let number = *known.entry(key).or_insert_with(|| {
             buckets.push(key);
-            // A call's keys are bounded (`batch::MAX_CHECKS`), far below u32::MAX.
+            // A call's keys are bounded (`call_queue::MAX_CHECKS`), far below u32::MAX.
             buckets.len() as u32
         });
         numbers.push(number);

@@ -1,6 +1,6 @@
 //! The script calls that decide requests: `EVALSHA` of [`decide_buckets.lua`] (requests of
 //! token buckets only) or [`decide.lua`] (any request) on the node holding the requests'
-//! slot, several requests per call when they wait together ([`super::batch`]); `EVAL` when
+//! slot, several requests per call when they wait together ([`super::call_queue`]); `EVAL` when
 //! the node lost the script, and a Cluster's redirects, for the whole call.
 //!
 //! [`decide_buckets.lua`]: ./decide_buckets.lua
@@ -12,11 +12,13 @@ use std::time::Duration;
 use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 
 use super::Inner;
+use super::call_queue::{CallSlot, Waiting};
 use super::leases::Want;
-use super::node::{Node, timed_out};
+use super::node::{Failure, Node, timed_out};
 use super::part::{self, Part, Shape};
 use super::reply::Reply;
-use crate::clock::Nanos;
+use super::slots::slot;
+use crate::clock::{Nanos, Stopwatch};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::store::Check;
 
@@ -64,34 +66,10 @@ impl Scripts {
     }
 }
 
-/// Why a node did not decide.
-#[derive(Clone, Debug)]
-pub(super) struct Failure {
-    /// The node that failed (after a redirect, the one redirected to).
-    pub(super) node: Arc<Node>,
-    /// What failed, for the failure policy's answer and the logs.
-    pub(super) error: StoreError,
-    /// Whether the node's circuit opens: any failure to reach it or error reply; not a
-    /// malformed reply (a probe write could not tell when that ends), nor a node whose
-    /// circuit is already open.
-    pub(super) opens: bool,
-}
-
-impl Failure {
-    /// `node` failed with `e`, which opens its circuit.
-    fn of(node: Arc<Node>, e: &redis::RedisError) -> Self {
-        Failure {
-            error: node.error(e),
-            node,
-            opens: true,
-        }
-    }
-}
-
 impl Inner {
     /// Decides the request of `checks` on `node` (which holds their `keys`, one slot), each
     /// check leasing its [`Want`]'s extra tokens: in a script call of its own, or with
-    /// requests waiting alongside ([`super::batch`]). Not bounded in time: the caller's
+    /// requests waiting alongside ([`super::call_queue`]). Not bounded in time: the caller's
     /// deadline is.
     pub(super) async fn decide(
         self: &Arc<Self>,
@@ -110,6 +88,73 @@ impl Inner {
             self.options.specialised,
         );
         self.submit(node, part).await
+    }
+
+    /// Decides `part` on `node`: in a call of its own when the node has fewer calls in
+    /// flight than allowed, else in the batch the next call that ends takes. Not bounded
+    /// in time: the caller's deadline is (a call itself is bounded by the timeout).
+    async fn submit(self: &Arc<Self>, node: Arc<Node>, part: Part) -> Result<Reply, Failure> {
+        let cluster_slot = match self.backend.cluster() {
+            Some(_) => part.keys.first().map_or(0, |key| slot(key.as_bytes())),
+            None => 0,
+        };
+        let limit = self.options.calls_in_flight.max(1);
+        let (answer, batch) = node.batcher.submit(part, cluster_slot, limit);
+        if let Some(batch) = batch {
+            tokio::spawn(self.clone().run_batches(node.clone(), batch));
+        }
+        answer.await.unwrap_or_else(|_| {
+            Err(Failure {
+                error: StoreError::new(
+                    StoreErrorKind::Unreachable,
+                    format!("Redis {}: the call was abandoned", node.name),
+                ),
+                node,
+                opens: false,
+            })
+        })
+    }
+
+    /// Runs `batch` on `node`, then every batch that waits, until none does; holds one of
+    /// the node's call slots meanwhile.
+    async fn run_batches(
+        self: Arc<Self>,
+        node: Arc<Node>,
+        mut batch: Vec<Waiting<Result<Reply, Failure>>>,
+    ) {
+        let mut call_slot = CallSlot::held(&node.batcher);
+        loop {
+            let started = Stopwatch::start();
+            let parts: smallvec::SmallVec<[&Part; 8]> = batch.iter().map(|w| &w.part).collect();
+            let called = tokio::time::timeout(self.options.timeout, self.call(&node, &parts));
+            let result = called.await.unwrap_or_else(|_| {
+                node.reset();
+                Err(Failure {
+                    error: node.error(&timed_out("deciding")),
+                    node: node.clone(),
+                    opens: true,
+                })
+            });
+            drop(parts);
+            self.counts
+                .call_ended(batch.len(), started.until(Stopwatch::start()));
+            match result {
+                Ok(replies) => {
+                    for (waiting, reply) in batch.drain(..).zip(replies) {
+                        let _ = waiting.answer.send(Ok(reply));
+                    }
+                }
+                Err(failure) => {
+                    for waiting in batch.drain(..) {
+                        let _ = waiting.answer.send(Err(failure.clone()));
+                    }
+                }
+            }
+            match call_slot.next() {
+                Some(next) => batch = next,
+                None => return,
+            }
+        }
     }
 
     /// One script call on `node` deciding `parts` (one shape, one slot) in order; each

@@ -17,7 +17,7 @@ pub struct RedisStats {
     pub errors: u64,
     /// Requests answered by the failure policy.
     pub fallbacks: u64,
-    /// Script calls that decided requests (each one batch: [`super::batch`]), failed ones
+    /// Script calls that decided requests (each one batch: [`super::call_queue`]), failed ones
     /// included.
     pub calls: u64,
     /// Requests those calls carried: divided by `calls`, how much batching there is.

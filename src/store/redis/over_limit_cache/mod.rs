@@ -42,16 +42,16 @@ use crate::limiter;
 use crate::rules::Limit;
 use crate::store::{Check, Reports};
 
-mod blocked;
+mod snapshot;
 #[cfg(test)]
 mod tests;
 
-use blocked::{Blocked, after_us, bucket_state};
+use snapshot::{Snapshot, after_us, bucket_state};
 
 /// Over-limit snapshots by bucket key (the bucket's text, as the embedded store keys it).
 pub(super) struct OverLimitCache {
     /// The snapshots, each expiring when its bucket may pass again (or at `max_ttl`).
-    entries: moka::sync::Cache<Arc<str>, Blocked, RandomState>,
+    entries: moka::sync::Cache<Arc<str>, Snapshot, RandomState>,
     /// Snapshots inserted and not yet removed (the cache's listener counts removals): 0
     /// when nothing is over, as under a load that never reaches its limits, which then
     /// skips the cache's lookups (two or three a request, a fifth of what the Redis
@@ -71,7 +71,7 @@ impl OverLimitCache {
         Self {
             entries: moka::sync::Cache::builder()
                 .max_capacity(capacity)
-                .expire_after(BlockedExpiry)
+                .expire_after(SnapshotExpiry)
                 // Every removal: expired, evicted, replaced or invalidated.
                 .eviction_listener(move |_, _, _| {
                     removed.fetch_sub(1, Ordering::Release);
@@ -117,10 +117,10 @@ impl OverLimitCache {
             return;
         }
         match self.snapshot(check.limit, outcome, now) {
-            Some(blocked) => {
+            Some(snapshot) => {
                 // Counted before it is there: the count may be above the truth, never below.
                 self.held.fetch_add(1, Ordering::Release);
-                self.entries.insert(check.key.as_str().into(), blocked);
+                self.entries.insert(check.key.as_str().into(), snapshot);
             }
             // A charge or refund that leaves nothing to keep: what was kept no longer
             // stands (a refund gave back what it held).
@@ -133,7 +133,7 @@ impl OverLimitCache {
 
     /// What to keep of Redis' `outcome` under `limit` (sent at `now`): `None` when it is
     /// not sure to refuse anything.
-    fn snapshot(&self, limit: Limit, outcome: &Outcome, now: Nanos) -> Option<Blocked> {
+    fn snapshot(&self, limit: Limit, outcome: &Outcome, now: Nanos) -> Option<Snapshot> {
         if !outcome.over {
             return None;
         }
@@ -147,11 +147,11 @@ impl OverLimitCache {
                 } else {
                     Duration::from_nanos(one.unconsumed().1.reset).min(self.max_ttl)
                 };
-                (one.over() && !ttl.is_zero()).then_some(Blocked::Bucket { limit, state, ttl })
+                (one.over() && !ttl.is_zero()).then_some(Snapshot::Bucket { limit, state, ttl })
             }
             // Only once over: from then on every hit, and every check, is over until the
             // window ends (at the limit exactly, a check still passes).
-            After::FixedWindow { count, ends_in_us } if ends_in_us > 0 => Some(Blocked::Window {
+            After::FixedWindow { count, ends_in_us } if ends_in_us > 0 => Some(Snapshot::Window {
                 limit,
                 count,
                 until: after_us(now, ends_in_us),
@@ -193,7 +193,7 @@ impl OverLimitCache {
         count: u64,
         one_passes_in_us: u64,
         now: Nanos,
-    ) -> Option<Blocked> {
+    ) -> Option<Snapshot> {
         if one_passes_in_us == 0 {
             return None;
         }
@@ -202,7 +202,7 @@ impl OverLimitCache {
         } else {
             Duration::from_micros(one_passes_in_us).min(self.max_ttl)
         };
-        Some(Blocked::Sliding {
+        Some(Snapshot::Sliding {
             limit,
             count,
             until: after_us(now, one_passes_in_us),
@@ -216,14 +216,14 @@ impl OverLimitCache {
     }
 }
 
-/// Expires each snapshot after its own [`Blocked::ttl`].
-struct BlockedExpiry;
+/// Expires each snapshot after its own [`Snapshot::ttl`].
+struct SnapshotExpiry;
 
-impl moka::Expiry<Arc<str>, Blocked> for BlockedExpiry {
+impl moka::Expiry<Arc<str>, Snapshot> for SnapshotExpiry {
     fn expire_after_create(
         &self,
         _: &Arc<str>,
-        value: &Blocked,
+        value: &Snapshot,
         _: std::time::Instant,
     ) -> Option<Duration> {
         Some(value.ttl())
@@ -232,7 +232,7 @@ impl moka::Expiry<Arc<str>, Blocked> for BlockedExpiry {
     fn expire_after_update(
         &self,
         _: &Arc<str>,
-        value: &Blocked,
+        value: &Snapshot,
         _: std::time::Instant,
         _: Option<Duration>,
     ) -> Option<Duration> {

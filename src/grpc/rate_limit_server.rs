@@ -10,13 +10,12 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use crossbeam_utils::CachePadded;
+use tonic::Status;
 use tonic::body::Body;
 use tonic::codegen::BoxFuture;
-use tonic::server::{NamedService, UnaryService};
-use tonic::{Request, Response, Status};
+use tonic::server::NamedService;
 
-use super::{Rls, WireResponse, unary};
-use crate::traces::RequestSpan;
+use super::{Rls, unary};
 
 /// The full gRPC name of the service.
 pub(super) const SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
@@ -65,30 +64,5 @@ where
         }
         let rls = self.rls.clone();
         Box::pin(async move { Ok(unary::answer(rls, request).await) })
-    }
-}
-
-/// The unary method, as tonic's `Grpc` calls it: once per request.
-pub(super) struct ShouldRateLimit(
-    /// The server's `Rls`, moved into the call's future: one count taken a request (tonic's
-    /// generated servers take two).
-    pub(super) Option<Arc<CachePadded<Rls>>>,
-    /// The call's span, when it is sampled; moved into the call's future.
-    pub(super) Option<RequestSpan>,
-);
-
-impl UnaryService<Bytes> for ShouldRateLimit {
-    type Response = WireResponse;
-    type Future = BoxFuture<Response<WireResponse>, Status>;
-
-    fn call(&mut self, request: Request<Bytes>) -> Self::Future {
-        let (rls, span) = (self.0.take(), self.1.take());
-        Box::pin(async move {
-            // `Grpc::unary` calls the method it was given once and drops it.
-            let rls = rls.ok_or_else(|| Status::internal("ShouldRateLimit called twice"))?;
-            rls.should_rate_limit_traced(request.into_inner(), span.as_ref())
-                .await
-                .map(Response::new)
-        })
     }
 }

@@ -1,4 +1,4 @@
-//! One over-limit snapshot ([`Blocked`]): what it refuses, whether an admission came
+//! One over-limit snapshot ([`Snapshot`]): what it refuses, whether an admission came
 //! after it, how long it is kept.
 
 use std::time::Duration;
@@ -12,7 +12,7 @@ use crate::store::Check;
 
 /// An over-limit answer kept locally.
 #[derive(Debug, Clone)]
-pub(super) enum Blocked {
+pub(super) enum Snapshot {
     /// A token bucket's state as of the moment the deciding request was sent.
     Bucket {
         /// The limit the state was decided under: another limit (a reload) ignores it.
@@ -47,18 +47,18 @@ pub(super) enum Blocked {
     },
 }
 
-impl Blocked {
+impl Snapshot {
     /// The over-limit report for `check` at `now`, if this snapshot is sure of it.
     pub(super) fn refuses(&self, check: &Check<'_>, now: Nanos) -> Option<Report> {
         match self {
-            Blocked::Bucket { limit, state, .. } if *limit == check.limit => {
+            Snapshot::Bucket { limit, state, .. } if *limit == check.limit => {
                 let step = limiter::step(Some(state), limit, check.hits, now);
                 step.over().then(|| Report {
                     cached: true,
                     ..step.unconsumed().1
                 })
             }
-            Blocked::Window {
+            Snapshot::Window {
                 limit,
                 count,
                 until,
@@ -75,7 +75,7 @@ impl Blocked {
                     cached: true,
                 })
             }
-            Blocked::Sliding {
+            Snapshot::Sliding {
                 limit,
                 count,
                 until,
@@ -96,7 +96,7 @@ impl Blocked {
     /// missing hits, so it refuses less than Redis would, never more.
     pub(super) fn decided_after(&self, check: &Check<'_>, passed: &Outcome, now: Nanos) -> bool {
         match (self, passed.after) {
-            (Blocked::Bucket { limit, state, .. }, After::TokenBucket { debt, .. })
+            (Snapshot::Bucket { limit, state, .. }, After::TokenBucket { debt, .. })
                 if *limit == check.limit =>
             {
                 let rate = u128::from(limit.requests_per_unit);
@@ -106,12 +106,11 @@ impl Blocked {
                 };
                 full_at(&bucket_state(limit, debt, now)) <= full_at(state)
             }
-            (Blocked::Window { limit, count, .. }, After::FixedWindow { count: passed, .. })
-            | (Blocked::Sliding { limit, count, .. }, After::SlidingWindow { count: passed, .. })
-                if *limit == check.limit =>
-            {
-                passed <= *count
-            }
+            (Snapshot::Window { limit, count, .. }, After::FixedWindow { count: passed, .. })
+            | (
+                Snapshot::Sliding { limit, count, .. },
+                After::SlidingWindow { count: passed, .. },
+            ) if *limit == check.limit => passed <= *count,
             _ => false,
         }
     }
@@ -119,9 +118,9 @@ impl Blocked {
     /// How long the snapshot is kept.
     pub(super) fn ttl(&self) -> Duration {
         match self {
-            Blocked::Bucket { ttl, .. }
-            | Blocked::Window { ttl, .. }
-            | Blocked::Sliding { ttl, .. } => *ttl,
+            Snapshot::Bucket { ttl, .. }
+            | Snapshot::Window { ttl, .. }
+            | Snapshot::Sliding { ttl, .. } => *ttl,
         }
     }
 }

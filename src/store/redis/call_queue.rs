@@ -1,5 +1,5 @@
-//! Coalescing: requests bound for one node that arrive while its script calls are in
-//! flight wait, and go to Redis together in the next call.
+//! A node's call queue (coalescing): requests bound for one node that arrive while its
+//! script calls are in flight wait, and go to Redis together in the next call.
 //!
 //! A node has at most [`RedisOptions::calls_in_flight`] script calls in flight. A request
 //! that finds none is sent at once, alone, so a batch adds no wait when load is light.
@@ -17,28 +17,21 @@
 //! receives them; their requests were concurrent, so either order is one they could have
 //! had.
 //!
-//! Calls run in tasks of their own, not in a request's: a request that gives up (its
-//! deadline passed, or its client went away) leaves the batch it is in unharmed, and is not
-//! sent at all if it was still waiting. A failure (unreachable, a timeout, an error reply,
-//! a malformed reply) is every request's of the batch, each then answered by the failure
-//! policy; `NOSCRIPT` and Cluster redirects are handled for the whole call ([`super::script`]).
+//! Calls run in tasks of their own, not in a request's ([`super::script`] sends them): a
+//! request that gives up (its deadline passed, or its client went away) leaves the batch it
+//! is in unharmed, and is not sent at all if it was still waiting. A failure (unreachable,
+//! a timeout, an error reply, a malformed reply) is every request's of the batch, each then
+//! answered by the failure policy; `NOSCRIPT` and Cluster redirects are handled for the
+//! whole call.
 //!
 //! [`RedisOptions::calls_in_flight`]: super::RedisOptions::calls_in_flight
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-use super::Inner;
-use super::node::{Node, timed_out};
 use super::part::Part;
-use super::reply::Reply;
-use super::script::Failure;
-use super::slots::slot;
-use crate::clock::Stopwatch;
-use crate::error::{StoreError, StoreErrorKind};
 
 /// Checks one call decides at most: a call holds Redis for all other clients while it runs
 /// (about a microsecond a check), so it stays well under a millisecond.
@@ -53,49 +46,65 @@ const MAX_BYTES: usize = 64 * 1024;
 /// more than the wait it saves.
 const FURTHER_CALL_MIN_CHECKS: usize = 16;
 
-/// One node's requests waiting for a script call, and its calls in flight.
-#[derive(Debug, Default)]
-pub(crate) struct Batcher {
+/// One node's requests waiting for a script call, and its calls in flight; `A` is what a
+/// request is answered (the call's reply, or its failure).
+#[derive(Debug)]
+pub(crate) struct Batcher<A> {
     /// A `parking_lot` mutex, not a Tokio one: held only to push or take, never across an
     /// await.
-    queue: Mutex<Queue>,
+    queue: Mutex<Queue<A>>,
+}
+
+impl<A> Default for Batcher<A> {
+    fn default() -> Self {
+        Self {
+            queue: Mutex::new(Queue::default()),
+        }
+    }
 }
 
 /// What [`Batcher`] guards.
-#[derive(Debug, Default)]
-struct Queue {
+#[derive(Debug)]
+struct Queue<A> {
     /// Script calls in flight on the node, each run by a task looping over batches.
     in_flight: usize,
     /// Requests waiting for a call, in arrival order.
-    waiting: VecDeque<Waiting>,
+    waiting: VecDeque<Waiting<A>>,
     /// Their checks (those that gave up included, until the next batch is taken).
     waiting_checks: usize,
 }
 
+impl<A> Default for Queue<A> {
+    fn default() -> Self {
+        Self {
+            in_flight: 0,
+            waiting: VecDeque::new(),
+            waiting_checks: 0,
+        }
+    }
+}
+
 /// A request waiting for its answer.
 #[derive(Debug)]
-pub(crate) struct Waiting {
+pub(crate) struct Waiting<A> {
     /// Its keys and arguments.
-    part: Part,
+    pub(super) part: Part,
     /// Its keys' Cluster slot (0 outside a Cluster): a call's keys share one.
     slot: u16,
     /// Where its answer goes; closed when the request gave up.
-    answer: oneshot::Sender<Result<Reply, Failure>>,
+    pub(super) answer: oneshot::Sender<A>,
 }
 
-impl Batcher {
+impl<A> Batcher<A> {
     /// Queues `part` (keys in `slot`); the batch to send at once (the caller then runs it)
     /// when no call is in flight, or fewer than `limit` and enough checks wait; and where
     /// the answer will come.
-    fn submit(
+    pub(super) fn submit(
         &self,
         part: Part,
         slot: u16,
         limit: usize,
-    ) -> (
-        oneshot::Receiver<Result<Reply, Failure>>,
-        Option<Vec<Waiting>>,
-    ) {
+    ) -> (oneshot::Receiver<A>, Option<Vec<Waiting<A>>>) {
         let (answer, receiver) = oneshot::channel();
         let mut queue = self.queue.lock();
         queue.waiting_checks += part.checks;
@@ -110,11 +119,11 @@ impl Batcher {
     }
 }
 
-impl Queue {
+impl<A> Queue<A> {
     /// The next batch (see the module docs): empty when nothing waits. Requests that gave
     /// up are dropped on the way.
-    fn take(&mut self) -> Vec<Waiting> {
-        let mut batch: Vec<Waiting> = Vec::new();
+    fn take(&mut self) -> Vec<Waiting<A>> {
+        let mut batch: Vec<Waiting<A>> = Vec::new();
         let mut rest = VecDeque::new();
         let (mut checks, mut bytes, mut rest_checks) = (0, 0, 0);
         while let Some(waiting) = self.waiting.pop_front() {
@@ -148,16 +157,16 @@ impl Queue {
 
 /// A call slot held by a task running batches; given back when nothing waits, or when the
 /// task ends otherwise (its runtime shutting down), so that a node never runs out of slots.
-struct CallSlot<'a> {
+pub(super) struct CallSlot<'a, A> {
     /// The node's batcher.
-    batcher: &'a Batcher,
+    batcher: &'a Batcher<A>,
     /// Still held.
     held: bool,
 }
 
-impl<'a> CallSlot<'a> {
+impl<'a, A> CallSlot<'a, A> {
     /// A slot already counted in `batcher`'s calls in flight.
-    fn held(batcher: &'a Batcher) -> Self {
+    pub(super) fn held(batcher: &'a Batcher<A>) -> Self {
         CallSlot {
             batcher,
             held: true,
@@ -166,7 +175,7 @@ impl<'a> CallSlot<'a> {
 
     /// The next batch, or `None`: nothing waits, and the slot is given back in the same
     /// lock, so that a request queued after it finds the slot free.
-    fn next(&mut self) -> Option<Vec<Waiting>> {
+    pub(super) fn next(&mut self) -> Option<Vec<Waiting<A>>> {
         let mut queue = self.batcher.queue.lock();
         let batch = queue.take();
         if batch.is_empty() {
@@ -178,79 +187,10 @@ impl<'a> CallSlot<'a> {
     }
 }
 
-impl Drop for CallSlot<'_> {
+impl<A> Drop for CallSlot<'_, A> {
     fn drop(&mut self) {
         if self.held {
             self.batcher.queue.lock().in_flight -= 1;
-        }
-    }
-}
-
-impl Inner {
-    /// Decides `part` on `node`: in a call of its own when the node has fewer calls in
-    /// flight than allowed, else in the batch the next call that ends takes. Not bounded
-    /// in time: the caller's deadline is (a call itself is bounded by the timeout).
-    pub(super) async fn submit(
-        self: &Arc<Self>,
-        node: Arc<Node>,
-        part: Part,
-    ) -> Result<Reply, Failure> {
-        let cluster_slot = match self.backend.cluster() {
-            Some(_) => part.keys.first().map_or(0, |key| slot(key.as_bytes())),
-            None => 0,
-        };
-        let limit = self.options.calls_in_flight.max(1);
-        let (answer, batch) = node.batcher.submit(part, cluster_slot, limit);
-        if let Some(batch) = batch {
-            tokio::spawn(self.clone().run_batches(node.clone(), batch));
-        }
-        answer.await.unwrap_or_else(|_| {
-            Err(Failure {
-                error: StoreError::new(
-                    StoreErrorKind::Unreachable,
-                    format!("Redis {}: the call was abandoned", node.name),
-                ),
-                node,
-                opens: false,
-            })
-        })
-    }
-
-    /// Runs `batch` on `node`, then every batch that waits, until none does; holds one of
-    /// the node's call slots meanwhile.
-    async fn run_batches(self: Arc<Self>, node: Arc<Node>, mut batch: Vec<Waiting>) {
-        let mut call_slot = CallSlot::held(&node.batcher);
-        loop {
-            let started = Stopwatch::start();
-            let parts: smallvec::SmallVec<[&Part; 8]> = batch.iter().map(|w| &w.part).collect();
-            let called = tokio::time::timeout(self.options.timeout, self.call(&node, &parts));
-            let result = called.await.unwrap_or_else(|_| {
-                node.reset();
-                Err(Failure {
-                    error: node.error(&timed_out("deciding")),
-                    node: node.clone(),
-                    opens: true,
-                })
-            });
-            drop(parts);
-            self.counts
-                .call_ended(batch.len(), started.until(Stopwatch::start()));
-            match result {
-                Ok(replies) => {
-                    for (waiting, reply) in batch.drain(..).zip(replies) {
-                        let _ = waiting.answer.send(Ok(reply));
-                    }
-                }
-                Err(failure) => {
-                    for waiting in batch.drain(..) {
-                        let _ = waiting.answer.send(Err(failure.clone()));
-                    }
-                }
-            }
-            match call_slot.next() {
-                Some(next) => batch = next,
-                None => return,
-            }
         }
     }
 }
@@ -266,7 +206,7 @@ mod tests {
 
     #[test]
     fn a_batch_takes_the_oldest_request_and_later_ones_of_its_script_and_slot() {
-        let batcher = Batcher::default();
+        let batcher = Batcher::<()>::default();
         let mut answers = Vec::new();
         let mut submit = |shape, slot, checks| {
             let (answer, batch) = batcher.submit(part(shape, checks, 10), slot, 1);
@@ -283,7 +223,7 @@ mod tests {
         // A request that gave up is never sent.
         drop(answers.remove(2));
         let mut call_slot = CallSlot::held(&batcher);
-        let sizes = |batch: Vec<Waiting>| -> Vec<(Shape, usize)> {
+        let sizes = |batch: Vec<Waiting<()>>| -> Vec<(Shape, usize)> {
             batch
                 .iter()
                 .map(|w| (w.part.shape(), w.part.checks))
@@ -313,7 +253,7 @@ mod tests {
 
     #[test]
     fn a_call_beside_one_in_flight_starts_only_once_enough_checks_wait() {
-        let batcher = Batcher::default();
+        let batcher = Batcher::<()>::default();
         // The answers' receivers: a request whose receiver is dropped has given up.
         let answers = std::cell::RefCell::new(Vec::new());
         let submit = |checks| {
