@@ -8,10 +8,12 @@
 //! - `serve`: [`serve`], the servers, reload and the drain.
 //! - `health`: gRPC health following the store, the config and the drain.
 //! - `source`: the first config and the task following its source.
+//! - `reporter`: what the metrics read about the source, the connections and the quotas.
 //! - `tasks`: [`serve`]'s tasks, owned by one guard.
 
 mod build;
 mod health;
+mod reporter;
 mod serve;
 mod settings;
 mod source;

@@ -11,10 +11,12 @@ use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::server::HealthReporter;
 use tracing::info;
 
+use super::build::{count, uncounted};
 use super::health::{set_grpc_health, spawn_maintenance};
+use super::reporter::ServerReporter;
 use super::source::start_source;
 use super::tasks::Tasks;
-use super::{Error, Settings, build_service};
+use super::{Error, Settings};
 use crate::admin_token::AdminToken;
 use crate::config::Config;
 use crate::grpc::{GrpcRoutes, Rls};
@@ -186,7 +188,7 @@ impl<H: Health> GrpcServer<H> {
 struct Parts {
     /// What the config source has done.
     history: Arc<History>,
-    /// The service answering requests, counted by metrics that also report on the rest.
+    /// The service answering requests, counted by metrics that report on the rest.
     service: Service,
     /// The connection counters of every port.
     connections: Arc<Connections>,
@@ -209,7 +211,7 @@ impl Parts {
             settings.config.kind(),
             settings.config.describe(),
         ));
-        let service = build_service(settings, Config::default())?;
+        let service = uncounted(settings, Config::default())?;
         let connections = Connections::new(
             settings
                 .max_connections
@@ -223,10 +225,12 @@ impl Parts {
             service.clock().clone(),
             settings.rlqs_assignment_ttl,
         ));
-        let metrics = service.metrics().expect("build_service counts");
-        metrics.follow_source(history.clone());
-        metrics.follow_connections(connections.clone());
-        metrics.follow_quotas(quotas.clone());
+        let reporter = ServerReporter {
+            history: history.clone(),
+            connections: connections.clone(),
+            quotas: quotas.clone(),
+        };
+        let service = count(settings, service, Some(reporter));
         let admin_token = match &settings.admin_token_file {
             Some(path) => Some(AdminToken::load(path)?),
             None => None,
