@@ -71,7 +71,7 @@ pub struct Operator {
     /// The service answering requests.
     pub service: Service,
     /// What the config source has done.
-    pub source: Arc<History>,
+    pub history: Arc<History>,
     /// Health checks fail while no config from the source is in force
     /// (`--unhealthy-without-config`).
     pub unhealthy_without_config: bool,
@@ -227,8 +227,8 @@ async fn healthcheck(State(op): State<Operator>) -> (StatusCode, String) {
     if !op.health.healthy() {
         return (StatusCode::INTERNAL_SERVER_ERROR, "draining".into());
     }
-    if op.unhealthy_without_config && !op.source.loaded() {
-        let why = format!("no config loaded yet from {}", op.source.described());
+    if op.unhealthy_without_config && !op.history.loaded() {
+        let why = format!("no config loaded yet from {}", op.history.described());
         return (StatusCode::INTERNAL_SERVER_ERROR, why);
     }
     match op.service.store().health() {
@@ -300,23 +300,23 @@ async fn json_answer_in(service: &Service, body: &[u8], span: Option<&RequestSpa
 /// the Go server's form followed by meshlimit's own fields.
 async fn rlconfig(State(op): State<Operator>) -> String {
     let config = op.service.config().load();
-    let source = &op.source;
-    let loads = source.applied.load(Ordering::SeqCst);
+    let history = &op.history;
+    let loads = history.applied.load(Ordering::SeqCst);
     let mut out = String::new();
     let _ = writeln!(
         out,
         "# config {} version {loads} (fingerprint {:016x}), {} domain(s)",
-        source.described(),
+        history.described(),
         config.fingerprint(),
         config.domains().len()
     );
-    match source.changed_at() {
+    match history.changed_at() {
         Some(at) => {
             let _ = writeln!(
                 out,
                 "# source {} version {}, last changed {}",
-                source.kind(),
-                source.version(),
+                history.kind(),
+                history.version(),
                 rfc3339(at)
             );
         }
@@ -324,11 +324,11 @@ async fn rlconfig(State(op): State<Operator>) -> String {
             let _ = writeln!(
                 out,
                 "# source {}: no config loaded yet, every request is allowed",
-                source.kind()
+                history.kind()
             );
         }
     }
-    match &*source.last_error.lock() {
+    match &*history.last_error.lock() {
         None => out.push_str("# last reload error: none\n"),
         Some(error) => {
             out.push_str("# last reload error (the config above stays in force):\n");

@@ -20,8 +20,8 @@
 //! - [`explain`]: why a request gets its answer (`/explain`, `meshlimit explain`).
 //! - [`metrics`]: Prometheus statistics under the Go server's names, served at `/metrics`.
 //! - [`net`]: connections: accept within limits, TLS, idle and age timeouts, drain.
-//! - [`source`]: where the config comes from (files, PostgreSQL, xDS) and the one pipeline
-//!   every snapshot goes through; [`reload`]: watches the config path and swaps in valid edits.
+//! - [`source`]: where the config comes from (files, PostgreSQL, xDS), the one pipeline
+//!   every snapshot goes through, and the followers that swap in later snapshots.
 //! - [`gocompat`]: envoyproxy/ratelimit's environment variables as `serve` flags.
 //! - [`app`]: wires it all together for the `meshlimit` binary and the tests.
 //! - [`cli`]: the `meshlimit` command line (`serve`, `validate`, `explain`, `db init`);
@@ -59,7 +59,6 @@ pub mod metrics;
 pub mod net;
 pub mod page;
 pub mod plan;
-pub mod reload;
 pub mod request;
 pub mod request_limits;
 pub mod rlqs;

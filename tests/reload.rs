@@ -13,25 +13,41 @@ use meshlimit::clock::{Clock, ManualClock};
 use meshlimit::config;
 use meshlimit::config::{SharedConfig, SharedDomains};
 use meshlimit::error::ConfigErrorKind as Kind;
-use meshlimit::reload::{self, Outcome};
 use meshlimit::request::{Descriptor, Request};
 use meshlimit::rules::Algorithm;
 use meshlimit::service::Service;
-use meshlimit::source::History;
+use meshlimit::source::{self, ConfigSource, History, Loaded, Outcome};
 use meshlimit::store::{MemoryStore, Store};
+use tokio::task::JoinSet;
 
 const DEBOUNCE: Duration = Duration::from_millis(50);
 
-/// Watches `path` for `config`, as `serve` does after the first load.
-fn watch(path: impl Into<std::path::PathBuf>, config: &SharedConfig) -> reload::Reloader {
-    reload::spawn(
-        path.into(),
-        SharedDomains::Refused,
-        config.clone(),
-        history(),
-        DEBOUNCE,
+/// Follows the files at `path` into `config`, as `serve` does after the first load: the
+/// follower's task (aborted when dropped) and the history it records in.
+fn watch(
+    path: impl Into<std::path::PathBuf>,
+    config: &SharedConfig,
+) -> (JoinSet<()>, Arc<History>) {
+    let source = ConfigSource::File {
+        path: path.into(),
+        domains: SharedDomains::Refused,
+    };
+    let history = history();
+    let follower = source
+        .follow(config.clone(), history.clone(), DEBOUNCE)
+        .expect("watching");
+    let mut task = JoinSet::new();
+    task.spawn(follower);
+    (task, history)
+}
+
+/// Loads the files at `path` into `config` once, as the follower does after an event.
+fn reload_once(path: &Path, config: &SharedConfig) -> Outcome {
+    source::apply(
+        config::load(path).map(Loaded::unversioned),
+        config,
+        &history(),
     )
-    .expect("watching")
 }
 
 /// The history of a source whose first config (the one `service_for` loads) is in force:
@@ -93,15 +109,14 @@ async fn a_good_edit_is_live_and_keeps_counters() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("a.yaml"), rule("a", 10)).unwrap();
     let (service, config) = service_for(dir.path());
-    let reloader = watch(dir.path().to_path_buf(), &config);
+    let (_follower, history) = watch(dir.path().to_path_buf(), &config);
 
     for _ in 0..4 {
         limit_of(&service, "a").await;
     }
     std::fs::write(dir.path().join("a.yaml"), rule("a", 20)).unwrap();
-    let status = reloader.status().clone();
     support::eventually(10, "edit applied", || {
-        status.applied.load(Ordering::SeqCst) == 2
+        history.applied.load(Ordering::SeqCst) == 2
     })
     .await;
     assert_eq!(limit_now(&config, "a"), Some(20));
@@ -133,19 +148,18 @@ async fn a_broken_edit_is_rejected_and_the_running_config_stays() {
     let file = dir.path().join("a.yaml");
     std::fs::write(&file, rule("a", 10)).unwrap();
     let (service, config) = service_for(dir.path());
-    let reloader = watch(dir.path().to_path_buf(), &config);
+    let (_follower, history) = watch(dir.path().to_path_buf(), &config);
 
     std::fs::write(
         &file,
         "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n",
     )
     .unwrap();
-    let status = reloader.status().clone();
     support::eventually(10, "broken edit seen", || {
-        status.rejected.load(Ordering::SeqCst) >= 1
+        history.rejected.load(Ordering::SeqCst) >= 1
     })
     .await;
-    let error = status.last_error.lock().clone().unwrap();
+    let error = history.last_error.lock().clone().unwrap();
     // The reload reports exactly the problems a load of the files finds: one, the unit.
     let problems = config::load(dir.path()).expect_err("the broken edit does not load");
     let found: Vec<(Kind, Option<u32>)> = problems.iter().map(|e| (e.kind, e.line)).collect();
@@ -159,9 +173,9 @@ async fn a_broken_edit_is_rejected_and_the_running_config_stays() {
     );
 
     std::fs::write(&file, rule("a", 30)).unwrap();
-    // The config is swapped before the reloader records the outcome: wait for both.
+    // The config is swapped before the follower records the outcome: wait for both.
     support::eventually(10, "fix applied and the error cleared", || {
-        limit_now(&config, "a") == Some(30) && status.last_error.lock().is_none()
+        limit_now(&config, "a") == Some(30) && history.last_error.lock().is_none()
     })
     .await;
 }
@@ -171,9 +185,9 @@ async fn reload_once_reports_unchanged_applied_and_rejected() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("a.yaml"), rule("a", 10)).unwrap();
     let (_service, config) = service_for(dir.path());
-    assert_eq!(reload::reload_once(dir.path(), &config), Outcome::Unchanged);
+    assert_eq!(reload_once(dir.path(), &config), Outcome::Unchanged);
     std::fs::write(dir.path().join("a.yaml"), rule("a", 11)).unwrap();
-    assert_eq!(reload::reload_once(dir.path(), &config), Outcome::Applied);
+    assert_eq!(reload_once(dir.path(), &config), Outcome::Applied);
     std::fs::write(dir.path().join("z.yaml"), "domain: a\n").unwrap();
     let problems = config::load(dir.path()).expect_err("two files define domain a");
     let found: Vec<(Kind, &Path)> = problems
@@ -185,7 +199,7 @@ async fn reload_once_reports_unchanged_applied_and_rejected() {
         [(Kind::DuplicateDomain, dir.path().join("z.yaml").as_path())]
     );
     assert_eq!(
-        reload::reload_once(dir.path(), &config),
+        reload_once(dir.path(), &config),
         Outcome::Rejected(config::render_errors(&problems))
     );
     assert_eq!(limit_now(&config, "a"), Some(11));
@@ -206,7 +220,7 @@ async fn a_configmap_style_swap_is_picked_up() {
 
     let (service, config) = service_for(root);
     assert_eq!(limit_of(&service, "cm").await, Some(5));
-    let _reloader = watch(root.to_path_buf(), &config);
+    let _follower = watch(root.to_path_buf(), &config);
 
     std::fs::create_dir(root.join("..2026_01_02_v2")).unwrap();
     std::fs::write(root.join("..2026_01_02_v2/rules.yaml"), rule("cm", 7)).unwrap();
@@ -235,7 +249,7 @@ async fn a_swapped_directory_link_is_followed() {
     symlink("v1", root.join("current")).unwrap();
     let path = root.join("current");
     let (_service, config) = service_for(&path);
-    let _reloader = watch(path.clone(), &config);
+    let _follower = watch(path.clone(), &config);
 
     symlink("v2", root.join("next")).unwrap();
     std::fs::rename(root.join("next"), &path).unwrap();
@@ -257,7 +271,7 @@ async fn a_single_file_path_is_watched() {
     let file = dir.path().join("only.yaml");
     std::fs::write(&file, rule("one", 1)).unwrap();
     let (_service, config) = service_for(&file);
-    let _reloader = watch(file.clone(), &config);
+    let _follower = watch(file.clone(), &config);
     // Editors often write a temporary file and rename it over the original.
     let tmp = dir.path().join(".only.yaml.swp");
     std::fs::write(&tmp, rule("one", 9)).unwrap();
@@ -276,34 +290,33 @@ async fn a_fixed_or_removed_broken_file_clears_the_error() {
     let good = rule("a", 10);
     std::fs::write(dir.path().join("a.yaml"), &good).unwrap();
     let (_service, config) = service_for(dir.path());
-    let reloader = watch(dir.path().to_path_buf(), &config);
-    let status = reloader.status().clone();
+    let (_follower, history) = watch(dir.path().to_path_buf(), &config);
 
     // A broken file added, then removed: the files are the running config again.
     std::fs::write(dir.path().join("b.yaml"), "domain: b\ndescriptors: 7\n").unwrap();
     support::eventually(10, "broken file rejected", || {
-        status.last_error.lock().is_some()
+        history.last_error.lock().is_some()
     })
     .await;
     std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
     support::eventually(10, "error cleared by the removal", || {
-        status.last_error.lock().is_none()
+        history.last_error.lock().is_none()
     })
     .await;
 
     // The running file broken, then put back as it was.
     std::fs::write(dir.path().join("a.yaml"), "domain: a\ndescriptors: 7\n").unwrap();
     support::eventually(10, "broken edit rejected", || {
-        status.last_error.lock().is_some()
+        history.last_error.lock().is_some()
     })
     .await;
     std::fs::write(dir.path().join("a.yaml"), &good).unwrap();
     support::eventually(10, "error cleared by the fix", || {
-        status.last_error.lock().is_none()
+        history.last_error.lock().is_none()
     })
     .await;
     assert_eq!(
-        status.applied.load(Ordering::SeqCst),
+        history.applied.load(Ordering::SeqCst),
         1,
         "nothing swapped after the first load"
     );
@@ -317,19 +330,18 @@ async fn a_symlink_loop_error_goes_with_its_files() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("a.yaml"), rule("a", 10)).unwrap();
     let (_service, config) = service_for(dir.path());
-    let reloader = watch(dir.path().to_path_buf(), &config);
-    let status = reloader.status().clone();
+    let (_follower, history) = watch(dir.path().to_path_buf(), &config);
 
     symlink("y.yaml", dir.path().join("x.yaml")).unwrap();
     symlink("x.yaml", dir.path().join("y.yaml")).unwrap();
     support::eventually(10, "the loop rejected", || {
-        status.last_error.lock().is_some()
+        history.last_error.lock().is_some()
     })
     .await;
     std::fs::remove_file(dir.path().join("x.yaml")).unwrap();
     std::fs::remove_file(dir.path().join("y.yaml")).unwrap();
     support::eventually(10, "error cleared with the loop", || {
-        status.last_error.lock().is_none()
+        history.last_error.lock().is_none()
     })
     .await;
 }
@@ -343,8 +355,7 @@ async fn writes_to_other_files_next_to_the_config_do_not_reload() {
     std::fs::create_dir(&config_dir).unwrap();
     std::fs::write(config_dir.join("a.yaml"), rule("a", 10)).unwrap();
     let (_service, config) = service_for(&config_dir);
-    let reloader = watch(config_dir.clone(), &config);
-    let status = reloader.status().clone();
+    let (_follower, history) = watch(config_dir.clone(), &config);
 
     let log = root.path().join("meshlimit.log");
     for i in 0..20 {
@@ -356,7 +367,7 @@ async fn writes_to_other_files_next_to_the_config_do_not_reload() {
     // loaded machine one edit can arrive as two events, truncation and write.)
     tokio::time::sleep(DEBOUNCE * 4).await;
     assert_eq!(
-        status.attempts.load(Ordering::SeqCst),
+        history.attempts.load(Ordering::SeqCst),
         0,
         "the log file's writes caused reloads"
     );

@@ -1,9 +1,11 @@
-//! Settings → config, clock and store → the [`Service`] that answers requests.
+//! Settings → config, clock and store → the [`Service`] that answers requests, and the
+//! metrics counting it.
 
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
+use super::reporter::ServerReporter;
 use super::{Error, Settings};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
@@ -11,11 +13,20 @@ use crate::metrics::Metrics;
 use crate::service::Service;
 use crate::store::{Bounds, MemoryStore, RedisStore, Store};
 
-/// Builds the service for `settings` with the real clock, serving `config`.
+/// Builds the service for `settings` with the real clock, serving `config`, counted by
+/// metrics of the service alone.
 ///
 /// # Errors
 /// The Redis URL is invalid.
 pub fn build_service(settings: &Settings, config: Config) -> Result<Service, Error> {
+    Ok(count(settings, uncounted(settings, config)?, None))
+}
+
+/// The service for `settings` with the real clock, serving `config`, not yet counted.
+///
+/// # Errors
+/// The Redis URL is invalid.
+pub(super) fn uncounted(settings: &Settings, config: Config) -> Result<Service, Error> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let store = match &settings.redis {
         None => Store::Memory(MemoryStore::bounded(
@@ -27,7 +38,7 @@ pub fn build_service(settings: &Settings, config: Config) -> Result<Service, Err
         )),
         Some(options) => Store::Redis(RedisStore::new(options.clone(), clock.clone())?),
     };
-    let service = Service::new(
+    Ok(Service::new(
         Arc::new(ArcSwap::from_pointee(config)),
         store,
         clock,
@@ -36,14 +47,23 @@ pub fn build_service(settings: &Settings, config: Config) -> Result<Service, Err
     .with_global_shadow(settings.global_shadow)
     .with_global_quota(settings.global_quota)
     .with_dynamic_metadata(settings.dynamic_metadata)
-    .with_request_limits(settings.request_limits);
-    let metrics = Arc::new(Metrics::new(
-        service.config().clone(),
-        service.store().clone(),
-    ));
+    .with_request_limits(settings.request_limits))
+}
+
+/// `service` counted by its metrics, which also show what `reporter` reads, if any.
+pub(super) fn count(
+    settings: &Settings,
+    service: Service,
+    reporter: Option<ServerReporter>,
+) -> Service {
+    let metrics = Metrics::new(service.config().clone(), service.store().clone());
+    let metrics = match reporter {
+        Some(reporter) => metrics.with_reporter(reporter),
+        None => metrics,
+    };
     metrics.set_near_limit_ratio(settings.near_limit_ratio);
     metrics.set_max_metric_values(settings.max_metric_values);
-    Ok(service.with_metrics(metrics))
+    service.with_metrics(Arc::new(metrics))
 }
 
 #[cfg(test)]

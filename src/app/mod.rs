@@ -8,12 +8,16 @@
 //! - `serve`: [`serve`], the servers, reload and the drain.
 //! - `health`: gRPC health following the store, the config and the drain.
 //! - `source`: the first config and the task following its source.
+//! - `reporter`: what the metrics read about the source, the connections and the quotas.
+//! - `tasks`: [`serve`]'s tasks, owned by one guard.
 
 mod build;
 mod health;
+mod reporter;
 mod serve;
 mod settings;
 mod source;
+mod tasks;
 
 pub use build::build_service;
 pub use serve::{Listeners, serve};
@@ -40,6 +44,9 @@ pub enum Error {
     /// The HTTP server failed.
     #[error("HTTP server: {0}")]
     Http(#[from] std::io::Error),
+    /// A server's task panicked or was cancelled.
+    #[error("a server task failed: {0}")]
+    Task(#[source] tokio::task::JoinError),
     /// The Redis URL is invalid.
     #[error("{0}")]
     Redis(#[from] SetupError),

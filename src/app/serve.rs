@@ -1,5 +1,5 @@
 //! The one entry point of a running server: [`serve`] on bound listeners until a shutdown
-//! future completes, then the drain.
+//! future completes, then the drain. Every task it starts is owned by one [`Tasks`].
 
 use std::future::Future;
 use std::sync::Arc;
@@ -7,22 +7,28 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tonic_health::pb::health_server::{Health, HealthServer};
+use tonic_health::server::HealthReporter;
 use tracing::info;
 
+use super::build::{count, uncounted};
 use super::health::{set_grpc_health, spawn_maintenance};
+use super::reporter::ServerReporter;
 use super::source::start_source;
-use super::{Error, Settings, build_service};
+use super::tasks::Tasks;
+use super::{Error, Settings};
 use crate::admin_token::AdminToken;
 use crate::config::Config;
 use crate::grpc::{GrpcRoutes, Rls};
-use crate::http::{self, Health};
+use crate::http;
 use crate::net::{self, ConnectionOptions, Connections, Listener, Protocols, TlsFiles, TlsSource};
 use crate::page::Page;
 use crate::rlqs::service::Drain;
 use crate::rlqs::{QuotaService, Registry};
+use crate::service::Service;
 use crate::source::History;
 use crate::statsd;
-use crate::traces;
+use crate::traces::{self, Tracing};
 
 /// The sockets a server answers on, bound by the caller.
 #[derive(Debug)]
@@ -49,12 +55,26 @@ impl Listeners {
     }
 }
 
+impl Listeners {
+    /// The gRPC listener, and the operator ports with `http_tls` on the main one.
+    fn split(self, http_tls: Option<Arc<TlsSource>>) -> (Listener, OperatorPorts) {
+        let ports = OperatorPorts {
+            http: self.http,
+            http_tls,
+            extra_http: self.extra_http,
+            metrics: self.metrics,
+        };
+        (self.grpc, ports)
+    }
+}
+
 /// Serves on `listeners` until `shutdown` completes, then drains:
 /// 1. health turns bad (`/healthcheck` 500 `draining`, gRPC health `NOT_SERVING`) while
 ///    everything keeps answering, for [`Settings::drain_delay`];
 /// 2. the gRPC server stops accepting and waits for in-flight calls (at most
 ///    [`Settings::drain_timeout`]);
-/// 3. the operator endpoints stop last, so the drain is observable to the end.
+/// 3. the background tasks stop;
+/// 4. the operator endpoints stop last, so the drain is observable to the end.
 ///
 /// # Errors
 /// Invalid initial config, or a server failing.
@@ -63,44 +83,206 @@ pub async fn serve(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    let history = Arc::new(History::new(
-        settings.config.kind(),
-        settings.config.describe(),
-    ));
-    let service = build_service(&settings, Config::default())?;
-    // Before waiting on the source: a bad token file is refused at once.
-    let admin_token = match &settings.admin_token_file {
-        Some(path) => Some(AdminToken::load(path)?),
-        None => None,
-    };
-    let tracing = match &settings.tracing {
-        Some(options) => Some(traces::start(options, |name| std::env::var(name).ok())?),
-        None => None,
-    };
-    let traces = tracing.as_ref().map(|t| t.traces.clone());
+    let parts = Parts::build(&settings)?;
+    let mut tasks = Tasks::default();
     // The shutdown is followed from the start, so that a server still waiting for its
     // first config stops when asked.
-    let (stop_tx, mut stopped) = watch::channel(false);
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-    });
-    let Some(follower) = start_source(&settings, service.config(), &history, &mut stopped).await?
-    else {
-        if let Some(tracing) = tracing {
-            tracing.shutdown().await;
-        }
+    let mut stopped = follow_shutdown(&mut tasks, shutdown);
+    let config = parts.service.config();
+    if !start_source(&settings, config, &parts.history, &mut tasks, &mut stopped).await? {
+        drop(tasks);
+        stop_tracing(parts.tracing).await;
         info!("meshlimit stopped before its first config loaded");
         return Ok(());
+    }
+    let (health, reporter, health_service) = start_health(&settings, &parts, &mut tasks).await;
+    let grpc_tls = load_tls(settings.grpc_tls.clone(), Protocols::Grpc)?;
+    let http_tls = load_tls(settings.http_tls.clone(), Protocols::Http)?;
+    let operator = start_operator(&settings, &parts, &health, &mut tasks);
+    log_serving(&settings, &listeners, &parts, (&grpc_tls, &http_tls))?;
+    let (grpc, ports) = listeners.split(http_tls);
+    // The operator endpoints stop only after gRPC has drained.
+    let http_stop = spawn_operator_servers(&settings, ports, &operator, &parts, &mut tasks);
+    // Quota streams last as long as their Envoy: new ones are refused once draining, open
+    // ones end with the drain's delay, so that the drain of calls does not wait for them.
+    let (quota_drain, quota_stage) = watch::channel(Drain::Serving);
+    let drain = drain_signal(&settings, stopped, health, reporter, quota_drain);
+    tasks.keep(spawn_quota_refresh(parts.quotas.clone()));
+    let grpc = GrpcServer {
+        listener: grpc,
+        tls: grpc_tls,
+        health: health_service,
+        quota_stage,
     };
-    let metrics = service.metrics().expect("build_service counts").clone();
-    metrics.follow_source(history.clone());
-    let statsd = settings
-        .statsd
-        .clone()
-        .map(|statsd| statsd::spawn(metrics.clone(), statsd));
-    let health = Health::new();
+    let grpc = grpc.serve(&settings, &parts, drain);
+
+    // The shutdown, in order: gRPC drains, the background tasks stop, then the operator
+    // endpoints.
+    let grpc = Tasks::run(grpc).await;
+    tasks.stop_background();
+    let _ = http_stop.send(true);
+    tasks.join_operator().await.map_err(Error::Task)?;
+    grpc.map_err(Error::Task)?;
+    stop_tracing(parts.tracing).await;
+    info!("meshlimit stopped");
+    Ok(())
+}
+
+/// What the gRPC port serves with, besides the service.
+struct GrpcServer<H> {
+    /// `--grpc-addr`, or a Unix socket.
+    listener: Listener,
+    /// `--grpc-tls-*`, if any.
+    tls: Option<Arc<TlsSource>>,
+    /// gRPC health.
+    health: HealthServer<H>,
+    /// The quota service's stage of the drain.
+    quota_stage: watch::Receiver<Drain>,
+}
+
+impl<H: Health> GrpcServer<H> {
+    /// The server: the rate-limit service, gRPC health, the quota service and reflection;
+    /// it stops accepting once `drain` completes, then drains (at most
+    /// [`Settings::drain_timeout`]).
+    fn serve(
+        self,
+        settings: &Settings,
+        parts: &Parts,
+        drain: impl Future<Output = ()> + Send + 'static,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let quota_service = QuotaService::new(
+            parts.quotas.clone(),
+            settings.request_limits,
+            settings.rlqs_assignment_ttl,
+            self.quota_stage,
+        );
+        let routes = GrpcRoutes::new(
+            Rls::new(parts.service.clone())
+                .with_response_headers(settings.response_headers.clone())
+                .with_draft_fields(settings.draft_headers)
+                .with_traces(parts.traces())
+                .into_server(),
+            self.health,
+            quota_service.into_server(),
+            crate::grpc::reflection_servers(),
+        );
+        let options = ConnectionOptions {
+            max_age: settings.grpc_max_connection_age,
+            max_age_grace: settings.grpc_max_connection_age_grace,
+            http2_only: true,
+            tls: self.tls,
+            ..ConnectionOptions::new(settings.idle_timeout)
+        };
+        net::serve(
+            self.listener,
+            routes,
+            options,
+            parts.connections.clone(),
+            drain,
+            settings.drain_timeout,
+        )
+    }
+}
+
+/// What a server is made of before it waits for its first config.
+struct Parts {
+    /// What the config source has done.
+    history: Arc<History>,
+    /// The service answering requests, counted by metrics that report on the rest.
+    service: Service,
+    /// The connection counters of every port.
+    connections: Arc<Connections>,
+    /// The rate limit quota service's state.
+    quotas: Arc<Registry>,
+    /// `--admin-token-file`'s token, if any.
+    admin_token: Option<Arc<AdminToken>>,
+    /// OpenTelemetry tracing (`--tracing`), if on.
+    tracing: Option<Tracing>,
+}
+
+impl Parts {
+    /// Builds the parts for `settings`, refusing at once a bad Redis URL, token file or
+    /// tracing setting (before waiting on the source).
+    ///
+    /// # Errors
+    /// The first of those problems.
+    fn build(settings: &Settings) -> Result<Parts, Error> {
+        let history = Arc::new(History::new(
+            settings.config.kind(),
+            settings.config.describe(),
+        ));
+        let service = uncounted(settings, Config::default())?;
+        let connections = Connections::new(
+            settings
+                .max_connections
+                .unwrap_or_else(net::descriptors::default_max_connections),
+        );
+        let quotas = Arc::new(Registry::new(
+            service.config().clone(),
+            settings.algorithm,
+            settings.rlqs_unmatched,
+            service.store(),
+            service.clock().clone(),
+            settings.rlqs_assignment_ttl,
+        ));
+        let reporter = ServerReporter {
+            history: history.clone(),
+            connections: connections.clone(),
+            quotas: quotas.clone(),
+        };
+        let service = count(settings, service, Some(reporter));
+        let admin_token = match &settings.admin_token_file {
+            Some(path) => Some(AdminToken::load(path)?),
+            None => None,
+        };
+        let tracing = match &settings.tracing {
+            Some(options) => Some(traces::start(options, |name| std::env::var(name).ok())?),
+            None => None,
+        };
+        Ok(Parts {
+            history,
+            service,
+            connections,
+            quotas,
+            admin_token,
+            tracing,
+        })
+    }
+
+    /// What sampled requests are traced with, if tracing is on.
+    fn traces(&self) -> Option<traces::Traces> {
+        self.tracing.as_ref().map(|t| t.traces.clone())
+    }
+}
+
+/// Spawns the wait for `shutdown` into `tasks`; the receiver turns true when it completes.
+fn follow_shutdown(
+    tasks: &mut Tasks,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> watch::Receiver<bool> {
+    let (stop, stopped) = watch::channel(false);
+    tasks.spawn(async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    });
+    stopped
+}
+
+/// Health as the server starts serving, and the task keeping gRPC health and the store's
+/// upkeep going (in `tasks`); also starts the statsd sink, if any. Returns the drain's
+/// flag, the gRPC health reporter and its service.
+async fn start_health(
+    settings: &Settings,
+    parts: &Parts,
+    tasks: &mut Tasks,
+) -> (http::Health, HealthReporter, HealthServer<impl Health>) {
+    let metrics = parts.service.metrics().expect("counted").clone();
+    if let Some(statsd) = settings.statsd.clone() {
+        tasks.keep(statsd::spawn(metrics, statsd));
+    }
+    let health = http::Health::new();
     let (reporter, health_service) = tonic_health::server::health_reporter();
+    let history = &parts.history;
     set_grpc_health(
         &reporter,
         !settings.unhealthy_without_config || history.loaded(),
@@ -111,55 +293,60 @@ pub async fn serve(
         let required = settings.unhealthy_without_config;
         move || !required || history.loaded()
     };
-    let maintenance = spawn_maintenance(
-        service.store().clone(),
+    tasks.keep(spawn_maintenance(
+        parts.service.store().clone(),
         reporter.clone(),
         health.clone(),
         config_ready,
-    );
-
-    let connections = Connections::new(
-        settings
-            .max_connections
-            .unwrap_or_else(net::descriptors::default_max_connections),
-    );
-    metrics.follow_connections(connections.clone());
-    let grpc_tls = load_tls(settings.grpc_tls.clone(), Protocols::Grpc)?;
-    let http_tls = load_tls(settings.http_tls.clone(), Protocols::Http)?;
-
-    let quotas = Arc::new(Registry::new(
-        service.config().clone(),
-        settings.algorithm,
-        settings.rlqs_unmatched,
-        service.store(),
-        service.clock().clone(),
-        settings.rlqs_assignment_ttl,
     ));
-    metrics.follow_quotas(quotas.clone());
-    tokio::spawn({
-        let quotas = quotas.clone();
-        async move { quotas.warm_up().await }
-    });
+    (health, reporter, health_service)
+}
+
+/// The operator endpoints' state, with the quota warm-up, the page's sampler and the
+/// admin token's watch started in `tasks`.
+fn start_operator(
+    settings: &Settings,
+    parts: &Parts,
+    health: &http::Health,
+    tasks: &mut Tasks,
+) -> http::Operator {
+    let quotas = parts.quotas.clone();
+    tasks.spawn(async move { quotas.warm_up().await });
+    let metrics = parts.service.metrics().expect("counted").clone();
     let page = Arc::new(Page::new(
-        service.clone(),
+        parts.service.clone(),
         metrics.clone(),
-        history.clone(),
-        quotas.clone(),
+        parts.history.clone(),
+        parts.quotas.clone(),
     ));
-    let page_sampler = page.spawn_sampler();
-    let operator = http::Operator {
+    tasks.keep(page.spawn_sampler());
+    if let Some(token) = &parts.admin_token {
+        tasks.keep(token.clone().watch());
+    }
+    http::Operator {
         health: health.clone(),
-        service: service.clone(),
-        source: history.clone(),
+        service: parts.service.clone(),
+        history: parts.history.clone(),
         unhealthy_without_config: settings.unhealthy_without_config,
         metrics,
         page,
         metrics_path: settings.metrics_path.clone(),
-        admin_token: admin_token.clone(),
-        quotas: quotas.clone(),
-        traces: traces.clone(),
-    };
-    let token_watch = admin_token.map(AdminToken::watch);
+        admin_token: parts.admin_token.clone(),
+        quotas: parts.quotas.clone(),
+        traces: parts.traces(),
+    }
+}
+
+/// Logs the addresses served and how.
+///
+/// # Errors
+/// An operator listener without an address.
+fn log_serving(
+    settings: &Settings,
+    listeners: &Listeners,
+    parts: &Parts,
+    (grpc_tls, http_tls): (&Option<Arc<TlsSource>>, &Option<Arc<TlsSource>>),
+) -> Result<(), Error> {
     let also: Vec<String> = listeners
         .extra_http
         .iter()
@@ -175,99 +362,41 @@ pub async fn serve(
         also_http = %also.join(","),
         metrics = %metrics_addr,
         config = %settings.config.describe(),
-        max_connections = connections.max(),
+        max_connections = parts.connections.max(),
         grpc_tls = grpc_tls.is_some(),
         http_tls = http_tls.is_some(),
         "meshlimit serving"
     );
-    // The operator endpoints stop only after gRPC has drained.
-    let (http_stop_tx, http_stop_rx) = watch::channel(false);
-    let http_servers = spawn_operator_servers(
-        &settings,
-        OperatorPorts {
-            http: listeners.http,
-            http_tls,
-            extra_http: listeners.extra_http,
-            metrics: listeners.metrics,
-        },
-        &operator,
-        &connections,
-        &http_stop_rx,
-    );
+    Ok(())
+}
 
-    // Quota streams last as long as their Envoy: new ones are refused once draining, open
-    // ones end with the drain's delay, so that the drain of calls does not wait for them.
-    let (quota_drain, quota_stage) = watch::channel(Drain::Serving);
-    let grpc_stop = {
-        let health = health.clone();
-        let reporter = reporter.clone();
-        let delay = settings.drain_delay;
-        async move {
-            let _ = stopped.wait_for(|&stop| stop).await;
-            info!(delay = ?delay, "shutting down: health checks fail while draining");
-            health.set(false);
-            let _ = quota_drain.send(Drain::Refusing);
-            set_grpc_health(&reporter, false).await;
-            tokio::time::sleep(delay).await;
-            let _ = quota_drain.send(Drain::Closing);
-        }
-    };
-    let quota_refresh = spawn_quota_refresh(quotas.clone());
-    let quota_service = QuotaService::new(
-        quotas,
-        settings.request_limits,
-        settings.rlqs_assignment_ttl,
-        quota_stage,
-    );
-    let routes = GrpcRoutes::new(
-        Rls::new(service)
-            .with_response_headers(settings.response_headers.clone())
-            .with_draft_fields(settings.draft_headers)
-            .with_traces(traces)
-            .into_server(),
-        health_service,
-        quota_service.into_server(),
-        crate::grpc::reflection_servers(),
-    );
-    let grpc_options = ConnectionOptions {
-        max_age: settings.grpc_max_connection_age,
-        max_age_grace: settings.grpc_max_connection_age_grace,
-        http2_only: true,
-        tls: grpc_tls,
-        ..ConnectionOptions::new(settings.idle_timeout)
-    };
-    // Stops accepting once `grpc_stop` completes, then drains (at most drain_timeout).
-    let grpc_result = tokio::spawn(net::serve(
-        listeners.grpc,
-        routes,
-        grpc_options,
-        connections,
-        grpc_stop,
-        settings.drain_timeout,
-    ))
-    .await;
-    maintenance.abort();
-    page_sampler.abort();
-    if let Some(statsd) = statsd {
-        statsd.abort();
+/// Completes when the gRPC server is to stop accepting: once `stopped` turns true, health
+/// turns bad and new quota streams are refused; after the drain's delay, open quota
+/// streams are closed.
+fn drain_signal(
+    settings: &Settings,
+    mut stopped: watch::Receiver<bool>,
+    health: http::Health,
+    reporter: HealthReporter,
+    quota_drain: watch::Sender<Drain>,
+) -> impl Future<Output = ()> + Send + 'static {
+    let delay = settings.drain_delay;
+    async move {
+        let _ = stopped.wait_for(|&stop| stop).await;
+        info!(delay = ?delay, "shutting down: health checks fail while draining");
+        health.set(false);
+        let _ = quota_drain.send(Drain::Refusing);
+        set_grpc_health(&reporter, false).await;
+        tokio::time::sleep(delay).await;
+        let _ = quota_drain.send(Drain::Closing);
     }
-    drop(follower);
-    quota_refresh.abort();
-    if let Some(watch) = token_watch {
-        watch.abort();
-    }
-    let _ = http_stop_tx.send(true);
-    for server in http_servers {
-        server
-            .await
-            .map_err(|join| Error::Http(std::io::Error::other(join)))?;
-    }
-    grpc_result.map_err(|join| Error::Http(std::io::Error::other(join)))?;
+}
+
+/// Sends the last spans, if tracing is on.
+async fn stop_tracing(tracing: Option<Tracing>) {
     if let Some(tracing) = tracing {
         tracing.shutdown().await;
     }
-    info!("meshlimit stopped");
-    Ok(())
 }
 
 /// Every second: the quota service follows config reloads and, on Redis, the other
@@ -303,14 +432,16 @@ struct OperatorPorts {
     metrics: Option<TcpListener>,
 }
 
-/// Spawns one server per operator port, each stopping when `stop` turns true.
+/// Spawns one server per operator port into `tasks`; sending `true` on the returned
+/// sender stops them all.
 fn spawn_operator_servers(
     settings: &Settings,
     ports: OperatorPorts,
     operator: &http::Operator,
-    connections: &Arc<Connections>,
-    stop: &watch::Receiver<bool>,
-) -> Vec<JoinHandle<()>> {
+    parts: &Parts,
+    tasks: &mut Tasks,
+) -> watch::Sender<bool> {
+    let (stop_tx, stop) = watch::channel(false);
     let routers = std::iter::once((ports.http, ports.http_tls, http::router(operator.clone())))
         .chain(
             ports
@@ -323,25 +454,24 @@ fn spawn_operator_servers(
                 .metrics
                 .map(|l| (l, None, http::metrics_router(operator.clone()))),
         );
-    let mut servers = Vec::new();
     for (listener, tls, router) in routers {
         let mut stop = stop.clone();
         let options = ConnectionOptions {
             tls,
             ..ConnectionOptions::new(settings.idle_timeout)
         };
-        servers.push(tokio::spawn(net::serve(
+        tasks.spawn_operator(net::serve(
             listener,
             router,
             options,
-            connections.clone(),
+            parts.connections.clone(),
             async move {
                 let _ = stop.wait_for(|&s| s).await;
             },
             settings.drain_timeout,
-        )));
+        ));
     }
-    servers
+    stop_tx
 }
 
 /// The TLS source for `files`, watched for changes; `None` without files.

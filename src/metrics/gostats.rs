@@ -69,24 +69,25 @@ impl Metrics {
         for (domain, count) in self.unknown_domains.lock().by_label() {
             each(&format!("{RULE_SCOPE}{domain}.domain_not_found"), count);
         }
-        let (applied, rejected) = super::source::loads(self.source.lock().as_deref());
+        let source = self.reporter.as_ref().map(|r| r.source());
+        let (applied, rejected) = super::source::loads(source.as_ref());
         let service = [
             ("config_load_success", applied),
             ("config_load_error", rejected),
-            ("global_shadow_mode", self.global_shadow.load(Relaxed)),
+            ("global_shadow_mode", self.calls.global_shadow.load(Relaxed)),
             (
                 "call.should_rate_limit.redis_error",
-                self.store_errors.load(Relaxed),
+                self.calls.store_errors.load(Relaxed),
             ),
             (
                 "call.should_rate_limit.service_error",
-                self.invalid_requests.load(Relaxed),
+                self.calls.invalid_requests.load(Relaxed),
             ),
         ];
         for (stat, value) in service {
             each(&format!("ratelimit.service.{stat}"), value);
         }
-        let requests = self.response_time.count();
+        let requests = self.calls.response_time.count();
         each(
             &format!("ratelimit_server.{METHOD}.total_requests"),
             requests,
@@ -98,7 +99,7 @@ impl Metrics {
     /// last bucket, above every bound, with the highest bound).
     pub fn go_response_time(&self) -> (String, Vec<(f64, u64)>) {
         let name = format!("ratelimit_server.{METHOD}.response_time");
-        (name, self.response_time.buckets_ms())
+        (name, self.calls.response_time.buckets_ms())
     }
 
     /// A statsd flush was written (`true`) or missed.

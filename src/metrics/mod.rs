@@ -69,16 +69,24 @@
 //! configured rule whose labels hold no request value has its series, at 0, from the
 //! moment its config is loaded; series of rules a reload removed stay.
 //!
+//! # What the metrics report on without owning it
+//! The config source, the connections and the quota service are read at scrape time
+//! through the [`Reporter`] the server gives when it builds the metrics, as plain numbers
+//! ([`SourceReport`], [`ConnectionReport`], [`QuotaReport`]): this module knows none of
+//! them. Metrics built without one (a service built by hand, `meshlimit explain`) show
+//! one config load and no error, and no connection or quota families.
+//!
 //! # Cost on the request path
 //! A request reads the table of the running config's rules (one `ArcSwap` load), finds each
 //! rule's series by the rule's address, and adds to a few atomics: no lock, no allocation, no
-//! formatting. The same lookup finds the rule's counts for the operator page ([`live`]); a
+//! formatting (see [`calls`] and [`table`]). The same lookup finds the rule's counts for the operator page ([`live`]); a
 //! refused descriptor also tries the short lock of [`refusals`], never waiting for it. The
 //! table is rebuilt by the first request (or scrape) after a reload.
 //! Detailed and `value_to_metric` rules look their series up by labels under a lock
 //! instead, unknown domains their counter under another, and a request decided
 //! on a config that a reload has just replaced builds a table of its own.
 
+mod calls;
 mod connections;
 mod detailed;
 mod domains;
@@ -94,32 +102,29 @@ mod rule_stats;
 mod rules;
 mod source;
 mod stripes;
+mod table;
 mod text;
 mod value_to_metric;
 mod views;
 
 use std::fmt;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
 
-use arc_swap::{ArcSwap, Guard};
+use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
 use crate::clock::Stopwatch;
-use crate::config::Config;
 use crate::config::SharedConfig;
 use crate::defaults;
-use crate::error::RequestError;
-use crate::source::History;
 use crate::store::Store;
+use calls::Calls;
+pub use connections::ConnectionReport;
 pub use detailed::OVERFLOW_VALUE;
 use detailed::Series;
 use domains::UnknownDomains;
-use labels::Labels;
-use rule_stats::RuleStats;
-use rules::{RuleTable, Rules, TableRef, build_table};
-use text::Histogram;
+pub use rlqs::QuotaReport;
+use rules::{RuleTable, build_table};
+pub use source::SourceReport;
 pub use views::{LimitCounts, RuleView};
 
 /// The `Content-Type` of [`Metrics::render`]'s text: the Prometheus text format 0.0.4.
@@ -127,6 +132,18 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The `grpc_method` label of request metrics (the Go server's value).
 const METHOD: &str = "ShouldRateLimit";
+
+/// Reads, at each scrape (and statsd flush), what the metrics show about the things they
+/// report on without owning them. Given once, when the metrics are built
+/// ([`Metrics::with_reporter`]).
+pub trait Reporter: Send + Sync {
+    /// What the config source has done.
+    fn source(&self) -> SourceReport;
+    /// The servers' connection counters.
+    fn connections(&self) -> ConnectionReport;
+    /// The quota service's counts.
+    fn quotas(&self) -> QuotaReport;
+}
 
 /// The statistics of one service. Built by whoever builds the service and shared (`Arc`)
 /// by it and the HTTP endpoint.
@@ -137,18 +154,8 @@ pub struct Metrics {
     store: Store,
     /// The near-limit ratio, as `f32` bits (the Go server computes in `float32`).
     near_limit_ratio: AtomicU32,
-    /// Latency of `ShouldRateLimit` calls; its count is the number of calls.
-    response_time: Histogram,
-    /// Calls refused as invalid (`service_error`).
-    invalid_requests: AtomicU64,
-    /// Store calls that could not decide (`redis_error`).
-    store_errors: AtomicU64,
-    /// Requests over their limits answered OK by global shadow mode.
-    global_shadow: AtomicU64,
-    /// Latency of store calls.
-    store_latency: Histogram,
-    /// What the config source did, once [`Metrics::follow_source`] was called.
-    source: Mutex<Option<Arc<History>>>,
+    /// Every call's counters: latency, errors, global shadow mode, store latency.
+    calls: Calls,
     /// Every per-rule series. A `parking_lot` mutex: taken to build a rule table, for
     /// detailed-metric hits and by scrapes, never by the other hits.
     series: Mutex<Series>,
@@ -156,10 +163,9 @@ pub struct Metrics {
     table: ArcSwap<RuleTable>,
     /// Held while `table` is rebuilt, so that the requests following a reload build it once.
     rebuilding: Mutex<()>,
-    /// The servers' connection counters, once [`Metrics::follow_connections`] was called.
-    connections: Mutex<Option<Arc<crate::net::Connections>>>,
-    /// The quota service, once [`Metrics::follow_quotas`] was called.
-    quotas: Mutex<Option<Arc<crate::rlqs::Registry>>>,
+    /// Reads the config source, the connections and the quota service at scrape time;
+    /// `None`: metrics of a service alone (see the module's comment).
+    reporter: Option<Box<dyn Reporter>>,
     /// Most series a detailed-metric rule creates for request values (see [`detailed`]),
     /// and most unknown domains with a series of their own (see [`domains`]).
     max_metric_values: AtomicUsize,
@@ -174,7 +180,7 @@ pub struct Metrics {
 impl fmt::Debug for Metrics {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Metrics")
-            .field("requests", &self.response_time.count())
+            .field("requests", &self.calls.response_time.count())
             .field("series", &self.series.lock().len())
             .finish_non_exhaustive()
     }
@@ -191,21 +197,28 @@ impl Metrics {
             config,
             store,
             near_limit_ratio: AtomicU32::new(defaults::NEAR_LIMIT_RATIO.to_bits()),
-            response_time: Histogram::default(),
-            invalid_requests: AtomicU64::new(0),
-            store_errors: AtomicU64::new(0),
-            global_shadow: AtomicU64::new(0),
-            store_latency: Histogram::default(),
-            source: Mutex::new(None),
+            calls: Calls::default(),
             series,
             table: ArcSwap::from_pointee(table),
             rebuilding: Mutex::new(()),
-            connections: Mutex::new(None),
-            quotas: Mutex::new(None),
+            reporter: None,
             max_metric_values: AtomicUsize::new(defaults::MAX_METRIC_VALUES),
             unknown_domains: Mutex::new(UnknownDomains::default()),
             refusals: refusals::Refusals::default(),
             statsd: gostats::SinkCounts::default(),
+        }
+    }
+
+    /// The same statistics, also showing what `reporter` reads at each scrape: loads as
+    /// `config_load_success`, rejected ones as `config_load_error`, and the source, its
+    /// version, last change and whether the last attempt failed (see [`source`]); the
+    /// connection counters (see [`connections`]); the quota service's counts
+    /// (`meshlimit_rlqs_*`).
+    #[must_use]
+    pub fn with_reporter(self, reporter: impl Reporter + 'static) -> Self {
+        Self {
+            reporter: Some(Box::new(reporter)),
+            ..self
         }
     }
 
@@ -220,99 +233,8 @@ impl Metrics {
         self.near_limit_ratio.store(ratio.to_bits(), Relaxed);
     }
 
-    /// Reports the config source's `history` from now on: loads as
-    /// `config_load_success`, rejected ones as `config_load_error`, and the source, its
-    /// version, last change and whether the last attempt failed (see [`source`]).
-    pub fn follow_source(&self, history: Arc<History>) {
-        *self.source.lock() = Some(history);
-    }
-
-    /// Shows the servers' connection counters (open, refused, closed as idle, ...) from
-    /// now on.
-    pub fn follow_connections(&self, connections: Arc<crate::net::Connections>) {
-        *self.connections.lock() = Some(connections);
-    }
-
-    /// Reports the quota service's counts from now on (`meshlimit_rlqs_*`).
-    pub fn follow_quotas(&self, quotas: Arc<crate::rlqs::Registry>) {
-        *self.quotas.lock() = Some(quotas);
-    }
-
-    /// One `ShouldRateLimit` call answered, with `error` if it failed. `elapsed` runs from
-    /// the service receiving the request to its decision (the store's answer, or the plan
-    /// when no store call was needed): building the response and counting it, a fraction
-    /// of a microsecond against the histogram's first bound of 10 µs, are left out so
-    /// that the reading ending the store call serves both histograms.
-    pub(crate) fn answered(&self, elapsed: Duration, error: Option<&RequestError>) {
-        self.response_time.observe(elapsed);
-        // Store failures are counted by `store_answered`, where they happen.
-        if error.is_some_and(RequestError::is_invalid_request) {
-            self.invalid_requests.fetch_add(1, Relaxed);
-        }
-    }
-
-    /// A request over its limits answered OK by global shadow mode.
-    pub(crate) fn global_shadow(&self) {
-        self.global_shadow.fetch_add(1, Relaxed);
-    }
-
-    /// A store call that began at `started` has ended, failed or not: its latency is
-    /// observed and a failure counted. Returns the clock reading that ended it (the
-    /// request's decision time, see [`Metrics::answered`]).
-    pub(crate) fn store_answered(&self, started: Stopwatch, failed: bool) -> Stopwatch {
-        let ended = Stopwatch::start();
-        self.store_latency.observe(started.until(ended));
-        if failed {
-            self.store_errors.fetch_add(1, Relaxed);
-        }
-        ended
-    }
-
-    /// The rules' series for a request decided on `config`.
-    pub(crate) fn rules(&self, config: &Arc<Config>) -> Rules<'_> {
-        let mut table = self.table.load();
-        if !Arc::ptr_eq(&table.config, config) {
-            drop(table);
-            table = self.refresh();
-        }
-        let table = if Arc::ptr_eq(&table.config, config) {
-            TableRef::Running(table)
-        } else {
-            // Decided just before a reload swapped the config: rare, and built once.
-            TableRef::Replaced(build_table(&self.series, config.clone()))
-        };
-        Rules {
-            metrics: self,
-            table,
-        }
-    }
-
-    /// The table of the running config, rebuilt if the config changed since it was built.
-    fn refresh(&self) -> Guard<Arc<RuleTable>> {
-        let running = self.config.load_full();
-        let table = self.table.load();
-        if Arc::ptr_eq(&table.config, &running) {
-            return table;
-        }
-        drop(table);
-        let _one = self.rebuilding.lock();
-        let table = self.table.load();
-        if Arc::ptr_eq(&table.config, &running) {
-            return table;
-        }
-        drop(table);
-        let table = Arc::new(build_table(&self.series, running));
-        self.series.lock().live.keep_only(table.live());
-        self.table.store(table);
-        self.table.load()
-    }
-
     /// The descriptors each rule refused most often lately (see [`refusals`]).
     pub fn refusals(&self) -> &refusals::Refusals {
         &self.refusals
-    }
-
-    fn series(&self, labels: Labels) -> Arc<RuleStats> {
-        self.series.lock().get_or_create(labels)
     }
 }

@@ -37,11 +37,9 @@ impl Metrics {
         self.render_service(&mut out);
         self.render_store(&mut out);
         self.render_statsd(&mut out);
-        if let Some(connections) = self.connections.lock().as_ref() {
-            connections::render(&mut out, connections);
-        }
-        if let Some(quotas) = self.quotas.lock().as_ref() {
-            super::rlqs::render(&mut out, quotas);
+        if let Some(reporter) = &self.reporter {
+            connections::render(&mut out, &reporter.connections());
+            super::rlqs::render(&mut out, &reporter.quotas());
         }
         out
     }
@@ -60,11 +58,12 @@ impl Metrics {
     fn render_service(&self, out: &mut String) {
         let name = "ratelimit_service_total_requests";
         family(out, name, "counter", "ShouldRateLimit calls.");
-        let requests = self.response_time.count();
+        let requests = self.calls.response_time.count();
         sample(out, name, [("grpc_method", METHOD)], requests);
         let name = "ratelimit_service_response_time_seconds";
         family(out, name, "histogram", "ShouldRateLimit latency.");
-        self.response_time
+        self.calls
+            .response_time
             .render(out, name, ("grpc_method", METHOD));
 
         let name = "ratelimit_service_should_rate_limit_error";
@@ -74,9 +73,9 @@ impl Metrics {
             "counter",
             "ShouldRateLimit calls answered with an error: an invalid request (service_error) or a store that could not decide (redis_error).",
         );
-        let invalid = self.invalid_requests.load(Relaxed);
+        let invalid = self.calls.invalid_requests.load(Relaxed);
         sample(out, name, [("err_type", "service_error")], invalid);
-        let store = self.store_errors.load(Relaxed);
+        let store = self.calls.store_errors.load(Relaxed);
         sample(out, name, [("err_type", "redis_error")], store);
 
         let name = "ratelimit_service_global_shadow_mode";
@@ -86,9 +85,10 @@ impl Metrics {
             "counter",
             "Requests over their limits answered OK because of global shadow mode.",
         );
-        sample(out, name, [], self.global_shadow.load(Relaxed));
+        sample(out, name, [], self.calls.global_shadow.load(Relaxed));
 
-        super::source::render(out, self.source.lock().as_deref());
+        let source = self.reporter.as_ref().map(|r| r.source());
+        super::source::render(out, source.as_ref());
         let name = "meshlimit_config_rules";
         family(
             out,
@@ -122,7 +122,7 @@ impl Metrics {
             "histogram",
             "Latency of store decisions (one per request with a limit).",
         );
-        self.store_latency.render(out, name, ("store", kind));
+        self.calls.store_latency.render(out, name, ("store", kind));
         let name = "meshlimit_store_errors_total";
         family(
             out,
@@ -134,7 +134,7 @@ impl Metrics {
             out,
             name,
             [("store", kind)],
-            self.store_errors.load(Relaxed),
+            self.calls.store_errors.load(Relaxed),
         );
         if let Store::Memory(memory) = &self.store {
             let stats = memory.stats();

@@ -11,23 +11,39 @@
 //! - `meshlimit_config_last_load_failed`: 1 while the last attempt was rejected (the
 //!   problems are in `/rlconfig`), 0 once one loads.
 
-use std::sync::atomic::Ordering::Relaxed;
-
 use super::text::{family, sample};
-use crate::clock::NANOS_PER_SEC;
-use crate::source::History;
+use crate::clock::{NANOS_PER_SEC, Nanos};
 
-/// Configs loaded and rejected; without a `history`, one load and no error.
-pub(super) fn loads(history: Option<&History>) -> (u64, u64) {
-    history.map_or((1, 0), |h| {
-        (h.applied.load(Relaxed), h.rejected.load(Relaxed))
-    })
+/// What the config source has done, as a scrape shows it: read from the source's
+/// history at scrape time by the [`super::Reporter`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceReport {
+    /// `file`, `postgres` or `xds`.
+    pub kind: &'static str,
+    /// The version in force (xDS `version_info`, else the fingerprint); empty before the
+    /// first load.
+    pub version: String,
+    /// Whether a config from the source is in force.
+    pub loaded: bool,
+    /// When the config in force was swapped in; `None` before the first load.
+    pub changed_at: Option<Nanos>,
+    /// Configs swapped in, the first included.
+    pub applied: u64,
+    /// Attempts rejected for problems in the snapshot or an unreadable source.
+    pub rejected: u64,
+    /// Whether the last attempt was rejected (its problems are in `/rlconfig`).
+    pub failing: bool,
 }
 
-/// Writes the families; without a `history` (a service built by hand), one load and no
+/// Configs loaded and rejected; without a `report`, one load and no error.
+pub(super) fn loads(report: Option<&SourceReport>) -> (u64, u64) {
+    report.map_or((1, 0), |r| (r.applied, r.rejected))
+}
+
+/// Writes the families; without a `report` (a service built by hand), one load and no
 /// error, as for a config loaded once.
-pub(super) fn render(out: &mut String, history: Option<&History>) {
-    let (applied, rejected) = loads(history);
+pub(super) fn render(out: &mut String, report: Option<&SourceReport>) {
+    let (applied, rejected) = loads(report);
     let name = "ratelimit_service_config_load_success";
     family(
         out,
@@ -44,7 +60,7 @@ pub(super) fn render(out: &mut String, history: Option<&History>) {
         "Reloads rejected for problems in the config or an unreadable source.",
     );
     sample(out, name, [], rejected);
-    let Some(history) = history else {
+    let Some(report) = report else {
         return;
     };
     let name = "meshlimit_config_source_info";
@@ -54,11 +70,13 @@ pub(super) fn render(out: &mut String, history: Option<&History>) {
         "gauge",
         "The config source and the version in force.",
     );
-    let version = history.version();
     sample(
         out,
         name,
-        [("source", history.kind()), ("version", version.as_str())],
+        [
+            ("source", report.kind),
+            ("version", report.version.as_str()),
+        ],
         1,
     );
     let name = "meshlimit_config_loaded";
@@ -68,8 +86,8 @@ pub(super) fn render(out: &mut String, history: Option<&History>) {
         "gauge",
         "1 once a config from the source is in force.",
     );
-    sample(out, name, [], u8::from(history.loaded()));
-    if let Some(at) = history.changed_at() {
+    sample(out, name, [], u8::from(report.loaded));
+    if let Some(at) = report.changed_at {
         let name = "meshlimit_config_last_change_timestamp_seconds";
         family(
             out,
@@ -86,5 +104,5 @@ pub(super) fn render(out: &mut String, history: Option<&History>) {
         "gauge",
         "1 while the last load attempt was rejected (see /rlconfig for why).",
     );
-    sample(out, name, [], u8::from(history.last_error.lock().is_some()));
+    sample(out, name, [], u8::from(report.failing));
 }

@@ -128,15 +128,15 @@ impl Page {
                 entries,
             });
         }
-        let source = &self.source;
+        let history = &self.history;
         ConfigDoc {
-            loads: source.applied.load(Ordering::SeqCst),
-            source: source.described().to_string(),
-            kind: source.kind(),
-            version: source.version(),
+            loads: history.applied.load(Ordering::SeqCst),
+            source: history.described().to_string(),
+            kind: history.kind(),
+            version: history.version(),
             fingerprint: format!("{:016x}", config.fingerprint()),
-            changed_at: source.changed_at().map(rfc3339),
-            error: source.last_error.lock().clone(),
+            changed_at: history.changed_at().map(rfc3339),
+            error: history.last_error.lock().clone(),
             global_shadow: self.service.global_shadow(),
             default_algorithm: default.name(),
             domains,

@@ -40,7 +40,7 @@ pub struct Page {
     /// The service's statistics: per-rule counts and refused descriptors.
     pub metrics: Arc<Metrics>,
     /// What the config source has done: version, last change, last error.
-    pub source: Arc<History>,
+    pub history: Arc<History>,
     /// The quota service's streams and buckets.
     pub quotas: Arc<Registry>,
     /// The sampled rates.
@@ -52,13 +52,13 @@ impl Page {
     pub fn new(
         service: Service,
         metrics: Arc<Metrics>,
-        source: Arc<History>,
+        history: Arc<History>,
         quotas: Arc<Registry>,
     ) -> Self {
         Self {
             service,
             metrics,
-            source,
+            history,
             quotas,
             timeline: Mutex::new(Timeline::default()),
         }

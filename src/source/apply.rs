@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tracing::{error, info};
 
-use super::History;
+use super::history::{History, Outcome};
 use crate::config::{Config, SharedConfig, render_errors};
 use crate::error::ConfigError;
 
@@ -36,19 +36,8 @@ impl Loaded {
     }
 }
 
-/// What one load attempt did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// A new config is in force.
-    Applied,
-    /// The snapshot is byte-for-byte what is running.
-    Unchanged,
-    /// The snapshot has problems, each on a line; the running config stays.
-    Rejected(String),
-}
-
 /// Swaps `loaded` into `shared` if it is valid and differs from the running config.
-pub fn swap(loaded: Result<Loaded, Vec<ConfigError>>, shared: &SharedConfig) -> Outcome {
+fn swap(loaded: Result<Loaded, Vec<ConfigError>>, shared: &SharedConfig) -> Outcome {
     match loaded {
         Ok(new) if new.config.fingerprint() == shared.load().fingerprint() => Outcome::Unchanged,
         Ok(new) => {

@@ -1,4 +1,5 @@
-//! What a config source has done, for `/rlconfig`, the metrics and health.
+//! What a config source has done, for `/rlconfig`, the metrics and health: the
+//! [`Outcome`] of each load attempt, counted.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -6,9 +7,19 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use tracing::info;
 
-use super::Outcome;
 use crate::clock::{Clock, Nanos, SystemClock};
 use crate::error::ConfigError;
+
+/// What one load attempt did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// A new config is in force.
+    Applied,
+    /// The snapshot is byte-for-byte what is running.
+    Unchanged,
+    /// The snapshot has problems, each on a line; the running config stays.
+    Rejected(String),
+}
 
 /// What the source has done so far, shared by its follower, the HTTP endpoints and the
 /// metrics.

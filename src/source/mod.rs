@@ -8,24 +8,36 @@
 //!
 //! - `apply`: [`apply`], one snapshot into the running config and the [`History`].
 //! - `backoff`: the waits between reconnections to PostgreSQL or the control plane.
-//! - `history`: [`History`], what the source has done, for `/rlconfig` and the metrics.
+//! - `files`: descriptor files, watched for edits (symlink swaps included).
+//! - `history`: [`History`], what the source has done (each [`Outcome`], counted), for
+//!   `/rlconfig` and the metrics.
 //! - `postgres`: rows of a table, reloaded on NOTIFY; `meshlimit db init`.
 //! - `xds`: the ADS client.
 
 mod apply;
 pub mod backoff;
+mod files;
 mod history;
 pub mod postgres;
 pub mod xds;
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
 
-pub use apply::{Loaded, Outcome, apply, swap};
-pub use history::History;
+pub use apply::{Loaded, apply};
+pub use history::{History, Outcome};
 
-use crate::config::{self, SharedDomains};
+use crate::config::{self, SharedConfig, SharedDomains};
 use crate::error::ConfigError;
 use xds::XdsOptions;
+
+/// What follows a source while the server runs: swaps each later snapshot into the
+/// running config and records it in the source's [`History`]. Runs for ever; dropping it
+/// stops following.
+pub type Follower = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// One config source, as `--config` (and the xDS flags) name it.
 #[derive(Debug, Clone)]
@@ -106,5 +118,33 @@ impl ConfigSource {
             ConfigSource::Postgres(options) => postgres::load(options).await,
             ConfigSource::Xds(options) => xds::first(options).await,
         }
+    }
+
+    /// The source's follower (see [`Follower`]), applying into `shared` and recording in
+    /// `history` every snapshot after the first: a file event `debounce` after the last
+    /// one, a notification, a control-plane response. A file watch is set up here; the
+    /// others connect once polled.
+    ///
+    /// # Errors
+    /// The config path cannot be watched.
+    pub fn follow(
+        &self,
+        shared: SharedConfig,
+        history: Arc<History>,
+        debounce: Duration,
+    ) -> notify::Result<Follower> {
+        Ok(match self {
+            ConfigSource::File { path, domains } => Box::pin(files::follow(
+                path.clone(),
+                *domains,
+                shared,
+                history,
+                debounce,
+            )?),
+            ConfigSource::Postgres(options) => {
+                Box::pin(postgres::follow(options.clone(), shared, history))
+            }
+            ConfigSource::Xds(options) => Box::pin(xds::follow(options.clone(), shared, history)),
+        })
     }
 }

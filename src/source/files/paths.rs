@@ -1,4 +1,4 @@
-//! Which directories the reloader watches for one config path, and which of the events in
+//! Which directories the files follower watches for one config path, and which of the events in
 //! them concern the config.
 //!
 //! Swapped links must be seen, so the directories holding the links on the way to the
@@ -14,7 +14,7 @@ use std::path::{Component, Path, PathBuf};
 /// Links followed while resolving a path before giving up (a loop): Linux's own bound.
 const MAX_LINK_HOPS: usize = 40;
 
-/// What the reloader watches and cares about, for one config path as it resolves now.
+/// What the files follower watches and cares about, for one config path as it resolves now.
 /// Every path is named as file events name them: the resolved directory joined with the
 /// entry's own name.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

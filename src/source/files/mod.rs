@@ -1,4 +1,5 @@
-//! Live reload: watch the config path, re-validate everything, swap atomically.
+//! Following descriptor files: watch the config path, re-validate everything, swap
+//! atomically.
 //!
 //! Contract:
 //! - Keep last good: a reload that finds any problem logs every problem and leaves the
@@ -15,7 +16,10 @@
 //!   by `/rlconfig` until a reload loads (even when what loads is the running config).
 //! - Counters survive: bucket identity does not depend on the config (only on domain,
 //!   keys and values), so unchanged rules keep their state and changed ones carry it over.
+//!
+//! - `paths`: which directories are watched and which of their events concern the config.
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,56 +29,26 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tracing::warn;
 
+use super::{History, Loaded, apply};
 use crate::config::{self, SharedConfig, SharedDomains};
 use crate::file_watch::Changes;
-pub use crate::source::Outcome;
-use crate::source::{self, History, Loaded};
 
 mod paths;
 use paths::Interest;
 
-/// Loads `path` and swaps it into `config` if it is valid and different. A rejection is
-/// left to the caller to report.
-pub fn reload_once(path: &Path, config: &SharedConfig) -> Outcome {
-    source::swap(config::load(path).map(Loaded::unversioned), config)
-}
-
-/// A running watcher; dropping it stops watching.
-#[derive(Debug)]
-pub struct Reloader {
-    /// The task that applies reloads and owns the file watcher; aborted on drop, which
-    /// stops both.
-    task: tokio::task::JoinHandle<()>,
-    /// What the reloads did, recorded by the task; read by the HTTP endpoints and the
-    /// metrics.
-    status: Arc<History>,
-}
-
-impl Reloader {
-    /// What the reloader has done so far.
-    pub fn status(&self) -> &Arc<History> {
-        &self.status
-    }
-}
-
-impl Drop for Reloader {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// Starts watching `path`; edits are applied `debounce` after the last event that
-/// concerns the config (see [`paths`]) and recorded in `status`.
+/// Starts watching `path` and returns the follower: edits are applied `debounce` after
+/// the last event that concerns the config (see [`paths`]) and recorded in `history`.
+/// The future owns the watch and runs for ever; dropping it stops watching.
 ///
 /// # Errors
 /// The watcher could not be set up.
-pub fn spawn(
+pub(super) fn follow(
     path: PathBuf,
     domains: SharedDomains,
-    config: SharedConfig,
-    status: Arc<History>,
+    shared: SharedConfig,
+    history: Arc<History>,
     debounce: Duration,
-) -> notify::Result<Reloader> {
+) -> notify::Result<impl Future<Output = ()> + Send + 'static> {
     let (tx, mut rx) = mpsc::channel::<()>(1);
     let interest = Arc::new(Mutex::new(Interest::default()));
     let events_interest = interest.clone();
@@ -87,16 +61,14 @@ pub fn spawn(
         },
     )?;
     watch(&mut changes, &path, &interest)?;
-    let task_status = status.clone();
-    let task = tokio::spawn(async move {
+    Ok(async move {
         while rx.recv().await.is_some() {
-            let (p, c) = (path.clone(), config.clone());
-            let history = task_status.clone();
+            let (p, c, h) = (path.clone(), shared.clone(), history.clone());
             let load = move || {
-                source::apply(
+                apply(
                     config::load_with(&p, domains).map(Loaded::unversioned),
                     &c,
-                    &history,
+                    &h,
                 )
             };
             // A panic in the parser is the parser's bug; the next event tries again.
@@ -105,8 +77,7 @@ pub fn spawn(
                 warn!("cannot watch {}: {e}", path.display());
             }
         }
-    });
-    Ok(Reloader { task, status })
+    })
 }
 
 /// Watches what `path` stands for now, dropping the watches no longer wanted, and makes
