@@ -2,7 +2,7 @@
 //! branch on; the edges turn them into status codes and messages. Messages are for people:
 //! nothing branches on their text.
 
-use crate::request_limits::TooLarge;
+use crate::request_caps::TooLarge;
 
 /// Why a request could not be answered.
 #[derive(Debug, thiserror::Error)]
@@ -25,7 +25,7 @@ pub enum RequestError {
         "descriptor {0}: is_negative_hits (a refund) needs a rule whose limits all have charge: always"
     )]
     RefundNotAllowed(usize),
-    /// The request is over one of the caps of [`crate::request_limits::RequestLimits`].
+    /// The request is over one of the caps of [`crate::request_caps::RequestCaps`].
     #[error(transparent)]
     TooLarge(#[from] TooLarge),
 }

@@ -8,7 +8,7 @@
 //!   functions of `now`, and the two-phase step a store runs them in.
 //! - [`bucket_key`]: a bucket's identity and its one text format, for both stores.
 //! - [`store`]: where bucket state lives: the embedded store and Redis.
-//! - [`request`]: a descriptor as the service reads it; [`request_limits`]: caps on
+//! - [`request`]: a descriptor as the service reads it; [`request_caps`]: caps on
 //!   descriptors, entries and bytes per request.
 //! - [`plan`]: a request's plan (validation, matching, `replaces`, hits, store checks), the
 //!   one path `ShouldRateLimit`, `/json` and `/explain` share.
@@ -60,7 +60,7 @@ pub mod net;
 pub mod page;
 pub mod plan;
 pub mod request;
-pub mod request_limits;
+pub mod request_caps;
 pub mod rlqs;
 pub mod rules;
 pub mod service;

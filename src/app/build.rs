@@ -47,7 +47,7 @@ pub(super) fn uncounted(settings: &Settings, config: Config) -> Result<Service, 
     .with_global_shadow(settings.global_shadow)
     .with_global_quota(settings.global_quota)
     .with_dynamic_metadata(settings.dynamic_metadata)
-    .with_request_limits(settings.request_limits))
+    .with_request_caps(settings.request_caps))
 }
 
 /// `service` counted by its metrics, which also show what `reporter` reads, if any.

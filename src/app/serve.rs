@@ -152,7 +152,7 @@ impl<H: Health> GrpcServer<H> {
     ) -> impl Future<Output = ()> + Send + 'static {
         let quota_service = QuotaService::new(
             parts.quotas.clone(),
-            settings.request_limits,
+            settings.request_caps,
             settings.rlqs_assignment_ttl,
             self.quota_stage,
         );

@@ -9,7 +9,7 @@ use crate::config::SharedDomains;
 use crate::defaults;
 use crate::grpc::HeaderNames;
 use crate::net::TlsFiles;
-use crate::request_limits::RequestLimits;
+use crate::request_caps::RequestCaps;
 use crate::rules::Algorithm;
 use crate::source::ConfigSource;
 use crate::statsd::StatsdSettings;
@@ -82,7 +82,7 @@ pub struct Settings {
     pub http_tls: Option<TlsFiles>,
     /// Caps on descriptors, entries and bytes per request (`--max-descriptors`,
     /// `--max-entries`, `--max-value-bytes`), so that one request's cost stays bounded.
-    pub request_limits: RequestLimits,
+    pub request_caps: RequestCaps,
     /// The file holding the token that guards the operator endpoints (see
     /// [`crate::admin_token`]); `None`: no guard.
     pub admin_token_file: Option<PathBuf>,
@@ -138,7 +138,7 @@ impl Settings {
             grpc_max_connection_age_grace: defaults::GRPC_MAX_CONNECTION_AGE_GRACE,
             grpc_tls: None,
             http_tls: None,
-            request_limits: RequestLimits::default(),
+            request_caps: RequestCaps::default(),
             admin_token_file: None,
             max_metric_values: defaults::MAX_METRIC_VALUES,
             rlqs_unmatched: Unmatched::Allow,

@@ -8,7 +8,7 @@ use super::values::{RateLimitHeadersArg, StoreKind};
 use crate::app::Settings;
 use crate::grpc::{HeaderNames, LIMIT_FIELD, POLICY_FIELD};
 use crate::net::TlsFiles;
-use crate::request_limits::RequestLimits;
+use crate::request_caps::RequestCaps;
 use crate::source::ConfigSource;
 use crate::statsd::StatsdSettings;
 use crate::store::redis::{RedisOptions, RedisTlsFiles};
@@ -58,7 +58,7 @@ impl Serve {
                 .http_tls_cert
                 .zip(self.http_tls_key)
                 .map(|(cert, key)| TlsFiles::server(cert, key)),
-            request_limits: RequestLimits {
+            request_caps: RequestCaps {
                 max_descriptors: self.max_descriptors,
                 max_entries: self.max_entries,
                 max_value_bytes: self.max_value_bytes,

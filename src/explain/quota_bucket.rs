@@ -42,7 +42,7 @@ pub fn explain_bucket(
     let entries: Vec<(&str, &str)> = id.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let defaults = service.plan_defaults();
     defaults
-        .limits
+        .caps
         .check_descriptor(0, entries.iter().copied())
         .map_err(RequestError::from)?;
     for (i, (key, _)) in entries.iter().enumerate() {

@@ -24,7 +24,7 @@ use crate::config::Config;
 use crate::error::RequestError;
 use crate::matcher::DomainTree;
 use crate::request::{Request, RequestDescriptor};
-use crate::request_limits::RequestLimits;
+use crate::request_caps::RequestCaps;
 use crate::rules::{Algorithm, ConfigLimit, Limit, Mode, Rule, Unit};
 use crate::store::Check;
 use buffers::Buffers;
@@ -36,7 +36,7 @@ pub struct PlanDefaults {
     /// The algorithm of rules that do not name one, and of limit overrides.
     pub algorithm: Algorithm,
     /// Caps on what one request may ask for.
-    pub limits: RequestLimits,
+    pub caps: RequestCaps,
     /// Global quota mode (the Go server's `QUOTA_MODE`): every descriptor counts as a
     /// quota-mode one, those without a limit included (see [`Plan::mode_of`] and
     /// [`Plan::has_passing_quota`]).
@@ -153,7 +153,7 @@ impl<'c> Plan<'c> {
         defaults: &PlanDefaults,
     ) -> Result<(), RequestError> {
         debug_assert!(self.resolved.is_empty(), "a plan is filled once");
-        validate(request, &defaults.limits)?;
+        validate(request, &defaults.caps)?;
         self.global_quota = defaults.global_quota;
         let Some(tree) = self.tree else {
             self.resolved
@@ -268,7 +268,7 @@ impl<'c> Plan<'c> {
 /// See [`Plan::build`]'s errors.
 fn validate<D: RequestDescriptor>(
     request: &Request<'_, D>,
-    limits: &RequestLimits,
+    caps: &RequestCaps,
 ) -> Result<(), RequestError> {
     let Request {
         domain,
@@ -281,9 +281,9 @@ fn validate<D: RequestDescriptor>(
     if descriptors.is_empty() {
         return Err(RequestError::NoDescriptors);
     }
-    limits.check_count(descriptors.len())?;
+    caps.check_count(descriptors.len())?;
     for (i, d) in descriptors.iter().enumerate() {
-        limits.check_descriptor(i, d.entries())?;
+        caps.check_descriptor(i, d.entries())?;
     }
     match descriptors
         .iter()

@@ -23,7 +23,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::registry::{Assignment, Assignments, Registry, Usage};
 use crate::error::QuotaError;
-use crate::request_limits::RequestLimits;
+use crate::request_caps::RequestCaps;
 
 /// Where the server's drain is, for the quota streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +51,7 @@ const MAX_ELAPSED_SECONDS: u64 = 86_400;
 #[derive(Debug, Clone)]
 pub struct QuotaService {
     registry: Arc<Registry>,
-    limits: RequestLimits,
+    caps: RequestCaps,
     ttl: Duration,
     /// The drain's stage: new streams are refused from [`Drain::Refusing`], open ones end
     /// at [`Drain::Closing`].
@@ -59,17 +59,17 @@ pub struct QuotaService {
 }
 
 impl QuotaService {
-    /// Serves `registry`, refusing bucket ids over `limits` (as descriptors), assigning
+    /// Serves `registry`, refusing bucket ids over `caps` (as descriptors), assigning
     /// for `ttl` at a time, following the drain's stages on `drain`.
     pub fn new(
         registry: Arc<Registry>,
-        limits: RequestLimits,
+        caps: RequestCaps,
         ttl: Duration,
         drain: watch::Receiver<Drain>,
     ) -> Self {
         Self {
             registry,
-            limits,
+            caps,
             ttl,
             drain,
         }
@@ -111,7 +111,7 @@ impl RateLimitQuotaService for QuotaService {
         let mut reports = request.into_inner();
         let (responses, outgoing) = mpsc::channel(OUTBOX);
         let (assignments, mut queued) = mpsc::channel::<Assignments>(OUTBOX);
-        let (registry, limits, ttl) = (self.registry.clone(), self.limits, self.ttl);
+        let (registry, caps, ttl) = (self.registry.clone(), self.caps, self.ttl);
         let stream = registry.open(assignments);
         // Assignments to responses, until the stream ends.
         let writer = {
@@ -141,7 +141,7 @@ impl RateLimitQuotaService for QuotaService {
                     _ = drain.wait_for(|stage| *stage == Drain::Closing) => break,
                 };
                 let read = stream_domain(&mut domain, &report)
-                    .and_then(|domain| usages(report, &limits).map(|usages| (domain, usages)));
+                    .and_then(|domain| usages(report, &caps).map(|usages| (domain, usages)));
                 match read {
                     Ok((domain, usages)) => registry.report(stream, &domain, usages).await,
                     Err(error) => {
@@ -174,7 +174,7 @@ fn stream_domain(
 /// a descriptor may.
 fn usages(
     report: RateLimitQuotaUsageReports,
-    limits: &RequestLimits,
+    caps: &RequestCaps,
 ) -> Result<Vec<Usage>, QuotaError> {
     report
         .bucket_quota_usages
@@ -188,8 +188,7 @@ fn usages(
             if id.is_empty() {
                 return Err(QuotaError::EmptyBucketId(i));
             }
-            limits
-                .check_descriptor(i, id.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            caps.check_descriptor(i, id.iter().map(|(k, v)| (k.as_str(), v.as_str())))
                 .map_err(QuotaError::TooLarge)?;
             let seconds = usage
                 .time_elapsed

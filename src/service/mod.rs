@@ -17,7 +17,7 @@ use crate::error::{RequestError, StoreError};
 use crate::metrics::Metrics;
 use crate::plan::{Checks, Plan, PlanDefaults};
 use crate::request::{Request, RequestDescriptor};
-use crate::request_limits::RequestLimits;
+use crate::request_caps::RequestCaps;
 use crate::rules::Algorithm;
 use crate::store::{MemoryStore, Reports, Store};
 use crate::traces::{REDIS_SPAN, RequestSpan};
@@ -58,7 +58,7 @@ impl Service {
             clock,
             defaults: PlanDefaults {
                 algorithm: default_algorithm,
-                limits: RequestLimits::default(),
+                caps: RequestCaps::default(),
                 global_quota: false,
             },
             global_shadow: false,
@@ -74,10 +74,10 @@ impl Service {
         self
     }
 
-    /// The same service refusing requests over `limits` (the defaults otherwise).
+    /// The same service refusing requests over `caps` (the defaults otherwise).
     #[must_use]
-    pub fn with_request_limits(mut self, limits: RequestLimits) -> Self {
-        self.defaults.limits = limits;
+    pub fn with_request_caps(mut self, caps: RequestCaps) -> Self {
+        self.defaults.caps = caps;
         self
     }
 

@@ -10,7 +10,7 @@ use crate::defaults;
 
 /// The caps of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RequestLimits {
+pub struct RequestCaps {
     /// Most descriptors in one request (`--max-descriptors`).
     pub max_descriptors: usize,
     /// Most entries in one descriptor (`--max-entries`).
@@ -19,7 +19,7 @@ pub struct RequestLimits {
     pub max_value_bytes: usize,
 }
 
-impl Default for RequestLimits {
+impl Default for RequestCaps {
     fn default() -> Self {
         Self {
             max_descriptors: defaults::MAX_DESCRIPTORS,
@@ -69,7 +69,7 @@ pub enum TooLarge {
     },
 }
 
-impl RequestLimits {
+impl RequestCaps {
     /// Checks the number of descriptors; call it first, before looking at any of them.
     ///
     /// # Errors
@@ -125,7 +125,7 @@ mod tests {
 
     #[test]
     fn caps_are_inclusive_and_named() {
-        let limits = RequestLimits::default();
+        let limits = RequestCaps::default();
         assert_eq!(limits.check_count(64), Ok(()));
         assert_eq!(
             limits.check_count(65).unwrap_err().to_string(),
