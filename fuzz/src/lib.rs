@@ -243,11 +243,11 @@ pub fn request_bytes(data: &[u8]) {
     let twin = || Rls::new(service().0).with_response_headers(Some(HeaderNames::default()));
     let (as_sent, as_encoded) = (twin(), twin());
     runtime().block_on(async {
-        let answer = as_sent.should_rate_limit(data.to_vec().into()).await;
+        let answer = as_sent.should_rate_limit_traced(data.to_vec().into(), None).await;
         match <RateLimitRequest as prost::Message>::decode(data) {
             Ok(request) => {
                 let canonical = prost::Message::encode_to_vec(&request).into();
-                let expected = as_encoded.should_rate_limit(canonical).await;
+                let expected = as_encoded.should_rate_limit_traced(canonical, None).await;
                 match (answer, expected) {
                     (Ok(answer), Ok(expected)) => assert_eq!(answer, expected),
                     (Err(answer), Err(expected)) => {
