@@ -192,7 +192,7 @@ impl Service {
             return None;
         };
         let mut timing = Timing::start(self.metrics.as_deref());
-        let answer = self.decide_now(memory, &request, &mut timing);
+        let answer = self.decide_in_memory(memory, &request, &mut timing);
         timing.stop(&answer);
         Some(answer)
     }
@@ -208,7 +208,9 @@ impl Service {
         span: Option<&RequestSpan>,
     ) -> Result<Answer, RequestError> {
         let mut timing = Timing::start(self.metrics.as_deref());
-        let answer = self.decide_awaiting(&request, span, &mut timing).await;
+        let answer = self
+            .decide_awaiting_store(&request, span, &mut timing)
+            .await;
         timing.stop(&answer);
         answer
     }
@@ -220,7 +222,7 @@ impl Service {
     // embedded store's requests, decided at once today, would build and poll too.
 
     /// Decides `request` on the embedded store.
-    fn decide_now<D: RequestDescriptor>(
+    fn decide_in_memory<D: RequestDescriptor>(
         &self,
         memory: &MemoryStore,
         request: &Request<'_, D>,
@@ -245,8 +247,8 @@ impl Service {
         Ok(self.finish(&config, request, &plan, &reports))
     }
 
-    /// Decides `request` on any store, awaiting its call (see [`Service::decide_now`]).
-    async fn decide_awaiting<D: RequestDescriptor + Sync>(
+    /// Decides `request` on any store, awaiting its call (see [`Service::decide_in_memory`]).
+    async fn decide_awaiting_store<D: RequestDescriptor + Sync>(
         &self,
         request: &Request<'_, D>,
         span: Option<&RequestSpan>,
