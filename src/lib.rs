@@ -8,8 +8,8 @@
 //!   functions of `now`, and the two-phase step a store runs them in.
 //! - [`bucket_key`]: a bucket's identity and its one text format, for both stores.
 //! - [`store`]: where bucket state lives: the embedded store and Redis.
-//! - [`request`]: a descriptor as the service reads it; [`request_caps`]: caps on
-//!   descriptors, entries and bytes per request.
+//! - [`request`]: the one request value every step reads, and a descriptor as the service
+//!   reads it; [`request_caps`]: caps on descriptors, entries and bytes per request.
 //! - [`plan`]: a request's plan (validation, matching, `replaces`, hits, store checks), the
 //!   one path `ShouldRateLimit`, `/json` and `/explain` share.
 //! - [`service`]: plan → store → statistics → answer (shadow, quota, overall code).
