@@ -13,7 +13,7 @@ use std::fmt::Write;
 
 use crate::bucket_key::BucketKey;
 use crate::clock::NANOS_PER_SEC;
-use crate::error::RequestError;
+use crate::error::{RequestError, StoreError};
 use crate::limiter::{Report, binding};
 use crate::matcher::{Listing, Matched, WalkStep};
 use crate::plan::{Plan, Resolved};
@@ -100,7 +100,7 @@ pub async fn explain(
 /// of a Redis store.
 struct States<'a, I> {
     /// The states of the limits not yet explained, or why the store could not be read.
-    reports: Result<I, &'a crate::error::StoreError>,
+    reports: Result<I, &'a StoreError>,
     /// A Redis store's key prefix; `None` on the embedded store.
     redis: Option<&'a str>,
 }
