@@ -146,7 +146,7 @@ async fn the_operator_endpoint_explains_buckets_too() {
     assert!(server.terminate().await.success());
 }
 
-/// The walk itself, through the library (`DomainTree::walk_bucket`), on a config of its own.
+/// The walk itself, through the library (`DomainTree::walk_quota_bucket`), on a config of its own.
 mod walk {
     use meshlimit::config::Config;
 
@@ -157,7 +157,7 @@ mod walk {
     /// The rule's path the bucket `id` resolves to in `yaml`'s domain `edge`, if any.
     fn rule_of(yaml: &str, id: &[(&str, &str)]) -> Option<String> {
         let config = config(yaml);
-        let walk = config.domain("edge").unwrap().walk_bucket(id, 4);
+        let walk = config.domain("edge").unwrap().walk_quota_bucket(id, 4);
         walk.rule.map(|r| r.full_key.clone())
     }
 
@@ -220,7 +220,7 @@ descriptors:
         let walk = config
             .domain("edge")
             .unwrap()
-            .walk_bucket(&[("x", "1"), ("user_id", "a")], 4);
+            .walk_quota_bucket(&[("x", "1"), ("user_id", "a")], 4);
         assert_eq!(walk.steps.len(), 1);
         assert_eq!(walk.steps[0].key, "user_id");
         assert_eq!(walk.unused, [("x".to_string(), "1".to_string())]);

@@ -66,7 +66,7 @@ pub fn explain_bucket(
         let _ = writeln!(out, "no such domain in the config: the bucket is unmatched");
         return Ok(out);
     };
-    let walk = tree.walk_bucket(&entries, LISTED);
+    let walk = tree.walk_quota_bucket(&entries, LISTED);
     let _ = writeln!(
         out,
         "  walk (a bucket id is unordered: at each level, of the entries not used yet, the \

@@ -21,7 +21,7 @@ use hashbrown::HashTable;
 use crate::bucket_key::KeyWriter;
 use crate::rules::Rule;
 use crate::short_eq;
-pub use quota_bucket::BucketWalk;
+pub use quota_bucket::QuotaBucketWalk;
 use wildcards::Wildcards;
 
 /// One level of a domain's tree.

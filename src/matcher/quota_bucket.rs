@@ -13,7 +13,7 @@ use crate::rules::Rule;
 
 /// The walk of one bucket id through a domain's tree.
 #[derive(Debug, Clone)]
-pub struct BucketWalk<'a> {
+pub struct QuotaBucketWalk<'a> {
     /// The id entries the walk used, in the order it used them.
     pub steps: Vec<WalkStep<'a>>,
     /// The id entries left when the walk stopped, by key; empty when it used them all.
@@ -27,7 +27,11 @@ pub struct BucketWalk<'a> {
 impl DomainTree {
     /// Walks the bucket `id` through the tree (see the module docs); listings show at most
     /// `shown` keys.
-    pub fn walk_bucket<'a>(&'a self, id: &[(&str, &str)], shown: usize) -> BucketWalk<'a> {
+    pub fn walk_quota_bucket<'a>(
+        &'a self,
+        id: &[(&str, &str)],
+        shown: usize,
+    ) -> QuotaBucketWalk<'a> {
         // By key, so that the walk does not depend on the order the id came in: two id
         // entries can match one config entry (`a_b` + `c` and `a` + `b_c` both read as
         // the composite `a_b_c`), and the smaller key then goes first.
@@ -68,7 +72,7 @@ impl DomainTree {
             rule = None;
             Listing::of(level, shown)
         };
-        BucketWalk {
+        QuotaBucketWalk {
             steps,
             unused: left
                 .into_iter()

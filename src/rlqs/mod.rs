@@ -2,7 +2,7 @@
 //! enforces quota in the proxy and asks the server, per bucket, what to enforce.
 //!
 //! A bucket id is matched against the config like a descriptor
-//! ([`crate::matcher::BucketWalk`]); its rule's whole quota ([`quota`]) is split among the
+//! ([`crate::matcher::QuotaBucketWalk`]); its rule's whole quota ([`quota`]) is split among the
 //! Envoys reporting the bucket ([`share`]), on this replica ([`registry`]), and sent on
 //! their streams ([`service`]).
 

@@ -401,7 +401,7 @@ impl Registry {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        let rule = tree.walk_bucket(&id, 0).rule?;
+        let rule = tree.walk_quota_bucket(&id, 0).rule?;
         Some(quota_of(rule, self.default_algorithm))
     }
 }
