@@ -20,7 +20,7 @@ use crate::request::{Override, Request, RequestDescriptor};
 use crate::rules::Unit;
 use crate::service::{self, Service};
 use crate::traces::{RequestSpan, Traces};
-use status::to_status;
+use status::{malformed, to_status};
 
 mod codec;
 mod metadata;
@@ -150,11 +150,7 @@ impl Rls {
         if wire::read(&message, &mut request).is_some() {
             return self.answer(request.as_request(), span).await;
         }
-        let request = RateLimitRequest::decode(message.as_ref()).map_err(|error| {
-            // A client sending junk made a mistake that retrying cannot fix: not INTERNAL,
-            // which would page the operator for it (see codec.rs).
-            Status::invalid_argument(format!("malformed request: {error}"))
-        })?;
+        let request = RateLimitRequest::decode(message.as_ref()).map_err(malformed)?;
         let request = Request::new(&request.domain, &request.descriptors, request.hits_addend);
         self.answer(request, span).await
     }

@@ -1,5 +1,7 @@
-//! The one place errors become gRPC statuses: a `ShouldRateLimit` request's
-//! ([`RequestError`]) and a quota stream's ([`QuotaError`]). Each arm says why its code.
+//! The one place errors become gRPC statuses: a `ShouldRateLimit` message that is not
+//! protobuf, a request's error ([`RequestError`]) and a quota stream's ([`QuotaError`]).
+//! Each says why its code. (The transport's own answers, an unknown method, stay with
+//! the routes.)
 //!
 //! The quota stream's is a `From` impl: `rlqs/`, a layer below this one, hands tonic its
 //! statuses, and converts with `Status::from` without naming this module.
@@ -7,6 +9,13 @@
 use tonic::Status;
 
 use crate::error::{QuotaError, RequestError};
+
+/// A `ShouldRateLimit` message prost cannot decode, as its status.
+pub(super) fn malformed(error: prost::DecodeError) -> Status {
+    // A client sending junk made a mistake that retrying cannot fix: not INTERNAL, which
+    // would page the operator for it (see codec.rs).
+    Status::invalid_argument(format!("malformed request: {error}"))
+}
 
 /// A `ShouldRateLimit` request's error as its status.
 pub(super) fn to_status(error: RequestError) -> Status {
