@@ -2,7 +2,7 @@
 //! carried from the edge through the plan, the service, the statistics, the dynamic
 //! metadata and explanations. Its descriptors are any [`RequestDescriptor`]: the gRPC
 //! edge's, read in place from the message's bytes, or the owned [`Descriptor`] of
-//! `/json`, `/explain`, tools and tests ([`OwnedRequest`] holds a whole one).
+//! `/json`, `/explain`, tools and tests ([`OwnedRequest`] holds a whole JSON body).
 
 use crate::rules::Unit;
 
@@ -40,7 +40,7 @@ impl<D> Clone for Request<'_, D> {
 
 impl<D> Copy for Request<'_, D> {}
 
-/// A request that owns its strings (`/json`, `/explain`, `meshlimit explain`).
+/// A request that owns its strings: a JSON body read by `/json` or `POST /explain`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OwnedRequest {
     /// `domain`.
