@@ -19,7 +19,7 @@ use crate::store::{Bounds, MemoryStore, RedisStore, Store};
 /// # Errors
 /// The Redis URL is invalid.
 pub fn build_service(settings: &Settings, config: Config) -> Result<Service, Error> {
-    Ok(count(settings, uncounted(settings, config)?, None))
+    Ok(count(settings, uncounted(settings, config)?, None).0)
 }
 
 /// The service for `settings` with the real clock, serving `config`, not yet counted.
@@ -50,12 +50,13 @@ pub(super) fn uncounted(settings: &Settings, config: Config) -> Result<Service, 
     .with_request_caps(settings.request_caps))
 }
 
-/// `service` counted by its metrics, which also show what `reporter` reads, if any.
+/// `service` counted by its metrics, which also show what `reporter` reads, if any; and
+/// those metrics.
 pub(super) fn count(
     settings: &Settings,
     service: Service,
     reporter: Option<ServerReporter>,
-) -> Service {
+) -> (Service, Arc<Metrics>) {
     let metrics = Metrics::new(service.config().clone(), service.store().clone());
     let metrics = match reporter {
         Some(reporter) => metrics.with_reporter(reporter),
@@ -63,7 +64,8 @@ pub(super) fn count(
     };
     metrics.set_near_limit_ratio(settings.near_limit_ratio);
     metrics.set_max_metric_values(settings.max_metric_values);
-    service.with_metrics(Arc::new(metrics))
+    let metrics = Arc::new(metrics);
+    (service.with_metrics(metrics.clone()), metrics)
 }
 
 #[cfg(test)]

@@ -1,11 +1,14 @@
-//! Wiring: settings → config, store, service → gRPC and HTTP servers, reload, shutdown.
+//! Wiring: settings → config, store, service → gRPC and HTTP servers, the config source
+//! followed, shutdown.
 //!
 //! [`serve`] takes bound listeners and a shutdown future, so tests run the real server on
 //! port 0 and signal handling stays in `main`.
 //!
 //! - `settings`: [`Settings`], what a server needs, with the command line's defaults.
 //! - `build`: [`build_service`], config and store → the service (also `meshlimit explain`).
-//! - `serve`: [`serve`], the servers, reload and the drain.
+//! - `serve`: [`serve`], its steps and the drain, in order.
+//! - `parts`: what a server is made of before its first config (service, metrics, quotas).
+//! - `operator`: the operator endpoints' state and one server per operator port.
 //! - `health`: gRPC health following the store, the config and the drain.
 //! - `source`: the first config and the task following its source.
 //! - `reporter`: what the metrics read about the source, the connections and the quotas.
@@ -13,6 +16,8 @@
 
 mod build;
 mod health;
+mod operator;
+mod parts;
 mod reporter;
 mod serve;
 mod settings;

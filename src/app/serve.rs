@@ -11,24 +11,19 @@ use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::server::HealthReporter;
 use tracing::info;
 
-use super::build::{count, uncounted};
 use super::health::{set_grpc_health, spawn_maintenance};
-use super::reporter::ServerReporter;
+use super::operator::{OperatorPorts, spawn_operator_servers, start_operator};
+use super::parts::Parts;
 use super::source::start_source;
 use super::tasks::Tasks;
 use super::{Error, Settings};
-use crate::admin_token::AdminToken;
-use crate::config::Config;
 use crate::grpc::{GrpcRoutes, Rls};
 use crate::http;
-use crate::net::{self, ConnectionOptions, Connections, Listener, Protocols, TlsFiles, TlsSource};
-use crate::page::Page;
+use crate::net::{self, ConnectionOptions, Listener, Protocols, TlsFiles, TlsSource};
 use crate::rlqs::service::Drain;
 use crate::rlqs::{QuotaService, Registry};
-use crate::service::Service;
-use crate::source::History;
 use crate::statsd;
-use crate::traces::{self, Tracing};
+use crate::traces::Tracing;
 
 /// The sockets a server answers on, bound by the caller.
 #[derive(Debug)]
@@ -184,77 +179,6 @@ impl<H: Health> GrpcServer<H> {
     }
 }
 
-/// What a server is made of before it waits for its first config.
-struct Parts {
-    /// What the config source has done.
-    history: Arc<History>,
-    /// The service answering requests, counted by metrics that report on the rest.
-    service: Service,
-    /// The connection counters of every port.
-    connections: Arc<Connections>,
-    /// The rate limit quota service's state.
-    quotas: Arc<Registry>,
-    /// `--admin-token-file`'s token, if any.
-    admin_token: Option<Arc<AdminToken>>,
-    /// OpenTelemetry tracing (`--tracing`), if on.
-    tracing: Option<Tracing>,
-}
-
-impl Parts {
-    /// Builds the parts for `settings`, refusing at once a bad Redis URL, token file or
-    /// tracing setting (before waiting on the source).
-    ///
-    /// # Errors
-    /// The first of those problems.
-    fn build(settings: &Settings) -> Result<Parts, Error> {
-        let history = Arc::new(History::new(
-            settings.config.kind(),
-            settings.config.describe(),
-        ));
-        let service = uncounted(settings, Config::default())?;
-        let connections = Connections::new(
-            settings
-                .max_connections
-                .unwrap_or_else(net::descriptors::default_max_connections),
-        );
-        let quotas = Arc::new(Registry::new(
-            service.config().clone(),
-            settings.algorithm,
-            settings.rlqs_unmatched,
-            service.store(),
-            service.clock().clone(),
-            settings.rlqs_assignment_ttl,
-        ));
-        let reporter = ServerReporter {
-            history: history.clone(),
-            connections: connections.clone(),
-            quotas: quotas.clone(),
-        };
-        let service = count(settings, service, Some(reporter));
-        let admin_token = match &settings.admin_token_file {
-            Some(path) => Some(AdminToken::load(path)?),
-            None => None,
-        };
-        let tracing = match &settings.tracing {
-            Some(options) => Some(traces::start(options, |name| std::env::var(name).ok())?),
-            None => None,
-        };
-        Ok(Parts {
-            history,
-            service,
-            connections,
-            quotas,
-            admin_token,
-            tracing,
-        })
-    }
-
-    /// What sampled requests are traced with, if tracing is on.
-    fn traces(&self) -> Option<traces::Traces> {
-        self.tracing.as_ref().map(|t| t.traces.clone())
-    }
-}
-
 /// Spawns the wait for `shutdown` into `tasks`; the receiver turns true when it completes.
 fn follow_shutdown(
     tasks: &mut Tasks,
@@ -276,7 +200,7 @@ async fn start_health(
     parts: &Parts,
     tasks: &mut Tasks,
 ) -> (http::Health, HealthReporter, HealthServer<impl Health>) {
-    let metrics = parts.service.metrics().expect("counted").clone();
+    let metrics = parts.metrics.clone();
     if let Some(statsd) = settings.statsd.clone() {
         tasks.keep(statsd::spawn(metrics, statsd));
     }
@@ -300,41 +224,6 @@ async fn start_health(
         config_ready,
     ));
     (health, reporter, health_service)
-}
-
-/// The operator endpoints' state, with the quota warm-up, the page's sampler and the
-/// admin token's watch started in `tasks`.
-fn start_operator(
-    settings: &Settings,
-    parts: &Parts,
-    health: &http::Health,
-    tasks: &mut Tasks,
-) -> http::Operator {
-    let quotas = parts.quotas.clone();
-    tasks.spawn(async move { quotas.warm_up().await });
-    let metrics = parts.service.metrics().expect("counted").clone();
-    let page = Arc::new(Page::new(
-        parts.service.clone(),
-        metrics.clone(),
-        parts.history.clone(),
-        parts.quotas.clone(),
-    ));
-    tasks.keep(page.spawn_sampler());
-    if let Some(token) = &parts.admin_token {
-        tasks.keep(token.clone().watch());
-    }
-    http::Operator {
-        health: health.clone(),
-        service: parts.service.clone(),
-        history: parts.history.clone(),
-        unhealthy_without_config: settings.unhealthy_without_config,
-        metrics,
-        page,
-        metrics_path: settings.metrics_path.clone(),
-        admin_token: parts.admin_token.clone(),
-        quotas: parts.quotas.clone(),
-        traces: parts.traces(),
-    }
 }
 
 /// Logs the addresses served and how.
@@ -418,60 +307,6 @@ fn spawn_quota_refresh(registry: Arc<Registry>) -> JoinHandle<()> {
         // Both loop for ever: aborting this task ends both.
         tokio::join!(nudges, ticks);
     })
-}
-
-/// The ports serving operator endpoints, and the TLS of the main one.
-struct OperatorPorts {
-    /// `--http-addr`: every operator endpoint.
-    http: TcpListener,
-    /// TLS on `http` only; the debug and metrics addresses stay plain.
-    http_tls: Option<Arc<TlsSource>>,
-    /// `--debug-addr`: the same endpoints as `http`.
-    extra_http: Vec<TcpListener>,
-    /// `--metrics-addr`: metrics and health only.
-    metrics: Option<TcpListener>,
-}
-
-/// Spawns one server per operator port into `tasks`; sending `true` on the returned
-/// sender stops them all.
-fn spawn_operator_servers(
-    settings: &Settings,
-    ports: OperatorPorts,
-    operator: &http::Operator,
-    parts: &Parts,
-    tasks: &mut Tasks,
-) -> watch::Sender<bool> {
-    let (stop_tx, stop) = watch::channel(false);
-    let routers = std::iter::once((ports.http, ports.http_tls, http::router(operator.clone())))
-        .chain(
-            ports
-                .extra_http
-                .into_iter()
-                .map(|l| (l, None, http::router(operator.clone()))),
-        )
-        .chain(
-            ports
-                .metrics
-                .map(|l| (l, None, http::metrics_router(operator.clone()))),
-        );
-    for (listener, tls, router) in routers {
-        let mut stop = stop.clone();
-        let options = ConnectionOptions {
-            tls,
-            ..ConnectionOptions::new(settings.idle_timeout)
-        };
-        tasks.spawn_operator(net::serve(
-            listener,
-            router,
-            options,
-            parts.connections.clone(),
-            async move {
-                let _ = stop.wait_for(|&s| s).await;
-            },
-            settings.drain_timeout,
-        ));
-    }
-    stop_tx
 }
 
 /// The TLS source for `files`, watched for changes; `None` without files.
