@@ -91,7 +91,7 @@ pub async fn explain(
         } else {
             walk(&mut out, &tree.explain(d.entries(), LISTED));
         }
-        result(&mut out, &plan, resolved, &mut states);
+        descriptor_result(&mut out, &plan, resolved, &mut states);
     }
     Ok(out)
 }
@@ -107,7 +107,7 @@ struct States<'a, I> {
 
 /// What `resolved`, one descriptor of `plan`, comes to: its rule, and each limit's bucket
 /// and state.
-fn result<'a, 'c, I: Iterator<Item = &'a Report>>(
+fn descriptor_result<'a, 'c, I: Iterator<Item = &'a Report>>(
     out: &mut String,
     plan: &Plan<'c>,
     resolved: &Resolved<'c>,
