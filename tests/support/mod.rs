@@ -261,13 +261,24 @@ pub fn envoy_binary() -> PathBuf {
     );
 }
 
-/// A loopback port that was free a moment ago, for processes that bind by number.
+/// A loopback port that was free a moment ago, for processes that bind by number; never
+/// one this test binary was given before. Its tests run in parallel, and the kernel may
+/// offer a port again once its probe is closed, before the process it was meant for has
+/// bound it: two servers then race for one port (seen: `Address already in use`).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    for _ in 0..1000 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if GIVEN.lock().unwrap().insert(port) {
+            return port;
+        }
+    }
+    panic!("the kernel offered only ports this test binary has used already");
 }
 
 /// `n` concurrent requests of `descriptors` to `domain`, spread round-robin over
