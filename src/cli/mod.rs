@@ -6,6 +6,7 @@
 //! deployed. Every default comes from [`crate::defaults`].
 
 mod explain;
+mod go_binary;
 mod serve;
 mod settings;
 mod source;
@@ -19,6 +20,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub use explain::ExplainArgs;
+pub use go_binary::started_as_go_binary;
 pub use serve::Serve;
 pub use source::{DbArgs, PgArgs, SourceArgs};
 pub use validate::{db_init, validate};
@@ -64,12 +66,31 @@ pub enum DbCommand {
 impl Cli {
     /// Parses `args` (the program name first) with `go_args`, the Go server's settings as
     /// flags: without a command, `serve` is meant; `go_args` go right after `serve`, so
-    /// that the command line's own flags override them. On an error or `--help`, prints
-    /// and exits as clap does.
-    pub fn parse_with(args: impl IntoIterator<Item = OsString>, go_args: &[String]) -> Self {
-        let matches = Self::command().get_matches_from(arguments(args, go_args));
-        match Self::from_arg_matches(&matches) {
-            Ok(cli) => cli,
+    /// that the command line's own flags override them. Started as the Go binary
+    /// ([`started_as_go_binary`]), arguments it does not know are left out and returned,
+    /// each named once, for the startup warning; otherwise they are an error. On an
+    /// error or `--help`, prints and exits as clap does.
+    pub fn parse_with(
+        args: impl IntoIterator<Item = OsString>,
+        go_args: &[String],
+    ) -> (Self, Vec<String>) {
+        let args: Vec<OsString> = args.into_iter().collect();
+        let go_binary = started_as_go_binary(args.first().map(OsString::as_os_str));
+        let args = arguments(args, go_args);
+        let parse = |args: &[OsString]| {
+            let matches = Self::command().try_get_matches_from(args)?;
+            Self::from_arg_matches(&matches)
+        };
+        let (parsed, left_out) = if go_binary {
+            // The program name, the command and the Go settings are never left out.
+            let serve = args.get(1).is_some_and(|a| a == "serve");
+            let first = if serve { 2 + go_args.len() } else { 2 };
+            go_binary::parse_leaving_out_unknown(args, first, parse)
+        } else {
+            (parse(&args), Vec::new())
+        };
+        match parsed {
+            Ok(cli) => (cli, left_out),
             Err(e) => e.exit(),
         }
     }
@@ -145,6 +166,51 @@ mod tests {
             args(&["meshlimit"], &go),
             ["meshlimit", "serve", "--shadow-mode", "--log", "warn"]
         );
+    }
+
+    fn parse(argv: &[&str], go: &[&str]) -> (Cli, Vec<String>) {
+        let go: Vec<String> = go.iter().map(|a| a.to_string()).collect();
+        Cli::parse_with(argv.iter().map(OsString::from), &go)
+    }
+
+    #[test]
+    fn started_as_the_go_binary_unknown_arguments_are_left_out_once() {
+        let (cli, left_out) = parse(
+            &[
+                "/bin/ratelimit",
+                "--quotaRateLimitServiceAddr=ai-gateway:8081",
+                "--log",
+                "debug",
+                "--extra",
+                "value",
+                "--extra",
+                "--quotaRateLimitServiceAddr=again",
+            ],
+            &["--shadow-mode"],
+        );
+        let Command::Serve(serve) = cli.command else {
+            panic!("serve expected")
+        };
+        assert_eq!(serve.log_filter(), "debug");
+        assert!(serve.shadow_mode);
+        assert_eq!(
+            left_out,
+            ["--quotaRateLimitServiceAddr", "--extra", "value"]
+        );
+        // What it knows still runs as given.
+        let (cli, left_out) = parse(&["ratelimit", "validate", "--config", "c.yaml"], &[]);
+        assert!(matches!(cli.command, Command::Validate(_)));
+        assert!(left_out.is_empty());
+    }
+
+    #[test]
+    fn as_meshlimit_unknown_arguments_are_errors() {
+        let argv = arguments(
+            ["meshlimit", "--quotaRateLimitServiceAddr=x"].map(OsString::from),
+            &[],
+        );
+        let error = Cli::command().try_get_matches_from(argv).unwrap_err();
+        assert_eq!(error.kind(), clap::error::ErrorKind::UnknownArgument);
     }
 
     #[test]

@@ -47,9 +47,9 @@ fn parse_bool(value: &str) -> Option<bool> {
 
 /// Reads the Go server's variables through `var` (the process environment in `main`,
 /// a map in tests) and `names` (every variable name set, for the prefix families);
-/// `without_arguments`: meshlimit was started with none, as the Go image's `ENTRYPOINT`
-/// starts the Go server (with any Go variable set, that is drop-in mode, where
-/// `USE_STATSD` defaults to true as in the Go server).
+/// `started_as_go`: meshlimit was started as the Go image's `ENTRYPOINT` starts the Go
+/// server, with no arguments or as `ratelimit` (with any Go variable set, that is
+/// drop-in mode, where `USE_STATSD` defaults to true as in the Go server).
 ///
 /// # Errors
 /// A variable the Go server would also refuse: `CONFIG_TYPE` other than `FILE` or
@@ -60,7 +60,7 @@ fn parse_bool(value: &str) -> Option<bool> {
 pub fn translate(
     var: impl Fn(&str) -> Option<String>,
     names: &[String],
-    without_arguments: bool,
+    started_as_go: bool,
 ) -> Result<Translated, String> {
     let mut env = Env {
         var,
@@ -88,7 +88,7 @@ pub fn translate(
         || !xds.args.is_empty()
         || !unsupported.is_empty()
         || statsd_vars_set(&set);
-    let stats = statsd::translate(&set, &ours, without_arguments && go_set)?;
+    let stats = statsd::translate(&set, &ours, started_as_go && go_set)?;
     let mut args = env.args;
     args.extend(grpc.args);
     args.extend(xds.args);

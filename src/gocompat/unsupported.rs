@@ -18,6 +18,11 @@ const UNSUPPORTED: &[(&str, Option<bool>, &str)] = &[
     ),
     ("REDIS_PERSECOND", Some(true), "one Redis holds every unit"),
     (
+        "GRPC_SERVER_TLS_CA_CERT",
+        None,
+        "the Go server does not read it either (Envoy Gateway sets it): client certificates are asked for with GRPC_CLIENT_TLS_CACERT",
+    ),
+    (
         "REDIS_POOL_SIZE",
         None,
         "one multiplexed connection per Redis node",

@@ -8,7 +8,8 @@
 //! - [`AdsServer::stop`] ends every stream (UNAVAILABLE) and closes the listener;
 //!   [`AdsServer::restart`] listens again on the same port, with the same snapshot and
 //!   record.
-//! - Optionally TLS, with a certificate and key in PEM.
+//! - Optionally TLS, with a certificate and key in PEM, and optionally mutual TLS (client
+//!   certificates required, checked against a CA), on a port of the test's choosing.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -30,7 +31,7 @@ use parking_lot::Mutex;
 use prost::Message;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tonic::transport::{Identity, Server, ServerTlsConfig};
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
 
 /// The type URL of `RateLimitConfig` resources.
@@ -103,6 +104,8 @@ pub struct AdsServer {
     pub port: u16,
     shared: Arc<Shared>,
     tls: Option<(Vec<u8>, Vec<u8>)>,
+    /// With TLS: the CA client certificates must chain to (PEM); none asked for without.
+    client_ca: Option<Vec<u8>>,
     running: Option<(watch::Sender<bool>, JoinHandle<()>)>,
 }
 
@@ -117,9 +120,29 @@ impl AdsServer {
         Self::start_with(Some((cert, key))).await
     }
 
+    /// An ADS server on 127.0.0.1:`port` over mutual TLS: certificate `cert` and key
+    /// `key`, client certificates required and checked against `client_ca` (all PEM), as
+    /// Envoy Gateway's control plane serves its rate-limit Deployment.
+    pub async fn start_mtls(
+        port: u16,
+        cert: Vec<u8>,
+        key: Vec<u8>,
+        client_ca: Vec<u8>,
+    ) -> AdsServer {
+        Self::start_on(port, Some((cert, key)), Some(client_ca)).await
+    }
+
     async fn start_with(tls: Option<(Vec<u8>, Vec<u8>)>) -> AdsServer {
+        Self::start_on(0, tls, None).await
+    }
+
+    async fn start_on(
+        port: u16,
+        tls: Option<(Vec<u8>, Vec<u8>)>,
+        client_ca: Option<Vec<u8>>,
+    ) -> AdsServer {
         let mut server = AdsServer {
-            port: 0,
+            port,
             shared: Arc::new(Shared {
                 snapshot: watch::Sender::new(None),
                 seen: Mutex::new(Vec::new()),
@@ -128,6 +151,7 @@ impl AdsServer {
                 sent: Mutex::new(Vec::new()),
             }),
             tls,
+            client_ca,
             running: None,
         };
         server.listen().await;
@@ -151,7 +175,10 @@ impl AdsServer {
         };
         let mut builder = Server::builder();
         if let Some((cert, key)) = &self.tls {
-            let tls = ServerTlsConfig::new().identity(Identity::from_pem(cert, key));
+            let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(cert, key));
+            if let Some(ca) = &self.client_ca {
+                tls = tls.client_ca_root(Certificate::from_pem(ca));
+            }
             builder = builder.tls_config(tls).expect("ADS server TLS");
         }
         let mut shutdown = stopped;

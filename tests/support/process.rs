@@ -112,6 +112,29 @@ impl Meshlimit {
         Self::spawn(command, argv, dir).await
     }
 
+    /// Starts `program` (the binary under test, or a link to it under another name) with
+    /// `argv` and `env` as a container runtime starts it: `NO_COLOR` unset, output to a
+    /// file; waits until it serves.
+    pub async fn start_as(program: &Path, argv: &[&str], env: &[(&str, &str)]) -> Meshlimit {
+        let dir = tempfile::Builder::new()
+            .prefix("meshlimit-bin-")
+            .tempdir()
+            .expect("creating a temporary directory");
+        let mut command = tokio::process::Command::new(program);
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("MESHLIMIT_") {
+                command.env_remove(name);
+            }
+        }
+        command
+            .env_remove("NO_COLOR")
+            .envs(env.iter().copied())
+            .args(argv)
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        Self::spawn(command, argv, dir).await
+    }
+
     /// Starts `meshlimit serve --config <config>` on loopback port 0 with `args`, as
     /// [`Meshlimit::start`], under a file-descriptor limit of `nofile` (soft and hard,
     /// set by util-linux's `prlimit`).
@@ -183,8 +206,12 @@ impl Meshlimit {
 
     /// Everything the process wrote so far (stdout and stderr), without colour codes.
     pub fn log(&self) -> String {
-        let raw = std::fs::read_to_string(self.log_path()).unwrap_or_default();
-        strip_ansi(&raw)
+        strip_ansi(&self.raw_log())
+    }
+
+    /// Everything the process wrote so far, as written.
+    pub fn raw_log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
     fn log_path(&self) -> PathBuf {
