@@ -390,7 +390,7 @@ fn several_replicas_on_the_embedded_store_are_refused_unless_accepted() {
 
 #[test]
 fn values_that_cannot_work_are_refused_with_the_reason() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 8] = [
         (
             &["store.type=redis"],
             "needs store.redis.url or store.redis.urlSecret.name",
@@ -407,7 +407,26 @@ fn values_that_cannot_work_are_refused_with_the_reason() {
             &["config.source=postgres"],
             "needs config.postgres.urlSecret.name",
         ),
-        (&["store.type=disk"], "store.type must be memory or redis"),
+        (
+            &[
+                "store.type=redis",
+                "store.redis.url=redis+sentinel://s:26379/m?sentinel_password=x",
+            ],
+            "store.redis.url holds a password",
+        ),
+        // values.schema.json: unknown values and values out of their set.
+        (
+            &["store.type=disk"],
+            "store.type must be one of the following",
+        ),
+        (
+            &["store.tyep=redis"],
+            "Additional property tyep is not allowed",
+        ),
+        (
+            &["probes.liveness.mode=exec"],
+            "probes.liveness.mode must be one of the following",
+        ),
     ];
     for (sets, message) in cases {
         let args: Vec<String> = sets

@@ -71,7 +71,7 @@ Refuses values that cannot work, with the reason: several replicas on the embedd
 {{- if and .Values.store.redis.passwordSecret.name (contains "@" .Values.store.redis.url) -}}
 {{- fail "store.redis.url already holds credentials: drop them or store.redis.passwordSecret" -}}
 {{- end -}}
-{{- if and .Values.store.redis.url (regexMatch "^[a-z+]+://[^/@]*:[^/@]+@" .Values.store.redis.url) -}}
+{{- if and .Values.store.redis.url (or (regexMatch "^[a-z+]+://[^/@]*:[^/@]+@" .Values.store.redis.url) (regexMatch "[?&](pass|password|sentinel_password)=" .Values.store.redis.url)) -}}
 {{- fail "store.redis.url holds a password, which would be readable in the Deployment: put the whole URL in a Secret (store.redis.urlSecret) or the password alone (store.redis.passwordSecret)" -}}
 {{- end -}}
 {{- end -}}
