@@ -1203,6 +1203,24 @@ async fn every_metric_the_dashboard_names_is_on_a_live_metrics_page() {
     assert!(exprs.len() > 20, "only {} expressions", exprs.len());
     let named: BTreeSet<String> = exprs.iter().flat_map(|e| metric_names(e)).collect();
     assert!(named.len() > 20, "only {named:?}");
+    let uids: BTreeSet<String> = dashboard["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .filter(|panel| panel["type"] != "row")
+        .flat_map(|panel| {
+            let mut uids = vec![panel["datasource"]["uid"].to_string()];
+            for target in panel["targets"].as_array().into_iter().flatten() {
+                uids.push(target["datasource"]["uid"].to_string());
+            }
+            uids
+        })
+        .collect();
+    assert_eq!(
+        uids,
+        ["\"${datasource}\"".to_string()].into(),
+        "every query on the variable"
+    );
     let datasource = &dashboard["templating"]["list"][0];
     assert_eq!(
         (&datasource["name"], &datasource["type"]),
