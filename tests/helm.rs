@@ -232,6 +232,13 @@ fn env_value(objects: &[Value], name: &str) -> String {
         .to_string()
 }
 
+/// Each `(name, value)` is a plain variable of the container's environment.
+fn assert_env(objects: &[Value], expected: &[(&str, &str)]) {
+    for (name, value) in expected {
+        assert_eq!(env_value(objects, name), *value, "{name}");
+    }
+}
+
 #[test]
 fn helm_lint_passes_for_every_values_set() {
     let chart = chart().display().to_string();
@@ -487,9 +494,14 @@ fn the_default_deployment_runs_one_locked_down_pod_on_the_configmap() {
         })
         .collect();
     assert_eq!(ports, [("grpc", 8081), ("http", 8080)].into());
-    assert_eq!(env_value(&objects, "MESHLIMIT_GRPC_ADDR"), "0.0.0.0:8081");
-    assert_eq!(env_value(&objects, "MESHLIMIT_HTTP_ADDR"), "0.0.0.0:8080");
-    assert_eq!(env_value(&objects, "MESHLIMIT_STORE"), "memory");
+    assert_env(
+        &objects,
+        &[
+            ("MESHLIMIT_GRPC_ADDR", "0.0.0.0:8081"),
+            ("MESHLIMIT_HTTP_ADDR", "0.0.0.0:8080"),
+            ("MESHLIMIT_STORE", "memory"),
+        ],
+    );
     for probe in ["startupProbe", "readinessProbe", "livenessProbe"] {
         assert_eq!(
             c[probe]["httpGet"],
@@ -571,13 +583,19 @@ fn redis_mode_takes_url_password_and_tls_from_secrets() {
         position("MESHLIMIT_CHART_REDIS_PASSWORD") < position("MESHLIMIT_REDIS_URL"),
         "$(VAR) only expands variables defined before it"
     );
-    assert_eq!(
-        env_value(&objects, "MESHLIMIT_REDIS_TLS_CA"),
-        "/etc/meshlimit/redis-tls/ca.crt"
-    );
-    assert_eq!(
-        env_value(&objects, "MESHLIMIT_REDIS_TLS_CERT"),
-        "/etc/meshlimit/redis-tls/tls.crt"
+    assert_env(
+        &objects,
+        &[
+            ("MESHLIMIT_REDIS_TLS_CA", "/etc/meshlimit/redis-tls/ca.crt"),
+            (
+                "MESHLIMIT_REDIS_TLS_CERT",
+                "/etc/meshlimit/redis-tls/tls.crt",
+            ),
+            (
+                "MESHLIMIT_REDIS_TLS_KEY",
+                "/etc/meshlimit/redis-tls/tls.key",
+            ),
+        ],
     );
     let mounts: BTreeMap<&str, &str> = c["volumeMounts"]
         .as_array()
@@ -629,27 +647,24 @@ fn redis_mode_takes_url_password_and_tls_from_secrets() {
 #[test]
 fn xds_mode_takes_its_client_certificate_from_a_secret_and_gates_health_on_a_config() {
     let objects = render(&ValuesSet::new("xds", &["ci/xds-mtls-values.yaml"], &[]));
-    assert_eq!(
-        env_value(&objects, "MESHLIMIT_XDS_SERVER"),
-        "control-plane.xds.svc.cluster.local:18000"
-    );
-    for (var, file) in [
-        ("MESHLIMIT_XDS_TLS_CA", "ca.crt"),
-        ("MESHLIMIT_XDS_TLS_CERT", "tls.crt"),
-        ("MESHLIMIT_XDS_TLS_KEY", "tls.key"),
-    ] {
-        assert_eq!(
-            env_value(&objects, var),
-            format!("/etc/meshlimit/xds-tls/{file}")
-        );
-    }
-    assert_eq!(
-        env_value(&objects, "MESHLIMIT_UNHEALTHY_WITHOUT_CONFIG"),
-        "true"
-    );
-    assert_eq!(
-        env_value(&objects, "MESHLIMIT_START_WITHOUT_CONFIG"),
-        "true"
+    assert_env(
+        &objects,
+        &[
+            (
+                "MESHLIMIT_XDS_SERVER",
+                "control-plane.xds.svc.cluster.local:18000",
+            ),
+            ("MESHLIMIT_XDS_TLS", "true"),
+            ("MESHLIMIT_XDS_TLS_CA", "/etc/meshlimit/xds-tls/ca.crt"),
+            ("MESHLIMIT_XDS_TLS_CERT", "/etc/meshlimit/xds-tls/tls.crt"),
+            ("MESHLIMIT_XDS_TLS_KEY", "/etc/meshlimit/xds-tls/tls.key"),
+            (
+                "MESHLIMIT_XDS_TLS_SAN",
+                "control-plane.xds.svc.cluster.local",
+            ),
+            ("MESHLIMIT_UNHEALTHY_WITHOUT_CONFIG", "true"),
+            ("MESHLIMIT_START_WITHOUT_CONFIG", "true"),
+        ],
     );
     assert!(!env(&objects).contains_key("MESHLIMIT_CONFIG"));
     assert!(!kinds(&objects).contains("ConfigMap"));
@@ -903,13 +918,16 @@ fn the_ai_gateway_preset_is_where_ai_gateway_looks_for_it() {
             .iter()
             .any(|p| p["port"] == 8081)
     );
-    assert_eq!(
-        env_value(&objects, "MESHLIMIT_XDS_NODE_ID"),
-        "envoy-ai-gateway-ratelimit"
-    );
-    assert_eq!(
-        env_value(&objects, "MESHLIMIT_XDS_SERVER"),
-        "ai-gateway-controller.envoy-ai-gateway-system.svc.cluster.local:18002"
+    assert_env(
+        &objects,
+        &[
+            ("MESHLIMIT_XDS_NODE_ID", "envoy-ai-gateway-ratelimit"),
+            (
+                "MESHLIMIT_XDS_SERVER",
+                "ai-gateway-controller.envoy-ai-gateway-system.svc.cluster.local:18002",
+            ),
+            ("MESHLIMIT_UNHEALTHY_WITHOUT_CONFIG", "true"),
+        ],
     );
 }
 
