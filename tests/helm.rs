@@ -1,8 +1,9 @@
 //! The Helm chart at `deploy/helm/meshlimit`, checked without a cluster:
 //! - `helm lint` (and `--strict`) over the default values and every values set;
 //! - `helm template` over every values set (`ci/*.yaml`, the presets), every object valid
-//!   against the Kubernetes 1.30 schemas (`kubernetes-validate --strict`); the
-//!   ServiceMonitor, a CRD the validator has no schema for, is checked here instead;
+//!   against the Kubernetes 1.30 schemas and those of 1.37, the newest the validator
+//!   knows (`kubernetes-validate --strict`); the ServiceMonitor, a CRD the validator has
+//!   no schema for, is checked here instead;
 //! - the embedded store refuses several replicas (or an HPA) unless told to accept
 //!   per-replica limits;
 //! - the rendered Deployment: Envoy Gateway's securityContext, the probes, the config
@@ -29,8 +30,13 @@ use support::process::Meshlimit;
 use support::redis::RedisServer;
 use tempfile::TempDir;
 
-/// The Kubernetes version whose schemas the objects must satisfy.
+/// The oldest Kubernetes version the chart supports (`kubeVersion` in Chart.yaml), whose
+/// schemas the objects must satisfy.
 const KUBERNETES: &str = "1.30.0";
+
+/// The newest version kubernetes-validate 1.37.0 has schemas for (it has 1.25 to 1.37):
+/// the objects must satisfy it too.
+const KUBERNETES_NEWEST: &str = "1.37.0";
 
 /// Release name and namespace of every render.
 const RELEASE: &str = "meshlimit";
@@ -297,7 +303,7 @@ fn check_service_monitor(monitor: &Value, objects: &[Value]) {
 }
 
 #[test]
-fn every_rendered_object_is_valid_for_kubernetes_1_30() {
+fn every_rendered_object_is_valid_for_kubernetes_1_30_and_1_37() {
     let dir = TempDir::new().expect("a temporary directory");
     let mut seen = BTreeSet::new();
     let mut files = Vec::new();
@@ -321,17 +327,19 @@ fn every_rendered_object_is_valid_for_kubernetes_1_30() {
         names.insert(path.display().to_string(), set.name.clone());
         files.push(path.display().to_string());
     }
-    let mut args = vec!["-k", KUBERNETES, "--strict", "--quiet"];
-    args.extend(files.iter().map(String::as_str));
-    let out = run(&kubernetes_validate(), &args);
-    let mut said = format!("{}{}", text(&out.stdout), text(&out.stderr));
-    for (path, name) in &names {
-        said = said.replace(path.as_str(), &format!("[{name}]"));
+    for version in [KUBERNETES, KUBERNETES_NEWEST] {
+        let mut args = vec!["-k", version, "--strict", "--quiet"];
+        args.extend(files.iter().map(String::as_str));
+        let out = run(&kubernetes_validate(), &args);
+        let mut said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        for (path, name) in &names {
+            said = said.replace(path.as_str(), &format!("[{name}]"));
+        }
+        assert!(
+            out.status.success() && said.trim().is_empty(),
+            "not valid for Kubernetes {version}:\n{said}"
+        );
     }
-    assert!(
-        out.status.success() && said.trim().is_empty(),
-        "not valid for Kubernetes {KUBERNETES}:\n{said}"
-    );
     let expected = [
         "ConfigMap",
         "Deployment",
