@@ -330,6 +330,10 @@ const OTHER_PROGRAMS_FLAGS: &[(&str, &[&str])] = &[
         &["--release", "--bench", "--all-targets", "--check", "--test"],
     ),
     ("envoy", &["--mode"]),
+    (
+        "helm and kubernetes-validate, in docs/kubernetes.md",
+        &["--create-namespace", "--set-file", "--install", "--strict"],
+    ),
     ("h2load", &["--rps"]),
     ("examples/envoy/run.sh", &["--demo"]),
     ("valgrind", &["--tool"]),
