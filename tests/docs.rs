@@ -335,6 +335,10 @@ const OTHER_PROGRAMS_FLAGS: &[(&str, &[&str])] = &[
         &["--create-namespace", "--set-file", "--install", "--strict"],
     ),
     ("h2load", &["--rps"]),
+    (
+        "Envoy AI Gateway's controller (its flag, which the Go binary ignores), in docs/kubernetes.md",
+        &["--quota"],
+    ),
     ("examples/envoy/run.sh", &["--demo"]),
     ("valgrind", &["--tool"]),
     ("benches/connection_flood.py", &["--nofile"]),

@@ -633,15 +633,36 @@ impl Pod {
     /// Stops the pod as the kubelet does (SIGTERM, SIGKILL after the grace period);
     /// returns how long it took and the exit code (137: killed at the end of the grace).
     pub fn terminate(&self) -> (Duration, i64) {
-        let start = Instant::now();
-        let grace = self.grace.as_secs().to_string();
-        let out = podman(&["stop", "--time", &grace, &self.name]);
+        let since = self.sigterm();
+        self.stopped(since)
+    }
+
+    /// Sends SIGTERM, as the kubelet does first when it stops a pod; when it was sent.
+    pub fn sigterm(&self) -> Instant {
+        let sent = Instant::now();
+        let out = podman(&["kill", "--signal", "TERM", &self.name]);
+        assert!(
+            out.status.success(),
+            "podman kill: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        sent
+    }
+
+    /// Waits for the container to end after the SIGTERM sent at `since`, killing it
+    /// once the grace period is over, as the kubelet does; how long it took from the
+    /// SIGTERM and the exit code.
+    pub fn stopped(&self, since: Instant) -> (Duration, i64) {
+        let left = self.grace.saturating_sub(since.elapsed());
+        // podman stop waits up to `left` for the end (a TERM again changes nothing for a
+        // process already draining), then kills.
+        let out = podman(&["stop", "--time", &left.as_secs().to_string(), &self.name]);
         assert!(
             out.status.success(),
             "podman stop: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let took = start.elapsed();
+        let took = since.elapsed();
         let out = podman(&["inspect", "--format", "{{.State.ExitCode}}", &self.name]);
         let code = String::from_utf8_lossy(&out.stdout)
             .trim()
