@@ -95,6 +95,8 @@ mod hits;
 mod labels;
 mod limits;
 pub mod live;
+mod mapped;
+mod mapping;
 pub mod refusals;
 mod render;
 mod rlqs;
@@ -110,7 +112,7 @@ mod views;
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use parking_lot::Mutex;
 
 use crate::clock::Stopwatch;
@@ -122,6 +124,7 @@ pub use connections::ConnectionReport;
 pub use detailed::OVERFLOW_VALUE;
 use detailed::Series;
 use domains::UnknownDomains;
+pub use mapping::{Mapping, MappingError, MappingWatch};
 pub use rlqs::QuotaReport;
 use rules::{RuleTable, build_table};
 pub use source::SourceReport;
@@ -175,6 +178,9 @@ pub struct Metrics {
     refusals: refusals::Refusals,
     /// What the statsd sink did, if one runs.
     statsd: gostats::SinkCounts,
+    /// The mapping file (`--metrics-mapping`) the Go server's families go through;
+    /// `None`: they are rendered as the Go server's built-in mapping names them.
+    mapping: ArcSwapOption<Mapping>,
 }
 
 impl fmt::Debug for Metrics {
@@ -206,6 +212,7 @@ impl Metrics {
             unknown_domains: Mutex::new(UnknownDomains::default()),
             refusals: refusals::Refusals::default(),
             statsd: gostats::SinkCounts::default(),
+            mapping: ArcSwapOption::empty(),
         }
     }
 
@@ -231,6 +238,12 @@ impl Metrics {
     /// Sets the near-limit ratio, normally between 0 and 1; applies from the next request.
     pub fn set_near_limit_ratio(&self, ratio: f32) {
         self.near_limit_ratio.store(ratio.to_bits(), Relaxed);
+    }
+
+    /// Renders the Go server's families through `mapping` from the next scrape on
+    /// (`None`: as its built-in mapping names them); see [`mapping`].
+    pub fn set_mapping(&self, mapping: Option<std::sync::Arc<Mapping>>) {
+        self.mapping.store(mapping);
     }
 
     /// The descriptors each rule refused most often lately (see [`refusals`]).
