@@ -51,11 +51,12 @@
 //! the domain, `key1` the first level and `key2` the second (absent for a one-level rule),
 //! each sanitised the same way; deeper levels are not labels, so the series of rules that
 //! differ only below their second level are summed under the same labels (each keeps its
-//! own series, for its statsd name: see [`gostats`]). That is what the Go mapping makes of one- and
-//! three-level paths whose keys and values hold no dots. It splits on every dot, though:
-//! it leaves two-part paths unmapped (each gets a metric name of its own, without labels),
-//! puts the leading parts of longer ones into `domain`, and cuts values such as
-//! `/pkg.Service/Method` apart. Levels give every rule labels, and values whole.
+//! own series, for its statsd name: see [`gostats`]). That is what the Go mapping makes of
+//! rules whose keys and values hold no dots (its globs give a one-level rule `domain` and
+//! `key1`, its regular expressions a deeper one `key2` too, the levels below folded). It
+//! splits on every dot, though, and cuts values such as `/pkg.Service/Method` apart. Levels
+//! give every rule labels, and values whole. A mapping file (`--metrics-mapping`) names
+//! the Go stats instead, as statsd_exporter would: see [`mapping`] and [`mapped`].
 //!
 //! Cardinality stays bounded by the config: only `detailed_metric: true` rules (every
 //! level) and rules below `value_to_metric: true` descriptors (the flagged levels, see

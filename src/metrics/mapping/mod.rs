@@ -108,6 +108,9 @@ pub struct Mapping {
 /// what it remembers of it.
 const MAX_WARNED: usize = 256;
 
+/// A mapping that matched a stat, with the name and labels it made, not yet escaped.
+type Found<'m> = (&'m Rule, String, Vec<(String, String)>);
+
 /// Where a stat goes: its Prometheus name and labels, and how its family is described.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Series<'m> {
@@ -170,11 +173,7 @@ impl Mapping {
     }
 
     /// The glob mapping `stat` matches, with its name and labels.
-    fn globbed(
-        &self,
-        stat: &str,
-        kind: StatKind,
-    ) -> Option<(&Rule, String, Vec<(String, String)>)> {
+    fn globbed(&self, stat: &str, kind: StatKind) -> Option<Found<'_>> {
         let (index, captures) = self.globs.find(stat, kind)?;
         let rule = &self.rules[index];
         let Matcher::Glob { name, labels } = &rule.matcher else {
@@ -189,11 +188,7 @@ impl Mapping {
 
     /// The first regex mapping that `stat` matches (and whose kind it is), with its name
     /// and labels.
-    fn matched(
-        &self,
-        stat: &str,
-        kind: StatKind,
-    ) -> Option<(&Rule, String, Vec<(String, String)>)> {
+    fn matched(&self, stat: &str, kind: StatKind) -> Option<Found<'_>> {
         self.rules.iter().find_map(|rule| {
             let Matcher::Regex {
                 regex,
