@@ -40,17 +40,21 @@ fn samples(text: &str) -> Vec<Line> {
         .collect()
 }
 
-/// The samples of family `name` (a histogram's `_bucket`, `_sum` and `_count` too).
-fn family(samples: &[Line], name: &str) -> BTreeSet<String> {
-    let parts = [
-        name.to_string(),
-        format!("{name}_bucket"),
-        format!("{name}_sum"),
-        format!("{name}_count"),
-    ];
+/// The samples of family `name` (a histogram's `_bucket`, `_sum` and `_count` too), in
+/// order.
+fn of_family(samples: &[Line], name: &str) -> Vec<Line> {
+    let parts = ["", "_bucket", "_sum", "_count"].map(|suffix| format!("{name}{suffix}"));
     samples
         .iter()
         .filter(|(n, ..)| parts.contains(n))
+        .cloned()
+        .collect()
+}
+
+/// [`of_family`]'s samples as lines, as a set.
+fn family(samples: &[Line], name: &str) -> BTreeSet<String> {
+    of_family(samples, name)
+        .into_iter()
         .map(|(n, l, v)| format!("{n}{{{l}}} {v}"))
         .collect()
 }
@@ -214,19 +218,7 @@ async fn a_scale_multiplies_the_go_servers_milliseconds() {
     .unwrap();
     metrics.set_mapping(Some(Arc::new(Mapping::load(&go_default).unwrap())));
     let mapped = samples(&metrics.render());
-    let histogram = |samples: &[Line]| -> Vec<(String, String, f64)> {
-        let parts = [
-            format!("{name}_bucket"),
-            format!("{name}_sum"),
-            format!("{name}_count"),
-        ];
-        samples
-            .iter()
-            .filter(|(n, ..)| parts.contains(n))
-            .cloned()
-            .collect()
-    };
-    let (native, mapped) = (histogram(&native), histogram(&mapped));
+    let (native, mapped) = (of_family(&native, name), of_family(&mapped, name));
     assert_eq!(native.len(), 19, "{native:#?}");
     assert_eq!(mapped.len(), native.len(), "{mapped:#?}");
     for ((n1, l1, v1), (n2, l2, v2)) in native.iter().zip(&mapped) {
