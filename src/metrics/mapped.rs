@@ -122,3 +122,89 @@ impl Metrics {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arc_swap::ArcSwap;
+
+    use super::*;
+    use crate::clock::SystemClock;
+    use crate::config::Config;
+    use crate::store::{MemoryStore, Store};
+
+    fn metrics(mapping: &str) -> Metrics {
+        let text = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true}\n  - key: b\n    rate_limit: {unlimited: true}\n";
+        let config = Arc::new(Config::from_sources(&[("d.yaml".into(), text.into())]).unwrap());
+        let store = Store::Memory(MemoryStore::new(1000, Arc::new(SystemClock)));
+        let metrics = Metrics::new(Arc::new(ArcSwap::new(config.clone())), store);
+        let rules = metrics.rules(&config);
+        for rule in config.rules() {
+            rules.unlimited("d", rule, std::iter::empty, 2);
+        }
+        let mapping = super::super::mapping::parse_for_tests(mapping);
+        metrics.set_mapping(Some(Arc::new(mapping)));
+        metrics
+    }
+
+    fn lines(text: &str, name: &str) -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with(name))
+            .map(String::from)
+            .collect()
+    }
+
+    #[test]
+    fn stats_mapped_to_one_series_add_up_and_a_scale_multiplies() {
+        let m = metrics(
+            "mappings:\n- match: ratelimit.service.rate_limit.d.*.total_hits\n  name: hits\n  scale: 1.5\n  help: Hits of every rule.\n",
+        );
+        let text = m.render();
+        assert_eq!(lines(&text, "hits"), ["hits 6"]);
+        assert!(text.contains("# HELP hits Hits of every rule.\n# TYPE hits counter\n"));
+        assert!(text.contains(&format!(
+            "# HELP ratelimit_service_rate_limit_d_a_within_limit {DEFAULT_HELP}\n"
+        )));
+    }
+
+    #[test]
+    fn the_response_time_under_a_counters_name_is_left_out() {
+        for name in ["total", "total_sum"] {
+            let m = metrics(&format!(
+                "mappings:\n- match: ratelimit_server.*.*\n  name: {name}\n  match_metric_type: counter\n- match: ratelimit_server.*.response_time\n  name: total\n"
+            ));
+            let text = m.render();
+            assert_eq!(
+                lines(&text, &format!("{name} ")),
+                [format!("{name} 0")],
+                "{text}"
+            );
+            assert!(!text.contains("total_bucket"), "{text}");
+            assert!(
+                m.mapping
+                    .load()
+                    .as_ref()
+                    .unwrap()
+                    .warned
+                    .lock()
+                    .contains("total")
+            );
+        }
+    }
+
+    #[test]
+    fn one_name_with_other_label_names_makes_series_side_by_side() {
+        let m = metrics(
+            "mappings:\n- match: ratelimit.service.rate_limit.d.a.*\n  name: s\n  labels: {stat: $1}\n- match: ratelimit.service.rate_limit.d.b.*\n  name: s\n  labels: {rule: b, stat: $1}\n- match: ratelimit.service.*\n  name: dropped\n  action: drop\n- match: 'rate_limit'\n  match_type: regex\n  name: x\n  action: drop\n",
+        );
+        let text = m.render();
+        let s = lines(&text, "s{");
+        assert!(s.contains(&"s{stat=\"total_hits\"} 2".to_string()), "{s:?}");
+        assert!(
+            s.contains(&"s{rule=\"b\",stat=\"total_hits\"} 2".to_string()),
+            "{s:?}"
+        );
+        assert!(!text.contains("dropped"), "{text}");
+    }
+}

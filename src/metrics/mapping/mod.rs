@@ -101,7 +101,7 @@ pub struct Mapping {
     ignored: Vec<String>,
     /// The names whose conflicts were logged, so each is logged once (at most
     /// [`MAX_WARNED`] of them).
-    warned: Mutex<BTreeSet<String>>,
+    pub(super) warned: Mutex<BTreeSet<String>>,
 }
 
 /// Most names whose conflicts a mapping logs: what a scrape finds is bounded, and so is
@@ -214,6 +214,12 @@ impl Mapping {
             Some((rule, expand(name), labels))
         })
     }
+}
+
+/// A mapping of `text`, for tests; panics when the text is not a valid mapping.
+#[cfg(test)]
+pub(crate) fn parse_for_tests(text: &str) -> Mapping {
+    parse::parse(text).unwrap_or_else(|e| panic!("{text}: {e:?}"))
 }
 
 #[cfg(test)]

@@ -109,7 +109,9 @@ struct Defaults {
 /// An observer type, read only to refuse the options of the other type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Observer {
+    /// `histogram`.
     Histogram,
+    /// `summary`, or empty.
     Summary,
 }
 

@@ -1,11 +1,7 @@
 //! tests: the mapping format as statsd_exporter v0.26.1 reads and applies it.
 
 use super::parse::parse;
-use super::{Mapping, Series, StatKind};
-
-fn mapping(text: &str) -> Mapping {
-    parse(text).unwrap_or_else(|e| panic!("{text}: {e:?}"))
-}
+use super::{Mapping, Series, StatKind, parse_for_tests as mapping};
 
 /// Where `stat` goes as a counter: its name and labels, or `None` when dropped.
 fn counter(m: &Mapping, stat: &str) -> Option<(String, Vec<(String, String)>)> {
