@@ -305,3 +305,143 @@ fn files_that_statsd_exporter_refuses_are_refused_with_their_line() {
         }
     }
 }
+
+/// Cases of statsd_exporter's own mapper tests (v0.26.1), restated: what its mapper
+/// gives, this one must.
+#[test]
+fn statsd_exporters_own_cases() {
+    let several = mapping(
+        r#"
+mappings:
+- match: test.dispatcher.*.*.*
+  name: "dispatch_events"
+  labels: {processor: "$1", action: "$2", result: "$3", job: "test_dispatcher"}
+- match: test.my-dispatch-host01.name.dispatcher.*.*.*
+  name: "host_dispatch_events"
+  labels: {processor: "$1"}
+- match: "*.*"
+  name: "catchall"
+  labels: {first: "$1", second: "$2", third: "$3", job: "$1-$2-$3"}
+- match: (.*)\.(.*)-(.*)\.(.*)
+  match_type: regex
+  name: "proxy_requests_total"
+  labels: {job: "$1", protocol: "$2", endpoint: "$3", result: "$4"}
+"#,
+    );
+    assert_eq!(
+        counter(&several, "test.dispatcher.FooProcessor.send.succeeded"),
+        named(
+            "dispatch_events",
+            &[
+                ("action", "send"),
+                ("job", "test_dispatcher"),
+                ("processor", "FooProcessor"),
+                ("result", "succeeded")
+            ]
+        )
+    );
+    assert_eq!(
+        counter(
+            &several,
+            "test.my-dispatch-host01.name.dispatcher.P.send.ok"
+        ),
+        named("host_dispatch_events", &[("processor", "P")])
+    );
+    assert_eq!(
+        counter(&several, "foo.bar"),
+        named(
+            "catchall",
+            &[
+                ("first", "foo"),
+                ("job", "foo-bar-"),
+                ("second", "bar"),
+                ("third", "")
+            ]
+        )
+    );
+    assert_eq!(counter(&several, "foo.bar.baz"), named("foo_bar_baz", &[]));
+    assert_eq!(
+        counter(&several, "proxy-1.http-goober.success"),
+        named(
+            "proxy_requests_total",
+            &[
+                ("endpoint", "goober"),
+                ("job", "proxy-1"),
+                ("protocol", "http"),
+                ("result", "success")
+            ]
+        )
+    );
+
+    let unordered_backtracking = mapping(
+        "defaults:\n  glob_disable_ordering: true\nmappings:\n\
+         - match: backtrack.*.bbb\n  name: testb\n  labels: {label: '${1}_foo'}\n\
+         - match: backtrack.justatest.aaa\n  name: testa\n  labels: {label: '${1}_foo'}\n",
+    );
+    let b = &unordered_backtracking;
+    assert_eq!(
+        counter(b, "backtrack.good.bbb"),
+        named("testb", &[("label", "good_foo")])
+    );
+    assert_eq!(
+        counter(b, "backtrack.justatest.bbb"),
+        named("testb", &[("label", "justatest_foo")])
+    );
+    assert_eq!(
+        counter(b, "backtrack.justatest.aaa"),
+        named("testa", &[("label", "_foo")])
+    );
+
+    let stars = mapping(
+        "mappings:\n- match: '*.dummy.*'\n  name: metric_one\n  labels: {system: $1, attribute: $2}\n\
+         - match: 'full.name.*'\n  name: metric_two\n  labels: {system: static, attribute: $1}\n",
+    );
+    assert_eq!(
+        counter(&stars, "full.name.anothertest"),
+        named(
+            "metric_two",
+            &[("attribute", "anothertest"), ("system", "static")]
+        )
+    );
+
+    let supersets = "mappings:\n- match: o.*.*\n  name: testa\n- match: o.*.bbb\n  name: testb\n- match: o.ccc.bbb\n  name: testc\n";
+    assert_eq!(
+        counter(&mapping(supersets), "o.good.bbb"),
+        named("testa", &[])
+    );
+    let unordered = mapping(&format!(
+        "defaults:\n  glob_disable_ordering: true\n{supersets}"
+    ));
+    assert_eq!(counter(&unordered, "o.good.bbb"), named("testb", &[]));
+    assert_eq!(counter(&unordered, "o.ccc.bbb"), named("testc", &[]));
+
+    let dynamic = mapping(
+        "mappings:\n- match: test1.*.*\n  name: $1\n- match: test2.*.*\n  name: '${1}_$2'\n\
+         - match: 'test3\\.(\\w+)\\.(\\w+)'\n  match_type: regex\n  name: '${2}_$1'\n\
+         - match: 'foo--bar.*'\n  name: 'foo_bar_${1}'\n- match: test.99test.myapp.*\n  name: n99\n",
+    );
+    assert_eq!(
+        counter(&dynamic, "test1.total_requests.count"),
+        named("total_requests", &[])
+    );
+    assert_eq!(
+        counter(&dynamic, "test2.total_requests.count"),
+        named("total_requests_count", &[])
+    );
+    assert_eq!(
+        counter(&dynamic, "test3.total_requests.count"),
+        named("count_total_requests", &[])
+    );
+    assert_eq!(
+        counter(&dynamic, "foo--bar.count"),
+        named("foo_bar_count", &[])
+    );
+    assert_eq!(
+        counter(&dynamic, "test.99test.myapp.create"),
+        named("n99", &[])
+    );
+
+    // A YAML alias where a glob was meant, and a glob with other characters: refused.
+    assert!(parse("mappings:\n- match: *.test.*\n  name: n\n").is_err());
+    assert!(parse("mappings:\n- match: bad!!metric-line.*.*\n  name: foo\n").is_err());
+}
