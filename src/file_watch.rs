@@ -74,6 +74,27 @@ impl Changes {
     }
 }
 
+/// The directories to watch for changes to `files`: each file's parent, and the parent
+/// of what it links to. The first sees an editor's rename and a Kubernetes volume's
+/// `..data` link swap (the file's link is then unchanged, the link it goes through not),
+/// the second a file edited in place through its link.
+pub fn directories<'p>(files: impl IntoIterator<Item = &'p Path>) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for path in files {
+        let resolved = std::fs::canonicalize(path).ok();
+        for file in std::iter::once(path).chain(resolved.as_deref()) {
+            let dir = match file.parent() {
+                Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+                _ => Path::new(".").to_path_buf(),
+            };
+            if !dirs.contains(&dir) {
+                dirs.push(dir);
+            }
+        }
+    }
+    dirs
+}
+
 /// What a watcher's `event` tells the debouncing thread: the concerned paths it may have
 /// changed, none for an error or lost events (something may have changed), or nothing.
 fn report(event: notify::Result<Event>, concerns: &impl Fn(&Path) -> bool) -> Option<Vec<PathBuf>> {

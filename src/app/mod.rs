@@ -64,4 +64,7 @@ pub enum Error {
     /// Tracing cannot start with its settings.
     #[error("{0}")]
     Tracing(#[from] crate::traces::TracingError),
+    /// `--metrics-mapping` cannot be read, is not a valid mapping, or cannot be watched.
+    #[error("{0}")]
+    Mapping(#[from] crate::metrics::MappingError),
 }

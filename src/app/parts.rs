@@ -1,6 +1,7 @@
 //! What a server is made of before it waits for its first config: the service and its
 //! metrics, the connections' and the quota service's state, the admin token, tracing.
-//! Built first, so that a bad Redis URL, token file or tracing setting is refused at once.
+//! Built first, so that a bad Redis URL, token file, metrics mapping or tracing setting is
+//! refused at once.
 
 use std::sync::Arc;
 
@@ -9,7 +10,7 @@ use super::reporter::ServerReporter;
 use super::{Error, Settings};
 use crate::admin_token::AdminToken;
 use crate::config::Config;
-use crate::metrics::Metrics;
+use crate::metrics::{MappingWatch, Metrics};
 use crate::net::{self, Connections};
 use crate::rlqs::Registry;
 use crate::service::Service;
@@ -32,6 +33,8 @@ pub(super) struct Parts {
     pub(super) admin_token: Option<Arc<AdminToken>>,
     /// OpenTelemetry tracing (`--tracing`), if on.
     pub(super) tracing: Option<Tracing>,
+    /// `--metrics-mapping`, followed while the parts live.
+    pub(super) _mapping: Option<MappingWatch>,
 }
 
 impl Parts {
@@ -69,6 +72,14 @@ impl Parts {
             Some(path) => Some(AdminToken::load(path)?),
             None => None,
         };
+        let mapping = match &settings.metrics_mapping {
+            Some(path) => {
+                let metrics = metrics.clone();
+                let apply = move |mapping| metrics.set_mapping(Some(mapping));
+                Some(MappingWatch::start(path, settings.reload_debounce, apply)?)
+            }
+            None => None,
+        };
         let tracing = match &settings.tracing {
             Some(options) => Some(traces::start(options, |name| std::env::var(name).ok())?),
             None => None,
@@ -81,6 +92,7 @@ impl Parts {
             quotas,
             admin_token,
             tracing,
+            _mapping: mapping,
         })
     }
 

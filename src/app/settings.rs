@@ -61,6 +61,10 @@ pub struct Settings {
     /// Where the operator endpoints also serve the Prometheus text, besides `/metrics`
     /// (the Go server's `PROMETHEUS_PATH`).
     pub metrics_path: String,
+    /// A statsd_exporter mapping file (the Go server's `PROMETHEUS_MAPPER_YAML`) the Go
+    /// server's families go through, followed for changes; `None`: the Go server's
+    /// built-in mapping (see [`crate::metrics::Mapping`]).
+    pub metrics_mapping: Option<PathBuf>,
     /// Upper bound on the bytes held by the embedded store (a fixed size per bucket, plus
     /// the limits of `rate_limits` lists), beside the bucket count.
     pub max_store_bytes: u64,
@@ -130,6 +134,7 @@ impl Settings {
             drain_delay: defaults::DRAIN_DELAY,
             drain_timeout: defaults::DRAIN_TIMEOUT,
             metrics_path: defaults::METRICS_PATH.into(),
+            metrics_mapping: None,
             near_limit_ratio: defaults::NEAR_LIMIT_RATIO,
             max_store_bytes: defaults::MAX_STORE_BYTES,
             idle_timeout: defaults::IDLE_TIMEOUT,

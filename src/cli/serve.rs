@@ -55,6 +55,12 @@ pub struct Serve {
     /// Path of the metrics text besides /metrics (the Go server's PROMETHEUS_PATH).
     #[arg(long, env = "MESHLIMIT_METRICS_PATH", default_value = defaults::METRICS_PATH, value_parser = metrics_path)]
     pub(crate) metrics_path: String,
+    /// A statsd_exporter mapping file (the Go server's PROMETHEUS_MAPPER_YAML): the Go
+    /// server's stats are named and labelled by it in the metrics text instead of by its
+    /// built-in mapping. One that cannot be used stops the start; it is reloaded when it
+    /// changes.
+    #[arg(long, env = "MESHLIMIT_METRICS_MAPPING")]
+    pub(crate) metrics_mapping: Option<PathBuf>,
     /// Where bucket state lives.
     #[arg(long, env = "MESHLIMIT_STORE", value_enum, default_value_t = StoreKind::Memory)]
     pub(crate) store: StoreKind,

@@ -35,6 +35,7 @@ impl Serve {
             drain_delay: Duration::from_millis(self.drain_delay_ms),
             drain_timeout: Duration::from_millis(self.drain_timeout_ms),
             metrics_path: self.metrics_path,
+            metrics_mapping: self.metrics_mapping,
             near_limit_ratio: self.near_limit_ratio,
             max_store_bytes: self.max_store_bytes,
             idle_timeout: Duration::from_millis(self.idle_timeout_ms),

@@ -10,7 +10,7 @@ mod fields;
 mod metadata;
 mod rate_limit;
 mod validate;
-mod yaml;
+pub(crate) mod yaml;
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};

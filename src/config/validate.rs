@@ -98,18 +98,7 @@ fn parser_problem(e: &serde_saphyr::Error) -> (ConfigErrorKind, String) {
     if let Some(over) = super::budget::describe(e) {
         return over;
     }
-    let text = e.without_snippet().to_string();
-    let text = text.lines().next().unwrap_or_default();
-    let text = text.strip_prefix("error: ").unwrap_or(text);
-    let text = match text.split_once(": ") {
-        Some((place, rest)) if place.starts_with("line ") => rest,
-        _ => text,
-    };
-    let message = match text.rfind(" at line ") {
-        Some(at) => &text[..at],
-        None => text,
-    };
-    (ConfigErrorKind::YamlSyntax, message.to_string())
+    (ConfigErrorKind::YamlSyntax, yaml::parser_message(e))
 }
 
 /// Where a descriptor sits: how deep, and which levels above it name metrics by the

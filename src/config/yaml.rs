@@ -51,9 +51,41 @@ impl Yaml {
 
 /// Parses one document, within the limits of [`super::budget`].
 pub(crate) fn parse(text: &str) -> Result<YamlNode, serde_saphyr::Error> {
-    let mut root = serde_saphyr::from_str_with_options(text, super::budget::options())?;
+    parse_with(text, super::budget::options())
+}
+
+/// Parses one small document (another file than a domain file: a metrics mapping) within
+/// the limits of [`super::budget`], but nested `max_depth` levels at most, so that it
+/// needs no more than an ordinary thread's stack.
+pub(crate) fn parse_shallow(text: &str, max_depth: usize) -> Result<YamlNode, serde_saphyr::Error> {
+    let mut options = super::budget::options();
+    if let Some(budget) = options.budget.as_mut() {
+        budget.max_depth = max_depth;
+    }
+    parse_with(text, options)
+}
+
+fn parse_with(text: &str, options: serde_saphyr::Options) -> Result<YamlNode, serde_saphyr::Error> {
+    let mut root = serde_saphyr::from_str_with_options(text, options)?;
     restore_written_text(&mut root, text);
     Ok(root)
+}
+
+/// The parser's message for `e`, without the location prefix and source snippet (the
+/// location is reported on its own: `e.location()`).
+pub(crate) fn parser_message(e: &serde_saphyr::Error) -> String {
+    let text = e.without_snippet().to_string();
+    let text = text.lines().next().unwrap_or_default();
+    let text = text.strip_prefix("error: ").unwrap_or(text);
+    let text = match text.split_once(": ") {
+        Some((place, rest)) if place.starts_with("line ") => rest,
+        _ => text,
+    };
+    let message = match text.rfind(" at line ") {
+        Some(at) => &text[..at],
+        None => text,
+    };
+    message.to_string()
 }
 
 /// The parser hands numbers and booleans over typed (`007` as 7); put back the text as

@@ -212,7 +212,8 @@ fn addresses(env: &mut Env<impl Fn(&str) -> Option<String>>) {
     }
 }
 
-/// `--metrics-addr` and `--metrics-path`, with `USE_PROMETHEUS=true` only.
+/// `--metrics-addr`, `--metrics-path` and `--metrics-mapping`, with `USE_PROMETHEUS=true`
+/// only (the Go server reads its `PROMETHEUS_*` variables only then).
 fn prometheus(env: &mut Env<impl Fn(&str) -> Option<String>>) {
     if !env.flag("USE_PROMETHEUS") {
         return;
@@ -229,6 +230,11 @@ fn prometheus(env: &mut Env<impl Fn(&str) -> Option<String>>) {
         && !env.ours("MESHLIMIT_METRICS_PATH")
     {
         env.push(&["--metrics-path", &path]);
+    }
+    if let Some(path) = env.set("PROMETHEUS_MAPPER_YAML")
+        && !env.ours("MESHLIMIT_METRICS_MAPPING")
+    {
+        env.push(&["--metrics-mapping", &path]);
     }
 }
 

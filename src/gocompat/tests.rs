@@ -205,6 +205,32 @@ fn behaviour_switches() {
 }
 
 #[test]
+fn the_mapper_file_is_the_metrics_mapping_with_prometheus_only() {
+    let file = ("PROMETHEUS_MAPPER_YAML", "/etc/statsd-exporter/conf.yaml");
+    assert_eq!(
+        args(&[
+            ("USE_PROMETHEUS", "true"),
+            ("PROMETHEUS_ADDR", ":19001"),
+            file
+        ]),
+        "--metrics-addr 0.0.0.0:19001 --metrics-mapping /etc/statsd-exporter/conf.yaml"
+    );
+    // The Go server reads it only for its Prometheus sink.
+    assert_eq!(args(&[file]), "");
+    assert_eq!(args(&[("USE_PROMETHEUS", "false"), file]), "");
+    // Ours wins.
+    assert_eq!(
+        args(&[
+            ("USE_PROMETHEUS", "true"),
+            ("MESHLIMIT_METRICS_ADDR", "127.0.0.1:1"),
+            ("MESHLIMIT_METRICS_MAPPING", "/mine.yaml"),
+            file,
+        ]),
+        ""
+    );
+}
+
+#[test]
 fn unsupported_variables_are_named() {
     let t = run(&[
         ("REDIS_PERSECOND", "true"),

@@ -17,7 +17,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
-use super::rule_stats::RULE_FAMILIES;
+use super::rule_stats::{FIRST_CHARGE_FAMILY, RULE_FAMILIES};
 use super::text::{family, sample};
 use super::{METHOD, Metrics};
 
@@ -26,6 +26,11 @@ const RULE_SCOPE: &str = "ratelimit.service.rate_limit.";
 
 /// The prefix of the per-rule Prometheus families; what follows it is the stat's name.
 const RULE_FAMILY_PREFIX: &str = "ratelimit_service_rate_limit_";
+
+/// The Go name of the response time timer.
+pub(super) fn response_time_stat() -> String {
+    format!("ratelimit_server.{METHOD}.response_time")
+}
 
 /// What the statsd sink did, for `/metrics`.
 #[derive(Debug, Default)]
@@ -44,6 +49,13 @@ impl Metrics {
     /// are then never written). A name can come more than once (series that sanitise
     /// alike): the receiver adds up.
     pub fn go_counters(&self, each: &mut dyn FnMut(&str, u64)) {
+        self.go_stats(false, each);
+    }
+
+    /// [`Metrics::go_counters`], with `zeros`: also the counters still at zero that
+    /// `/metrics` shows at zero (each rule's but its charge counters, every service
+    /// counter), so that a mapping gives the series the native families have.
+    pub(super) fn go_stats(&self, zeros: bool, each: &mut dyn FnMut(&str, u64)) {
         let mut name = String::with_capacity(128);
         for (labels, stats) in self.rule_series() {
             name.clear();
@@ -51,9 +63,9 @@ impl Metrics {
             labels.stat_path(&mut name);
             name.push('.');
             let path = name.len();
-            for (family, _, counter) in RULE_FAMILIES {
+            for (i, (family, _, counter)) in RULE_FAMILIES.into_iter().enumerate() {
                 let value = counter(&stats);
-                if value == 0 {
+                if value == 0 && !(zeros && i < FIRST_CHARGE_FAMILY) {
                     continue;
                 }
                 name.truncate(path);
@@ -62,7 +74,7 @@ impl Metrics {
             }
         }
         let mut each = |name: &str, value: u64| {
-            if value != 0 {
+            if value != 0 || zeros {
                 each(name, value);
             }
         };
@@ -98,8 +110,7 @@ impl Metrics {
     /// histogram since the start, each with the bucket's upper bound in milliseconds (the
     /// last bucket, above every bound, with the highest bound).
     pub fn go_response_time(&self) -> (String, Vec<(f64, u64)>) {
-        let name = format!("ratelimit_server.{METHOD}.response_time");
-        (name, self.calls.response_time.buckets_ms())
+        (response_time_stat(), self.calls.response_time.buckets_ms())
     }
 
     /// A statsd flush was written (`true`) or missed.

@@ -51,11 +51,12 @@
 //! the domain, `key1` the first level and `key2` the second (absent for a one-level rule),
 //! each sanitised the same way; deeper levels are not labels, so the series of rules that
 //! differ only below their second level are summed under the same labels (each keeps its
-//! own series, for its statsd name: see [`gostats`]). That is what the Go mapping makes of one- and
-//! three-level paths whose keys and values hold no dots. It splits on every dot, though:
-//! it leaves two-part paths unmapped (each gets a metric name of its own, without labels),
-//! puts the leading parts of longer ones into `domain`, and cuts values such as
-//! `/pkg.Service/Method` apart. Levels give every rule labels, and values whole.
+//! own series, for its statsd name: see [`gostats`]). That is what the Go mapping makes of
+//! rules whose keys and values hold no dots (its globs give a one-level rule `domain` and
+//! `key1`, its regular expressions a deeper one `key2` too, the levels below folded). It
+//! splits on every dot, though, and cuts values such as `/pkg.Service/Method` apart. Levels
+//! give every rule labels, and values whole. A mapping file (`--metrics-mapping`) names
+//! the Go stats instead, as statsd_exporter would: see [`mapping`] and [`mapped`].
 //!
 //! Cardinality stays bounded by the config: only `detailed_metric: true` rules (every
 //! level) and rules below `value_to_metric: true` descriptors (the flagged levels, see
@@ -95,6 +96,8 @@ mod hits;
 mod labels;
 mod limits;
 pub mod live;
+mod mapped;
+mod mapping;
 pub mod refusals;
 mod render;
 mod rlqs;
@@ -110,7 +113,7 @@ mod views;
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use parking_lot::Mutex;
 
 use crate::clock::Stopwatch;
@@ -122,6 +125,7 @@ pub use connections::ConnectionReport;
 pub use detailed::OVERFLOW_VALUE;
 use detailed::Series;
 use domains::UnknownDomains;
+pub use mapping::{Mapping, MappingError, MappingWatch};
 pub use rlqs::QuotaReport;
 use rules::{RuleTable, build_table};
 pub use source::SourceReport;
@@ -175,6 +179,9 @@ pub struct Metrics {
     refusals: refusals::Refusals,
     /// What the statsd sink did, if one runs.
     statsd: gostats::SinkCounts,
+    /// The mapping file (`--metrics-mapping`) the Go server's families go through;
+    /// `None`: they are rendered as the Go server's built-in mapping names them.
+    mapping: ArcSwapOption<Mapping>,
 }
 
 impl fmt::Debug for Metrics {
@@ -206,6 +213,7 @@ impl Metrics {
             unknown_domains: Mutex::new(UnknownDomains::default()),
             refusals: refusals::Refusals::default(),
             statsd: gostats::SinkCounts::default(),
+            mapping: ArcSwapOption::empty(),
         }
     }
 
@@ -231,6 +239,12 @@ impl Metrics {
     /// Sets the near-limit ratio, normally between 0 and 1; applies from the next request.
     pub fn set_near_limit_ratio(&self, ratio: f32) {
         self.near_limit_ratio.store(ratio.to_bits(), Relaxed);
+    }
+
+    /// Renders the Go server's families through `mapping` from the next scrape on
+    /// (`None`: as its built-in mapping names them); see [`mapping`].
+    pub fn set_mapping(&self, mapping: Option<std::sync::Arc<Mapping>>) {
+        self.mapping.store(mapping);
     }
 
     /// The descriptors each rule refused most often lately (see [`refusals`]).

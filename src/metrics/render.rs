@@ -14,27 +14,18 @@ use crate::store::Store;
 
 impl Metrics {
     /// Everything, in the Prometheus text format 0.0.4 ([`CONTENT_TYPE`]).
+    ///
+    /// The Go server's families come from [`Metrics::render_go`], or through the mapping
+    /// file when one is set ([`Metrics::set_mapping`]); meshlimit's own follow, alike.
     pub fn render(&self) -> String {
-        // Series that differ only below their second level share their labels: summed.
-        let mut series: BTreeMap<Labels, Vec<Arc<RuleStats>>> = BTreeMap::new();
-        for (labels, stats) in self.rule_series() {
-            series.entry(labels.labelled()).or_default().push(stats);
-        }
-
-        let mut out = String::with_capacity(2048 + 6 * 96 * series.len());
-        for (i, (name, help, counter)) in RULE_FAMILIES.into_iter().enumerate() {
-            family(&mut out, name, "counter", help);
-            for (labels, stats) in &series {
-                let sum = wrapping_sum(stats.iter().map(|s| counter(s)));
-                if sum > 0 || i < FIRST_CHARGE_FAMILY {
-                    sample(&mut out, name, labels.pairs(), sum);
-                }
-            }
+        let mut out = String::with_capacity(4096);
+        match self.mapping.load_full() {
+            Some(mapping) => self.render_mapped(&mapping, &mut out),
+            None => self.render_go(&mut out),
         }
         self.series.lock().limits.render(&mut out);
         self.render_overflow(&mut out);
-        self.render_domains_not_found(&mut out);
-        self.render_service(&mut out);
+        self.render_meshlimit_service(&mut out);
         self.render_store(&mut out);
         self.render_statsd(&mut out);
         if let Some(reporter) = &self.reporter {
@@ -53,6 +44,30 @@ impl Metrics {
             .iter()
             .map(|(labels, stats)| (labels.clone(), stats.clone()))
             .collect()
+    }
+
+    /// The Go server's families as its built-in mapping names them: per rule, unknown
+    /// domains, requests, errors, global shadow mode, config loads.
+    fn render_go(&self, out: &mut String) {
+        // Series that differ only below their second level share their labels: summed.
+        let mut series: BTreeMap<Labels, Vec<Arc<RuleStats>>> = BTreeMap::new();
+        for (labels, stats) in self.rule_series() {
+            series.entry(labels.labelled()).or_default().push(stats);
+        }
+        out.reserve(6 * 96 * series.len());
+        for (i, (name, help, counter)) in RULE_FAMILIES.into_iter().enumerate() {
+            family(out, name, "counter", help);
+            for (labels, stats) in &series {
+                let sum = wrapping_sum(stats.iter().map(|s| counter(s)));
+                if sum > 0 || i < FIRST_CHARGE_FAMILY {
+                    sample(out, name, labels.pairs(), sum);
+                }
+            }
+        }
+        self.render_domains_not_found(out);
+        self.render_service(out);
+        let source = self.reporter.as_ref().map(|r| r.source());
+        super::source::render_loads(out, source.as_ref());
     }
 
     fn render_service(&self, out: &mut String) {
@@ -86,7 +101,11 @@ impl Metrics {
             "Requests over their limits answered OK because of global shadow mode.",
         );
         sample(out, name, [], self.calls.global_shadow.load(Relaxed));
+    }
 
+    /// meshlimit's own families about the service: the config source, the rules, the
+    /// worker threads.
+    fn render_meshlimit_service(&self, out: &mut String) {
         let source = self.reporter.as_ref().map(|r| r.source());
         super::source::render(out, source.as_ref());
         let name = "meshlimit_config_rules";

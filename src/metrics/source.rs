@@ -40,9 +40,9 @@ pub(super) fn loads(report: Option<&SourceReport>) -> (u64, u64) {
     report.map_or((1, 0), |r| (r.applied, r.rejected))
 }
 
-/// Writes the families; without a `report` (a service built by hand), one load and no
-/// error, as for a config loaded once.
-pub(super) fn render(out: &mut String, report: Option<&SourceReport>) {
+/// Writes the Go server's families, `ratelimit_service_config_load_*`; without a
+/// `report` (a service built by hand), one load and no error, as for a config loaded once.
+pub(super) fn render_loads(out: &mut String, report: Option<&SourceReport>) {
     let (applied, rejected) = loads(report);
     let name = "ratelimit_service_config_load_success";
     family(
@@ -60,6 +60,10 @@ pub(super) fn render(out: &mut String, report: Option<&SourceReport>) {
         "Reloads rejected for problems in the config or an unreadable source.",
     );
     sample(out, name, [], rejected);
+}
+
+/// Writes meshlimit's own families about the source, given a `report`.
+pub(super) fn render(out: &mut String, report: Option<&SourceReport>) {
     let Some(report) = report else {
         return;
     };

@@ -71,22 +71,42 @@ impl Histogram {
     }
 
     pub(super) fn render(&self, out: &mut String, name: &str, label: (&str, &str)) {
+        self.render_in(out, name, &[label], seconds);
+    }
+
+    /// The histogram's samples with `labels`, its bounds and sum given in the unit
+    /// `unit` makes of nanoseconds.
+    pub(super) fn render_in(
+        &self,
+        out: &mut String,
+        name: &str,
+        labels: &[(&str, &str)],
+        unit: impl Fn(u64) -> f64,
+    ) {
         let bucket = format!("{name}_bucket");
         let mut seen = 0;
         for (index, bound) in BUCKETS.into_iter().enumerate() {
             seen += self.bucket(index);
-            let le = seconds(bound).to_string();
-            sample(out, &bucket, [label, ("le", le.as_str())], seen);
+            let le = unit(bound).to_string();
+            let with_le = labels.iter().copied().chain([("le", le.as_str())]);
+            sample(out, &bucket, with_le, seen);
         }
         seen += self.bucket(BUCKETS.len());
-        sample(out, &bucket, [label, ("le", "+Inf")], seen);
+        let with_le = labels.iter().copied().chain([("le", "+Inf")]);
+        sample(out, &bucket, with_le, seen);
         let sum = self.0.get(SUM);
-        sample(out, &format!("{name}_sum"), [label], seconds(sum));
-        sample(out, &format!("{name}_count"), [label], seen);
+        sample(
+            out,
+            &format!("{name}_sum"),
+            labels.iter().copied(),
+            unit(sum),
+        );
+        sample(out, &format!("{name}_count"), labels.iter().copied(), seen);
     }
 }
 
-fn seconds(nanos: u64) -> f64 {
+/// Nanoseconds as seconds.
+pub(super) fn seconds(nanos: u64) -> f64 {
     nanos as f64 / 1e9
 }
 

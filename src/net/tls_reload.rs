@@ -8,7 +8,6 @@
 //! that do not make a valid config (a certificate written before its key, say) are
 //! logged once per distinct error and the previous config stays in force.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +19,7 @@ use tracing::{info, warn};
 
 use super::tls::{Protocols, TlsFiles, build};
 use super::tls_error::TlsError;
-use crate::file_watch::Changes;
+use crate::file_watch::{Changes, directories};
 
 /// Quiet time after a file event before the files are read again.
 const DEBOUNCE: Duration = Duration::from_millis(200);
@@ -54,7 +53,7 @@ impl TlsSource {
             protocols,
             current: current.clone(),
         };
-        let dirs = directories(&files);
+        let dirs = directories(files.paths());
         // Every entry of these directories concerns the files: a secret's `..data` link
         // swap and an editor's rename both show up as other names than the files'.
         let mut watcher = Changes::start(DEBOUNCE, |_| true, move |_| reloader.reload())
@@ -121,22 +120,4 @@ fn contents(files: &TlsFiles) -> Vec<u8> {
         bytes.push(0);
     }
     bytes
-}
-
-/// The directories to watch: each file's parent, and the parent of its link target.
-fn directories(files: &TlsFiles) -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    for path in files.paths() {
-        let resolved = std::fs::canonicalize(path).ok();
-        for file in std::iter::once(path).chain(resolved.as_deref()) {
-            let dir = match file.parent() {
-                Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
-                _ => Path::new(".").to_path_buf(),
-            };
-            if !dirs.contains(&dir) {
-                dirs.push(dir);
-            }
-        }
-    }
-    dirs
 }
