@@ -15,10 +15,9 @@ use meshlimit::request::{Descriptor, Request};
 use meshlimit::rules::Algorithm;
 use support::process::{Meshlimit, run_serve, serve_on_loopback};
 
-/// Envoy Gateway's mapping (tests/fixtures/metrics_mapping/README.md says where from).
+/// Envoy Gateway's mapping (tests/fixtures/envoy-gateway/README.md says where from).
 fn envoy_gateway_file() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/metrics_mapping/envoy_gateway_statsd_conf.yaml")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/envoy-gateway/statsd_conf.yaml")
 }
 
 /// One sample line as written: the name, the labels' text between braces, the value.

@@ -19,8 +19,7 @@ fn named(name: &str, labels: &[(&str, &str)]) -> Option<(String, Vec<(String, St
 
 /// The Go server's built-in mapping (envoyproxy/ratelimit's default_mapper.yaml), the same
 /// as Envoy Gateway's but for the response time's `scale`.
-const EG: &str =
-    include_str!("../../../tests/fixtures/metrics_mapping/envoy_gateway_statsd_conf.yaml");
+const EG: &str = include_str!("../../../tests/fixtures/envoy-gateway/statsd_conf.yaml");
 
 #[test]
 fn envoy_gateways_file_names_every_go_stat_as_statsd_exporter_does() {
