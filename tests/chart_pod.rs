@@ -8,31 +8,13 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use support::envoy::{Envoy, Reply};
 use support::eventually_async;
+use support::helm::{chart, helm};
 use support::netns::Netns;
 use support::pod::{Kubelet, Pod, Probe, objects, only};
-
-/// The chart's directory.
-fn chart() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/helm/meshlimit")
-}
-
-/// Helm: `MESHLIMIT_TEST_HELM`, else `.tools/helm` (where scripts/test.sh puts it).
-fn helm() -> PathBuf {
-    let path = std::env::var_os("MESHLIMIT_TEST_HELM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".tools/helm"));
-    assert!(
-        path.exists(),
-        "helm not found at {}: run scripts/test.sh, which installs it into .tools/, or set MESHLIMIT_TEST_HELM",
-        path.display()
-    );
-    path
-}
 
 /// `user` limited to `per_minute` requests a minute, in domain `chart`.
 fn limits(per_minute: u32) -> String {

