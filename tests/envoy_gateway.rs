@@ -256,6 +256,16 @@ fn envoy_gateway_runs_meshlimit_in_place_of_the_go_server() {
         let keys: u64 = redis_cli(&["dbsize"]).parse().expect("DBSIZE");
         assert!(keys > 0, "no key in Redis");
 
+        // A domain the config does not have: its stat is one Envoy Gateway's file maps
+        // to nothing, so it keeps its escaped Go name (statsd_exporter's way).
+        let mut client = tls_client(&neighbours.pki).await;
+        let answer = client
+            .should_rate_limit(rls_request("nowhere-else", &[&[("k", "v")]]))
+            .await
+            .expect("ShouldRateLimit")
+            .into_inner();
+        assert_eq!(answer.overall_code, Code::Ok as i32, "{answer:?}");
+
         // The Prometheus series Envoy Gateway's mapping makes of the Go stat names.
         let (status, text) = http_get("127.0.0.1:19001".parse().unwrap(), "/metrics").await;
         assert_eq!(status, 200, "{text}");
@@ -269,7 +279,13 @@ fn envoy_gateway_runs_meshlimit_in_place_of_the_go_server() {
             assert_eq!(sample(&text, &series), Some(value), "{series} in:\n{text}");
         }
         let requests = r#"ratelimit_service_total_requests{grpc_method="ShouldRateLimit"}"#;
-        assert_eq!(sample(&text, requests), Some(6.0), "{text}");
+        assert_eq!(sample(&text, requests), Some(7.0), "{text}");
+        let unmapped = "ratelimit_service_rate_limit_nowhere_else_domain_not_found";
+        assert_eq!(sample(&text, unmapped), Some(1.0), "{text}");
+        assert!(
+            !text.contains("ratelimit_service_rate_limit_domain_not_found{"),
+            "the native family beside the mapped one:\n{text}"
+        );
         assert!(
             text.contains("ratelimit_service_response_time_seconds_bucket{grpc_method=\"ShouldRateLimit\","),
             "{text}"
