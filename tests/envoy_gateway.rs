@@ -295,6 +295,32 @@ fn envoy_gateway_runs_meshlimit_in_place_of_the_go_server() {
             Some(1.0),
             "{text}"
         );
+
+        // Envoy Gateway raises the limit: the new snapshot is in force at once, the month's
+        // six hits kept in Redis.
+        let mut raised = rate_limit_config(MONTH_YEAR_RULE);
+        raised.descriptors[0].descriptors[0]
+            .rate_limit
+            .as_mut()
+            .expect("the first route's limit")
+            .requests_per_unit = 10;
+        neighbours.serve_config("2", raised, "envoy-ratelimit").await;
+        let reply = get(&envoy).await;
+        assert_eq!(reply.status, 200, "under the raised limit: {reply:?}");
+
+        // The mapping's ConfigMap changes: the kubelet swaps it, the next scrapes use it.
+        let renamed = STATSD_CONF.replace(
+            "name: \"ratelimit_service_rate_limit_total_hits\"",
+            "name: \"eg_rule_hits\"",
+        );
+        assert_ne!(renamed, STATSD_CONF);
+        pod.update("statsd-exporter-config", &[("conf.yaml", renamed.as_bytes())]);
+        let series = format!("eg_rule_hits{labels}");
+        eventually_async(30, "the swapped mapping names the series", || async {
+            let (_, text) = http_get("127.0.0.1:19001".parse().unwrap(), "/metrics").await;
+            sample(&text, &series) == Some(7.0)
+        })
+        .await;
         drains(&pod);
     });
 }
