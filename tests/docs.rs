@@ -335,6 +335,7 @@ const OTHER_PROGRAMS_FLAGS: &[(&str, &[&str])] = &[
         &["--create-namespace", "--set-file", "--install", "--strict"],
     ),
     ("h2load", &["--rps"]),
+    ("podman, in docs/kubernetes.md", &["--format"]),
     (
         "Envoy AI Gateway's controller (its flag, which the Go binary ignores), in docs/kubernetes.md",
         &["--quota"],
