@@ -70,9 +70,12 @@ pub fn require_image(image: &str) {
 pub fn podman(args: &[&str]) -> Output {
     static CONF: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     let conf = CONF.get_or_init(|| {
-        let path =
-            std::env::temp_dir().join(format!("meshlimit-containers-{}.conf", std::process::id()));
-        std::fs::write(&path, "[containers]\ndefault_sysctls = []\n").unwrap();
+        // One file for every test process (the same text), replaced in one rename so
+        // that no process reads it half written; none is left behind per run.
+        let path = std::env::temp_dir().join("meshlimit-test-containers.conf");
+        let own = path.with_extension(format!("{}", std::process::id()));
+        std::fs::write(&own, "[containers]\ndefault_sysctls = []\n").unwrap();
+        std::fs::rename(&own, &path).unwrap();
         path
     });
     Command::new("podman")
