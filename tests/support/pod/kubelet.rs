@@ -152,11 +152,11 @@ impl Kubelet {
         }
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let out = podman(&argv);
-        assert!(
-            out.status.success(),
-            "podman {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        if !out.status.success() {
+            // A container podman created but could not start would stay behind.
+            let _ = podman(&["rm", "--force", "--time", "0", &name]);
+            panic!("podman {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
         let grace = spec["terminationGracePeriodSeconds"].as_u64().unwrap_or(30);
         Pod {
             name,
