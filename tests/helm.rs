@@ -24,6 +24,7 @@ use std::process::{Command, Output};
 
 use serde_json::{Value, json};
 use support::helm::{chart, helm, kubernetes_validate};
+use support::pod::{objects, only};
 use support::process::Meshlimit;
 use support::redis::RedisServer;
 use tempfile::TempDir;
@@ -146,24 +147,11 @@ fn template(args: &[String]) -> (bool, String, String) {
 fn render(set: &ValuesSet) -> Vec<Value> {
     let (ok, stdout, stderr) = template(&set.args());
     assert!(ok, "helm template ({}) failed:\n{stderr}", set.name);
-    documents(&stdout)
+    objects(&stdout)
 }
 
 fn render_with(sets: &[&str]) -> Vec<Value> {
     render(&ValuesSet::new("--set", &[], sets))
-}
-
-/// The YAML documents of `yaml`, empty ones left out.
-fn documents(yaml: &str) -> Vec<Value> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).expect("helm renders YAML");
-    docs.into_iter().filter(|doc| !doc.is_null()).collect()
-}
-
-/// The one object of `kind` among `objects`.
-fn the<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
-    let found: Vec<&Value> = objects.iter().filter(|o| o["kind"] == kind).collect();
-    assert_eq!(found.len(), 1, "expected one {kind}, found {}", found.len());
-    found[0]
 }
 
 fn kinds(objects: &[Value]) -> BTreeSet<String> {
@@ -175,7 +163,7 @@ fn kinds(objects: &[Value]) -> BTreeSet<String> {
 
 /// The container of the rendered Deployment.
 fn container(objects: &[Value]) -> Value {
-    let containers = the(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    let containers = only(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
         .as_array()
         .expect("containers")
         .clone();
@@ -236,7 +224,7 @@ fn helm_lint_passes_for_every_values_set() {
 /// A ServiceMonitor, checked by hand: kubernetes-validate has no schema for this CRD.
 fn check_service_monitor(monitor: &Value, objects: &[Value]) {
     assert_eq!(monitor["apiVersion"], "monitoring.coreos.com/v1");
-    let service = the(objects, "Service");
+    let service = only(objects, "Service");
     assert_eq!(
         monitor["spec"]["selector"]["matchLabels"], service["spec"]["selector"],
         "the ServiceMonitor selects the Service by its labels"
@@ -323,7 +311,7 @@ fn every_rendered_object_is_valid_for_kubernetes_1_30_and_1_37() {
 fn the_validator_refuses_an_invalid_object() {
     let dir = TempDir::new().expect("a temporary directory");
     let path = dir.path().join("bad.json");
-    let mut deployment = the(&render_with(&[]), "Deployment").clone();
+    let mut deployment = only(&render_with(&[]), "Deployment").clone();
     deployment["spec"]["template"]["spec"]["containers"][0]["imagePullPolcy"] = json!("Never");
     std::fs::write(&path, deployment.to_string()).expect("writing");
     let path = path.display().to_string();
@@ -359,12 +347,12 @@ fn several_replicas_on_the_embedded_store_are_refused_unless_accepted() {
         );
     }
     let objects = render_with(&["replicaCount=3", "store.allowPerReplicaLimits=true"]);
-    assert_eq!(the(&objects, "Deployment")["spec"]["replicas"], 3);
+    assert_eq!(only(&objects, "Deployment")["spec"]["replicas"], 3);
     let objects = render_with(&[
         "autoscaling.enabled=true",
         "store.allowPerReplicaLimits=true",
     ]);
-    the(&objects, "HorizontalPodAutoscaler");
+    only(&objects, "HorizontalPodAutoscaler");
 }
 
 #[test]
@@ -441,7 +429,7 @@ fn the_default_deployment_runs_one_locked_down_pod_on_the_configmap() {
             .map(String::from)
             .into()
     );
-    let deployment = the(&objects, "Deployment");
+    let deployment = only(&objects, "Deployment");
     assert_eq!(deployment["spec"]["replicas"], 1);
     let pod = &deployment["spec"]["template"]["spec"];
     assert_eq!(pod["automountServiceAccountToken"], false);
@@ -496,10 +484,10 @@ fn the_default_deployment_runs_one_locked_down_pod_on_the_configmap() {
     assert_eq!(volume["name"], mounts[0]["name"]);
     assert_eq!(
         volume["configMap"]["name"],
-        the(&objects, "ConfigMap")["metadata"]["name"]
+        only(&objects, "ConfigMap")["metadata"]["name"]
     );
 
-    let service = the(&objects, "Service");
+    let service = only(&objects, "Service");
     assert_eq!(
         service["spec"]["selector"],
         deployment["spec"]["selector"]["matchLabels"]
@@ -584,9 +572,9 @@ fn redis_mode_takes_url_password_and_tls_from_secrets() {
     assert_no_secret_in_plain_env(&objects, &set.name);
 
     // The HPA owns the replicas; the PDB and the spread select the pods.
-    let deployment = the(&objects, "Deployment");
+    let deployment = only(&objects, "Deployment");
     assert!(deployment["spec"].get("replicas").is_none());
-    let hpa = the(&objects, "HorizontalPodAutoscaler");
+    let hpa = only(&objects, "HorizontalPodAutoscaler");
     assert_eq!(
         hpa["spec"]["scaleTargetRef"]["name"],
         deployment["metadata"]["name"]
@@ -594,7 +582,7 @@ fn redis_mode_takes_url_password_and_tls_from_secrets() {
     assert_eq!(hpa["spec"]["minReplicas"], 3);
     let pods = &deployment["spec"]["selector"]["matchLabels"];
     assert_eq!(
-        the(&objects, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
+        only(&objects, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
         *pods
     );
     let spread = &deployment["spec"]["template"]["spec"]["topologySpreadConstraints"][0];
@@ -613,7 +601,7 @@ fn redis_mode_takes_url_password_and_tls_from_secrets() {
         env(&objects)["MESHLIMIT_REDIS_URL"]["valueFrom"]["secretKeyRef"],
         json!({"name": "meshlimit-redis", "key": "url"})
     );
-    assert_eq!(the(&objects, "Deployment")["spec"]["replicas"], 3);
+    assert_eq!(only(&objects, "Deployment")["spec"]["replicas"], 3);
 }
 
 #[test]
@@ -640,7 +628,7 @@ fn xds_mode_takes_its_client_certificate_from_a_secret_and_gates_health_on_a_con
     );
     assert!(!env(&objects).contains_key("MESHLIMIT_CONFIG"));
     assert!(!kinds(&objects).contains("ConfigMap"));
-    let deployment = the(&objects, "Deployment");
+    let deployment = only(&objects, "Deployment");
     assert_eq!(
         deployment["spec"]["template"]["spec"]["volumes"],
         json!([{"name": "xds-tls", "secret": {"secretName": "meshlimit-xds-client"}}])
@@ -658,7 +646,7 @@ fn postgres_mode_takes_its_url_from_a_secret() {
     assert_eq!(env_value(&objects, "MESHLIMIT_PG_TABLE"), "limits");
     assert!(container(&objects).get("volumeMounts").is_none());
     assert_no_secret_in_plain_env(&objects, &set.name);
-    let policy = the(&objects, "NetworkPolicy");
+    let policy = only(&objects, "NetworkPolicy");
     let egress_ports: BTreeSet<i64> = policy["spec"]["egress"]
         .as_array()
         .unwrap()
@@ -680,12 +668,12 @@ fn observability_renders_metrics_port_monitor_dashboard_and_policy() {
         env_value(&objects, "MESHLIMIT_METRICS_ADDR"),
         "0.0.0.0:9090"
     );
-    let deployment = the(&objects, "Deployment");
+    let deployment = only(&objects, "Deployment");
     let annotations = &deployment["spec"]["template"]["metadata"]["annotations"];
     assert_eq!(annotations["prometheus.io/port"], "9090");
     assert!(annotations["checksum/config"].is_string());
     assert_eq!(
-        the(&objects, "ServiceMonitor")["spec"]["endpoints"][0]["port"],
+        only(&objects, "ServiceMonitor")["spec"]["endpoints"][0]["port"],
         "http-metrics"
     );
     let dashboard = objects
@@ -695,7 +683,7 @@ fn observability_renders_metrics_port_monitor_dashboard_and_policy() {
     let shipped: Value =
         serde_json::from_str(dashboard["data"]["meshlimit.json"].as_str().unwrap()).unwrap();
     assert_eq!(shipped, dashboard_json());
-    let policy = the(&objects, "NetworkPolicy");
+    let policy = only(&objects, "NetworkPolicy");
     assert_eq!(
         policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
         "envoy-gateway-system"
@@ -739,7 +727,7 @@ fn every_variable_the_chart_sets_is_one_meshlimit_reads() {
 }
 
 fn configmap_files(objects: &[Value]) -> BTreeMap<String, String> {
-    the(objects, "ConfigMap")["data"]
+    only(objects, "ConfigMap")["data"]
         .as_object()
         .expect("data")
         .iter()
@@ -760,7 +748,7 @@ fn the_istio_preset_serves_the_examples_descriptors_at_its_envoyfilters_address(
             "{name} differs from config/{name}"
         );
     }
-    let deployment = the(&objects, "Deployment");
+    let deployment = only(&objects, "Deployment");
     assert_eq!(
         deployment["spec"]["template"]["metadata"]["annotations"]["sidecar.istio.io/inject"],
         "false"
@@ -784,7 +772,7 @@ fn the_istio_preset_serves_the_examples_descriptors_at_its_envoyfilters_address(
         .expect("the CLUSTER patch");
     let address = &cluster["patch"]["value"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]
         ["endpoint"]["address"]["socket_address"];
-    let service = the(&objects, "Service");
+    let service = only(&objects, "Service");
     assert_eq!(
         address["address"],
         format!(
@@ -805,7 +793,7 @@ fn the_istio_preset_serves_the_examples_descriptors_at_its_envoyfilters_address(
 #[test]
 fn the_ai_gateway_preset_is_where_ai_gateway_looks_for_it() {
     let objects = render(&ValuesSet::new("ai", &["presets/ai-gateway.yaml"], &[]));
-    let service = the(&objects, "Service");
+    let service = only(&objects, "Service");
     // AI Gateway's default --quotaRateLimitServiceAddr: envoy-ai-gateway-ratelimit.envoy-gateway-system, port 8081.
     assert_eq!(service["metadata"]["name"], "envoy-ai-gateway-ratelimit");
     assert!(
