@@ -7,7 +7,7 @@ mod support;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use support::process::{self, Meshlimit};
-use support::{eventually_async, http_get};
+use support::{eventually_async, http_get, sample};
 
 const THREE_A_DAY: &str = "\
 domain: ops
@@ -15,14 +15,6 @@ descriptors:
   - key: three
     rate_limit: {unit: day, requests_per_unit: 3}
 ";
-
-/// The value of the sample `name` (labels included) in a metrics text.
-fn sample<'a>(metrics: &'a str, name: &str) -> Option<&'a str> {
-    metrics
-        .lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
-        .and_then(|l| l.rsplit(' ').next())
-}
 
 /// Replaces `file` with `text` in one step: written in a directory of its own on the same
 /// file system, which nothing watches, then renamed over it. The watch sees one event, so

@@ -27,7 +27,7 @@ use support::envoy::{Envoy, Reply};
 use support::netns::Netns;
 use support::pki::Pki;
 use support::pod::{IMAGE, Kubelet, Pod, objects, only};
-use support::{eventually_async, http_get, rls_request};
+use support::{eventually_async, http_get, rls_request, sample};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 
 const DEPLOYMENT: &str = include_str!("fixtures/envoy-gateway/default.yaml");
@@ -211,13 +211,6 @@ async fn get(envoy: &Envoy) -> Reply {
         .expect("GET / through Envoy")
 }
 
-/// The value of the series `series` (name and labels, exactly as exposed) in `text`.
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
-}
-
 /// Stops the pod as the kubelet does and checks it ended by itself, cleanly, well
 /// within the Deployment's grace period.
 fn drains(pod: &Pod) {
@@ -270,18 +263,14 @@ fn envoy_gateway_runs_meshlimit_in_place_of_the_go_server() {
         let (status, text) = http_get("127.0.0.1:19001".parse().unwrap(), "/metrics").await;
         assert_eq!(status, 200, "{text}");
         let labels = r#"{domain="first-listener",key1="first-route_first-route",key2="rule-0-match-0_rule-0-match-0"}"#;
-        for (family, value) in [
-            ("total_hits", 6.0),
-            ("within_limit", 5.0),
-            ("over_limit", 1.0),
-        ] {
+        for (family, value) in [("total_hits", "6"), ("within_limit", "5"), ("over_limit", "1")] {
             let series = format!("ratelimit_service_rate_limit_{family}{labels}");
             assert_eq!(sample(&text, &series), Some(value), "{series} in:\n{text}");
         }
         let requests = r#"ratelimit_service_total_requests{grpc_method="ShouldRateLimit"}"#;
-        assert_eq!(sample(&text, requests), Some(7.0), "{text}");
+        assert_eq!(sample(&text, requests), Some("7"), "{text}");
         let unmapped = "ratelimit_service_rate_limit_nowhere_else_domain_not_found";
-        assert_eq!(sample(&text, unmapped), Some(1.0), "{text}");
+        assert_eq!(sample(&text, unmapped), Some("1"), "{text}");
         assert!(
             !text.contains("ratelimit_service_rate_limit_domain_not_found{"),
             "the native family beside the mapped one:\n{text}"
@@ -292,7 +281,7 @@ fn envoy_gateway_runs_meshlimit_in_place_of_the_go_server() {
         );
         assert_eq!(
             sample(&text, "ratelimit_service_config_load_success"),
-            Some(1.0),
+            Some("1"),
             "{text}"
         );
 
@@ -318,7 +307,7 @@ fn envoy_gateway_runs_meshlimit_in_place_of_the_go_server() {
         let series = format!("eg_rule_hits{labels}");
         eventually_async(30, "the swapped mapping names the series", || async {
             let (_, text) = http_get("127.0.0.1:19001".parse().unwrap(), "/metrics").await;
-            sample(&text, &series) == Some(7.0)
+            sample(&text, &series) == Some("7")
         })
         .await;
         drains(&pod);

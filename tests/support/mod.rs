@@ -179,6 +179,14 @@ impl TestServer {
     }
 }
 
+/// The value of the sample `name` (labels included) in a metrics text.
+pub fn sample<'a>(metrics: &'a str, name: &str) -> Option<&'a str> {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .and_then(|l| l.rsplit(' ').next())
+}
+
 /// `GET path` over plain HTTP/1.1; returns (status code, body).
 pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     let (status, _, body) = http_request(addr, path, &[]).await.expect("HTTP request");
