@@ -13,7 +13,6 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
@@ -27,6 +26,7 @@ use support::envoy::{Envoy, Reply};
 use support::netns::Netns;
 use support::pki::Pki;
 use support::pod::{IMAGE, Kubelet, Pod, objects, only};
+use support::redis::RedisServer;
 use support::{eventually_async, http_get, rls_request, sample};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 
@@ -41,7 +41,7 @@ const RATELIMIT_DNS: &str = "envoy-ratelimit.envoy-gateway-system.svc.cluster.lo
 struct Neighbours {
     pki: Pki,
     ads: AdsServer,
-    _redis: Redis,
+    redis: RedisServer,
 }
 
 impl Neighbours {
@@ -65,12 +65,8 @@ impl Neighbours {
             read("ca.pem"),
         )
         .await;
-        let redis = Redis::start().await;
-        Neighbours {
-            pki,
-            ads,
-            _redis: redis,
-        }
+        let redis = RedisServer::start_on(6379);
+        Neighbours { pki, ads, redis }
     }
 
     /// A kubelet with the objects Envoy Gateway's Deployment names, running meshlimit's
@@ -108,48 +104,6 @@ impl Neighbours {
         })
         .await;
     }
-}
-
-/// A Redis on 127.0.0.1:6379 of the test's namespace; killed when dropped.
-struct Redis {
-    child: Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Redis {
-    async fn start() -> Redis {
-        let dir = tempfile::tempdir().unwrap();
-        let child = Command::new("redis-server")
-            .args(["--port", "6379", "--bind", "127.0.0.1", "--save", ""])
-            .args(["--appendonly", "no", "--dir"])
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server is needed: apt-get install redis-server");
-        let redis = Redis { child, _dir: dir };
-        eventually_async(20, "Redis answers PING", || async {
-            redis_cli(&["ping"]) == "PONG"
-        })
-        .await;
-        redis
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `redis-cli -p 6379 args…`, its output trimmed.
-fn redis_cli(args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .args(["-p", "6379"])
-        .args(args)
-        .output()
-        .expect("redis-cli is needed: apt-get install redis-tools");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// A `RateLimitConfig` as Envoy Gateway's translator writes it in YAML (the Go server's
@@ -246,7 +200,7 @@ fn envoy_gateway_runs_meshlimit_in_place_of_the_go_server() {
         let reply = get(&envoy).await;
         assert_eq!(reply.status, 429, "{reply:?}\n{}", pod.logs());
         // REDIS_URL is where the buckets are.
-        let keys: u64 = redis_cli(&["dbsize"]).parse().expect("DBSIZE");
+        let keys: u64 = neighbours.redis.cli(&["dbsize"]).trim().parse().expect("DBSIZE");
         assert!(keys > 0, "no key in Redis");
 
         // A domain the config does not have: its stat is one Envoy Gateway's file maps

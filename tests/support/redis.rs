@@ -120,25 +120,46 @@ impl RedisServer {
         require(program);
         const ATTEMPTS: usize = 5;
         for _ in 0..ATTEMPTS {
-            let dir = tempfile::Builder::new()
-                .prefix("meshlimit-redis-")
-                .tempdir()
-                .expect("creating a temporary directory for a Redis process");
-            let port = reserve_port();
-            let argv = make_argv(port, dir.path());
-            let mut server = RedisServer {
-                program,
-                cli_auth: flag_value(&argv, "--requirepass").map(str::to_string),
-                argv,
-                port,
-                child: None,
-                dir,
-            };
-            if server.spawn().is_ok() {
+            if let Ok(server) = Self::launch_at(reserve_port(), program, &make_argv) {
                 return server;
             }
         }
         panic!("{program}: the port was taken by another process {ATTEMPTS} times in a row");
+    }
+
+    /// [`RedisServer::start`] on `port`, which must be free: the port a manifest names,
+    /// in a network namespace of the test's own (`support::netns`).
+    pub fn start_on(port: u16) -> RedisServer {
+        require("redis-server");
+        require("redis-cli");
+        Self::launch_at(port, "redis-server", &|port, _: &Path| {
+            standalone_argv(port)
+        })
+        .unwrap_or_else(|_| panic!("redis-server: port {port} is taken"))
+    }
+
+    /// Starts `program` with the arguments `make_argv(port, dir)` for `port` and a fresh
+    /// directory, and waits until it answers PING; `Err` when the port was taken.
+    fn launch_at(
+        port: u16,
+        program: &'static str,
+        make_argv: &impl Fn(u16, &Path) -> Vec<String>,
+    ) -> Result<RedisServer, PortTaken> {
+        let dir = tempfile::Builder::new()
+            .prefix("meshlimit-redis-")
+            .tempdir()
+            .expect("creating a temporary directory for a Redis process");
+        let argv = make_argv(port, dir.path());
+        let mut server = RedisServer {
+            program,
+            cli_auth: flag_value(&argv, "--requirepass").map(str::to_string),
+            argv,
+            port,
+            child: None,
+            dir,
+        };
+        server.spawn()?;
+        Ok(server)
     }
 
     /// Spawns the process on `self.port` and waits until it, and not some other process,
