@@ -6,13 +6,14 @@
 
 mod support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use meshlimit::metrics::{Mapping, Metrics};
 use meshlimit::request::{Descriptor, Request};
 use meshlimit::rules::Algorithm;
+use support::pod::atomic_write;
 use support::process::{Meshlimit, run_serve, serve_on_loopback};
 
 /// Envoy Gateway's mapping (tests/fixtures/envoy-gateway/README.md says where from).
@@ -249,14 +250,14 @@ fn mapping_v(version: &str) -> String {
     )
 }
 
-/// A Kubernetes ConfigMap volume: `conf.yaml` → `..data/conf.yaml`, `..data` → `..<version>`.
+/// A Kubernetes ConfigMap volume holding `conf.yaml`, laid out and swapped as the
+/// kubelet does (`support::pod::atomic_write`).
 struct ConfigMap(PathBuf);
 
 impl ConfigMap {
     fn new(dir: &Path, text: &str) -> ConfigMap {
         let map = ConfigMap(dir.to_path_buf());
-        map.publish("v1", text);
-        std::os::unix::fs::symlink("..data/conf.yaml", dir.join("conf.yaml")).unwrap();
+        map.publish(text);
         map
     }
 
@@ -265,13 +266,9 @@ impl ConfigMap {
     }
 
     /// Writes a new version and swaps `..data` to it, as the kubelet does.
-    fn publish(&self, version: &str, text: &str) {
-        let versioned = self.0.join(format!("..{version}"));
-        std::fs::create_dir(&versioned).unwrap();
-        std::fs::write(versioned.join("conf.yaml"), text).unwrap();
-        let tmp = self.0.join("..data_tmp");
-        std::os::unix::fs::symlink(format!("..{version}"), &tmp).unwrap();
-        std::fs::rename(&tmp, self.0.join("..data")).unwrap();
+    fn publish(&self, text: &str) {
+        let files = BTreeMap::from([("conf.yaml".to_string(), text.as_bytes().to_vec())]);
+        atomic_write(&self.0, &files, 0o644);
     }
 }
 
@@ -347,7 +344,7 @@ async fn the_go_variables_name_a_followed_mapping_file() {
         "{http_text}"
     );
 
-    map.publish("v2", &mapping_v("v2"));
+    map.publish(&mapping_v("v2"));
     support::eventually_async(30, "the new mapping in force", || async {
         scrape(addr)
             .await
@@ -356,10 +353,7 @@ async fn the_go_variables_name_a_followed_mapping_file() {
     .await;
     assert!(!scrape(addr).await.contains("v1_hits"));
 
-    map.publish(
-        "v3",
-        "mappings:\n- match: 'a('\n  match_type: regex\n  name: broken\n",
-    );
+    map.publish("mappings:\n- match: 'a('\n  match_type: regex\n  name: broken\n");
     support::eventually(30, "the bad version logged", || {
         ml.log().contains("metrics mapping in force stays")
     })

@@ -30,6 +30,8 @@ use serde_json::Value;
 pub use kubelet::Kubelet;
 #[allow(unused_imports)]
 pub use running::{Pod, Probe};
+#[allow(unused_imports)]
+pub use volume::atomic_write;
 
 /// The image the tests run: what `scripts/image.sh` builds.
 pub const IMAGE: &str = "localhost/meshlimit:latest";

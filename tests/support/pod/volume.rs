@@ -8,7 +8,7 @@ use super::Files;
 /// Lays out `files` in `dir` as the kubelet's atomic writer does, replacing what was
 /// there in one rename: a version directory holds the files, `..data` links to it, each key
 /// is a link `key -> ..data/key`.
-pub(super) fn atomic_write(dir: &Path, files: &Files, mode: u32) {
+pub fn atomic_write(dir: &Path, files: &Files, mode: u32) {
     static VERSION: AtomicU32 = AtomicU32::new(0);
     // The kubelet names it after the time; any name unique in the directory will do.
     let version = format!("..version_{}", VERSION.fetch_add(1, Ordering::Relaxed));
