@@ -48,6 +48,7 @@ fn store_with(keys: &[String]) -> MemoryStore {
                 hits: 1,
                 mode: Mode::Enforce,
                 descriptor: 0,
+                hold: None,
             }],
             NOW,
         );
@@ -86,6 +87,7 @@ pub fn decide_one(c: &mut Criterion) {
                     hits: 1,
                     mode: Mode::Enforce,
                     descriptor: 0,
+                    hold: None,
                 };
                 black_box(store.check(black_box(&[check]), NOW));
             })
@@ -204,6 +206,7 @@ fn check(key: &str, limit: Limit) -> Check<'_> {
         hits: 1,
         mode: Mode::Enforce,
         descriptor: 0,
+        hold: None,
     }
 }
 
@@ -243,6 +246,7 @@ pub fn flood(c: &mut Criterion) {
             hits: 1,
             mode: Mode::Enforce,
             descriptor: 0,
+            hold: None,
         };
         store.check(&[check], NOW);
     }
@@ -257,6 +261,7 @@ pub fn flood(c: &mut Criterion) {
                 hits: 1,
                 mode: Mode::Enforce,
                 descriptor: 0,
+                hold: None,
             };
             black_box(store.check(black_box(&[check]), NOW));
         })
@@ -283,6 +288,7 @@ pub fn check_many(c: &mut Criterion) {
                 hits: 1,
                 mode: Mode::Enforce,
                 descriptor: 0,
+                hold: None,
             })
             .collect();
         group.throughput(Throughput::Elements(n as u64));
@@ -344,6 +350,7 @@ pub fn threads(c: &mut Criterion) {
                             hits: 1,
                             mode: Mode::Enforce,
                             descriptor: 0,
+                            hold: None,
                         };
                         black_box(store.check(&[check], NOW));
                     })

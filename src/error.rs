@@ -164,6 +164,9 @@ pub enum ConfigErrorKind {
     /// A `charge` other than `always` or `admitted`, or one with nothing to charge (an
     /// unlimited rule, a descriptor without limits).
     BadCharge,
+    /// A `reserve` or `concurrency` block that cannot apply: without a `ttl` or limits to
+    /// hold, beside limits (concurrency), or above a child named `hold` or `settle`.
+    BadHold,
     /// `burst: 0` on a rule that lets requests through.
     ZeroBurst,
     /// `burst` on a window rule (fixed or sliding), which has no bucket.

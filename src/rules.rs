@@ -5,7 +5,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::clock::NANOS_PER_SEC;
+use crate::clock::{NANOS_PER_SEC, Nanos};
 
 /// The unit a limit is counted in. MONTH and YEAR are fixed 30- and 365-day blocks, as in
 /// the Go server, not calendar months.
@@ -248,6 +248,26 @@ pub struct Rule {
     /// metadata when the descriptor passes (`--response-dynamic-metadata`). `None` when
     /// the descriptor has none.
     pub metadata: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
+    /// `reserve` or `concurrency`: the rule's hits are held per request until Envoy's
+    /// stream-done call settles them (see [`HoldRule`]); `None` for most rules.
+    pub holds: Option<HoldRule>,
+}
+
+/// The descriptor-entry key whose value names a hold (a request id) on the request path:
+/// the last entry of a descriptor on a rule with [`Rule::holds`].
+pub const HOLD_KEY: &str = "hold";
+
+/// The descriptor-entry key whose value names the hold a stream-done call settles.
+pub const SETTLE_KEY: &str = "settle";
+
+/// What a rule holds for a request in flight, and for how long at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HoldRule {
+    /// How long a hold lasts unsettled; then it is released (see `docs/holds.md`).
+    pub ttl: Nanos,
+    /// `Some(n)`: a concurrency limit of `n` requests in flight, each holding a slot;
+    /// `None`: a reservation, each request holding its hits on the rule's limits.
+    pub slots: Option<u32>,
 }
 
 impl Rule {

@@ -53,6 +53,7 @@ fn check(key: &str, limit: Limit, hits: u64, refund: bool, mode: Mode, at: usize
         hits,
         mode,
         descriptor: at,
+        hold: None,
     }
 }
 

@@ -42,6 +42,7 @@ async fn exactly_the_limit_passes_under_concurrency() {
                             hits: 1,
                             mode: Mode::Enforce,
                             descriptor: 0,
+                            hold: None,
                         };
                         passed += u32::from(!store.check(&[check], support::START)[0].over);
                         tokio::task::yield_now().await;
@@ -81,6 +82,7 @@ fn all_or_nothing_under_concurrency() {
                             hits: 1,
                             mode: Mode::Enforce,
                             descriptor: 0,
+                            hold: None,
                         };
                         let b = Check {
                             refund: false,
@@ -89,6 +91,7 @@ fn all_or_nothing_under_concurrency() {
                             hits: 1,
                             mode: Mode::Enforce,
                             descriptor: 0,
+                            hold: None,
                         };
                         let checks = if i % 2 == 0 { [a, b] } else { [b, a] };
                         let reports = store.check(&checks, support::START);
@@ -108,6 +111,7 @@ fn all_or_nothing_under_concurrency() {
         hits: 0,
         mode: Mode::Enforce,
         descriptor: 0,
+        hold: None,
     };
     let left = store.check(&[probe], support::START)[0].remaining;
     assert_eq!(left, 1_000_000 - 40);
@@ -125,6 +129,7 @@ fn a_repeated_descriptor_counts_twice() {
         hits: 1,
         mode: Mode::Enforce,
         descriptor: 0,
+        hold: None,
     };
     let r = store.check(&[c, c], support::START);
     assert_eq!(
@@ -159,6 +164,7 @@ fn one(key: &str, limit: Limit) -> Check<'_> {
         hits: 1,
         mode: Mode::Enforce,
         descriptor: 0,
+        hold: None,
     }
 }
 
@@ -343,6 +349,7 @@ impl Traffic {
             hits: 1,
             mode: Mode::Enforce,
             descriptor: 0,
+            hold: None,
         };
         !self.store.check(&[check], support::START)[0].over
     }

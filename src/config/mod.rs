@@ -7,6 +7,7 @@
 
 mod budget;
 mod fields;
+mod holds;
 mod metadata;
 mod rate_limit;
 mod validate;

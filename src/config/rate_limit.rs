@@ -60,6 +60,7 @@ pub(super) fn rule(reader: &mut Reader<'_>, node: &YamlNode, path: &str) -> Opti
         value_to_metric: 0,
         ordinal: 0,
         metadata: None,
+        holds: None,
     })
 }
 
@@ -129,6 +130,7 @@ pub(super) fn listed_rule(reader: &mut Reader<'_>, list: &YamlNode, path: &str) 
         value_to_metric: 0,
         ordinal: 0,
         metadata: None,
+        holds: None,
     })
 }
 

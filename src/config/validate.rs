@@ -24,6 +24,8 @@ const DESCRIPTOR_KEYS: &[&str] = &[
     "share_threshold",
     "metadata",
     "charge",
+    "reserve",
+    "concurrency",
 ];
 
 /// One valid domain file.
@@ -246,6 +248,7 @@ fn descriptor(
     };
     if let Some(children) = fields.get("descriptors") {
         let children = reader.list(children, Some(&path), "descriptors");
+        super::holds::check_children(reader, entry.rule.as_ref(), children, &path);
         descriptors(reader, &mut entry.children, children, &path, depth);
     }
     Some(Descriptor {
@@ -258,7 +261,8 @@ fn descriptor(
 }
 
 /// The rule of the descriptor at `path` with these `fields`: its limits (`rate_limit` or
-/// `rate_limits`), its metadata and its `charge`; `None` when it has no limits.
+/// `rate_limits`), its metadata, its `charge` and its holds (`reserve`, `concurrency`);
+/// `None` when it has no limits.
 fn descriptor_rule(reader: &mut Reader<'_>, fields: &Fields<'_>, path: &str) -> Option<Rule> {
     let rule = match (fields.get("rate_limit"), fields.get("rate_limits")) {
         (Some(_), Some(list)) => {
@@ -290,10 +294,13 @@ fn descriptor_rule(reader: &mut Reader<'_>, fields: &Fields<'_>, path: &str) -> 
             "charge needs limits to charge: a rate_limit or rate_limits that is not unlimited",
         );
     }
-    rule.map(|mut rule| {
+    let rule = rule.map(|mut rule| {
         if charge == Some(true) {
             rule.limits.iter_mut().for_each(|limit| limit.charge = true);
         }
+        rule
+    });
+    super::holds::read(reader, fields, rule, path).map(|mut rule| {
         rule.metadata = metadata;
         rule
     })

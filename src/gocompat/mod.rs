@@ -7,7 +7,7 @@
 //! meshlimit's defaults. Variables meshlimit does not support are returned by name with
 //! the reason, for one startup warning.
 
-mod go_duration;
+pub(crate) mod go_duration;
 mod grpc_server;
 mod redis_tls;
 mod redis_url;

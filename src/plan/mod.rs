@@ -25,8 +25,10 @@ use crate::error::RequestError;
 use crate::matcher::DomainTree;
 use crate::request::{Request, RequestDescriptor};
 use crate::request_caps::RequestCaps;
-use crate::rules::{Algorithm, ConfigLimit, Limit, Mode, Rule, Unit};
-use crate::store::Check;
+use crate::rules::{
+    Algorithm, ConfigLimit, HOLD_KEY, HoldRule, Limit, Mode, Rule, SETTLE_KEY, Unit,
+};
+use crate::store::{Check, HoldOp, Phase};
 use buffers::Buffers;
 pub use limits::Limits;
 
@@ -76,7 +78,22 @@ pub enum Resolved<'c> {
         hits: u64,
         /// `is_negative_hits`: the hits are given back (the rule takes refunds).
         refund: bool,
+        /// The descriptor's part in a hold of the rule's (`reserve`, `concurrency`);
+        /// `None` for most.
+        hold: Option<PlannedHold>,
     },
+}
+
+/// A descriptor's part in a hold: what it asks, and where the hold's name (the `hold` or
+/// `settle` entry's value) is in the plan's key buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedHold {
+    /// What is asked.
+    pub phase: Phase,
+    /// The hold's name in the key buffer (empty for [`Phase::Peek`]).
+    pub id: Range<usize>,
+    /// The rule's holds.
+    pub rule: HoldRule,
 }
 
 impl<'c> Resolved<'c> {
@@ -234,6 +251,26 @@ impl<'c> Plan<'c> {
         checks
     }
 
+    /// What a store is asked of `hold` (see [`crate::store::hold`]).
+    pub fn hold_op(&self, hold: &PlannedHold) -> HoldOp<'_> {
+        HoldOp {
+            id: &self.buffers.keys[hold.id.clone()],
+            phase: hold.phase,
+            ttl: hold.rule.ttl,
+            slots: hold.rule.slots,
+        }
+    }
+
+    /// Whether the request gives budget back: a refund (`is_negative_hits`), or a settle of
+    /// a hold (which releases what was not used, and a concurrency slot). Only callers the
+    /// operator allows may (see `docs/holds.md`).
+    pub fn gives_back(&self) -> bool {
+        self.resolved.iter().any(|r| {
+            matches!(r, Resolved::Limited { refund: true, .. })
+                || matches!(r, Resolved::Limited { hold: Some(h), .. } if h.phase == Phase::Settle)
+        })
+    }
+
     /// [`Plan::checks`] pushed onto `checks`, for a caller that keeps them where they lie
     /// (see [`Plan::empty`]).
     pub(crate) fn push_checks<'p>(&'p self, checks: &mut Checks<'p>) {
@@ -244,13 +281,20 @@ impl<'c> Plan<'c> {
                 key,
                 hits,
                 refund,
+                hold,
                 ..
             } = resolved
             {
                 let mode = self.verdict_mode(resolved, passing_quota);
+                let hold = hold.as_ref().map(|hold| self.hold_op(hold));
                 // A loop of pushes: `extend` reserves by the iterator's size hint first,
                 // which costs more than the one or two checks a descriptor has.
-                for (limit, _, key) in self.limit_keys(limits, key) {
+                for (mut limit, _, key) in self.limit_keys(limits, key) {
+                    if let Some(op) = hold {
+                        // A hold's hits are taken only when its request passes; a
+                        // settle's land whatever the answer, as charges do.
+                        limit.charge = op.phase == Phase::Settle;
+                    }
                     checks.push(Check {
                         refund: *refund,
                         key,
@@ -258,6 +302,7 @@ impl<'c> Plan<'c> {
                         hits: *hits,
                         mode,
                         descriptor,
+                        hold,
                     });
                 }
             }
@@ -305,8 +350,8 @@ fn resolve<'c, D: RequestDescriptor>(
     keys: &mut String,
     scratch: &mut String,
 ) -> Resolved<'c> {
-    let mut key = KeyWriter::new(keys, domain);
     if let Some(o) = descriptor.limit_override() {
+        let mut key = KeyWriter::new(keys, domain);
         for (k, v) in descriptor.entries() {
             key.push(k);
             key.push(v);
@@ -326,8 +371,23 @@ fn resolve<'c, D: RequestDescriptor>(
             key: key.finish(),
             hits,
             refund: false,
+            hold: None,
         };
     }
+    let held = hold_entry(descriptor).and_then(|(phase, id, walked)| {
+        let mut at = KeyWriter::new(keys, domain);
+        match tree.find(descriptor.entries().take(walked), &mut at, scratch) {
+            Some(rule) if rule.holds.is_some() => Some((rule, at.finish(), phase, id)),
+            _ => {
+                at.discard();
+                None
+            }
+        }
+    });
+    if let Some((rule, key, phase, id)) = held {
+        return hold_resolved(rule, key, phase, id, hits, algorithm, keys);
+    }
+    let mut key = KeyWriter::new(keys, domain);
     let Some(rule) = tree.find(descriptor.entries(), &mut key, scratch) else {
         key.discard();
         return Resolved::NoRule;
@@ -338,6 +398,15 @@ fn resolve<'c, D: RequestDescriptor>(
     }
     let key = key.finish();
     write_listed_keys(keys, &key, &rule.limits);
+    // A concurrency rule's descriptor naming no request asks whether a slot is free.
+    let hold = rule
+        .holds
+        .filter(|h| h.slots.is_some())
+        .map(|rule| PlannedHold {
+            phase: Phase::Peek,
+            id: keys.len()..keys.len(),
+            rule,
+        });
     Resolved::Limited {
         limits: Limits::Config {
             limits: &rule.limits,
@@ -347,6 +416,55 @@ fn resolve<'c, D: RequestDescriptor>(
         key,
         hits,
         refund: false,
+        hold,
+    }
+}
+
+/// When `descriptor` ends in a `hold` or `settle` entry after at least one other: its
+/// phase, its value (the hold's name) and how many entries come before it.
+fn hold_entry<D: RequestDescriptor>(descriptor: &D) -> Option<(Phase, &str, usize)> {
+    let (count, (key, value)) = descriptor
+        .entries()
+        .enumerate()
+        .last()
+        .filter(|(i, _)| *i > 0)?;
+    let phase = match key {
+        HOLD_KEY => Phase::Hold,
+        SETTLE_KEY => Phase::Settle,
+        _ => return None,
+    };
+    Some((phase, value, count))
+}
+
+/// A descriptor asking `phase` of hold `id` on `rule` (which holds), its bucket key at
+/// `key`: the listed limits' keys and the hold's name written after it.
+fn hold_resolved<'c>(
+    rule: &'c Rule,
+    key: Range<usize>,
+    phase: Phase,
+    id: &str,
+    hits: u64,
+    algorithm: Algorithm,
+    keys: &mut String,
+) -> Resolved<'c> {
+    write_listed_keys(keys, &key, &rule.limits);
+    let start = keys.len();
+    keys.push_str(id);
+    let hold = rule.holds.map(|rule| PlannedHold {
+        phase,
+        id: start..keys.len(),
+        rule,
+    });
+    Resolved::Limited {
+        limits: Limits::Config {
+            limits: &rule.limits,
+            algorithm,
+        },
+        rule: Some(rule),
+        key,
+        hits,
+        refund: false,
+        hold,
     }
 }
 
@@ -358,6 +476,7 @@ fn as_refund(i: usize, mut resolved: Resolved<'_>) -> Result<Resolved<'_>, Reque
         Resolved::Limited {
             rule: Some(rule),
             refund,
+            hold: None,
             ..
         } if rule.takes_refunds() => *refund = true,
         Resolved::Limited { .. } => return Err(RequestError::RefundNotAllowed(i)),

@@ -136,6 +136,7 @@ mod tests {
             value_to_metric: 0,
             ordinal: 0,
             metadata: None,
+            holds: None,
         }
     }
 

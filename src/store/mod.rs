@@ -1,9 +1,11 @@
 //! Where bucket state lives. A store owns atomicity: all descriptors of one request are
 //! decided together (see [`crate::limiter`] for the two-phase step it runs).
 
+pub mod hold;
 mod memory;
 pub mod redis;
 
+pub use hold::{Held, HoldOp, Phase};
 pub use memory::{Bounds, MemoryStats, MemoryStore};
 pub use redis::RedisStore;
 use smallvec::SmallVec;
@@ -33,6 +35,9 @@ pub struct Check<'a> {
     ///
     /// [`BucketKey::descriptor_part`]: crate::bucket_key::BucketKey::descriptor_part
     pub descriptor: usize,
+    /// The check's part in a hold: a reservation's hold or settle, or a concurrency slot
+    /// (see [`hold`]); `None` for nearly every check.
+    pub hold: Option<HoldOp<'a>>,
 }
 
 impl Check<'_> {

@@ -14,5 +14,6 @@ pub fn check(key: &str, limit: Limit, hits: u64, mode: Mode, descriptor: usize) 
         hits,
         mode,
         descriptor,
+        hold: None,
     }
 }

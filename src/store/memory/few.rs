@@ -170,6 +170,7 @@ mod tests {
                                 hits: if k == 0 { step % 3 } else { 1 + step % 2 },
                                 mode: mode_of(k),
                                 descriptor: k,
+                                hold: None,
                             })
                             .collect()
                     };

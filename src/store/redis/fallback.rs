@@ -97,6 +97,7 @@ mod tests {
             hits,
             mode: Mode::Enforce,
             descriptor: 0,
+            hold: None,
         };
         let why = StoreError::new(StoreErrorKind::Unreachable, "down");
         fallback.answer(&[check], 0, why)

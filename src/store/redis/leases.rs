@@ -287,6 +287,7 @@ impl RedisStore {
             hits: 0,
             mode: Mode::Enforce,
             descriptor: 0,
+            hold: None,
         }];
         let wants = [inner.leases.want_for_top_up(refill)];
         let redis_key = key.redis_key(&inner.options.key_prefix);

@@ -399,6 +399,7 @@ mod tests {
             hits,
             mode,
             descriptor: 0,
+            hold: None,
         }
     }
 

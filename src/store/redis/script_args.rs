@@ -250,6 +250,7 @@ pub(super) mod tests {
             hits: 2,
             mode,
             descriptor,
+            hold: None,
         };
         let checks = [
             check(window(Algorithm::SlidingWindow), 0, Mode::Quota),
@@ -278,6 +279,7 @@ pub(super) mod tests {
             hits: 2,
             mode,
             descriptor: 0,
+            hold: None,
         };
         let bucket = BucketCheck::of(&check(Mode::Shadow)).expect("a bucket");
         assert_eq!((bucket.hits, bucket.enforce), (2, false));
@@ -351,6 +353,7 @@ pub(super) mod tests {
             hits,
             mode: Mode::Enforce,
             descriptor: 0,
+            hold: None,
         };
         let checks = [
             check(charging(Algorithm::TokenBucket), 3, false),

@@ -33,6 +33,7 @@ fn check(limit: Limit, hits: u64) -> Check<'static> {
         hits,
         mode: Mode::Enforce,
         descriptor: 0,
+        hold: None,
     }
 }
 

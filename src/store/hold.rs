@@ -1,0 +1,65 @@
+//! Holds: hits a request keeps on its bucket while it is in flight, settled after its
+//! response by Envoy's stream-done call, or released after a TTL (see `docs/holds.md`).
+//!
+//! What every store does with a [`Check`](super::Check) that carries a [`HoldOp`], in the
+//! same atomic step as the rest of its request:
+//!
+//! - **Reservation** (`slots: None`), phase [`Phase::Hold`]: the check's hits (the
+//!   estimate) are decided as ordinary hits of a limit that does not charge: taken only
+//!   when the request passes. When they are taken and the check is not over, a hold of
+//!   that many, named `id`, is kept on the check's key until `now + ttl`. A hold with an
+//!   `id` the key holds already adds no second hold (the estimate stays taken).
+//! - **Reservation**, phase [`Phase::Settle`]: the hold named `id` is removed whatever the
+//!   request's fate, and the check's hits (what was used) land as a charge of what they
+//!   exceed the hold by, or as a refund of what they fall short of it by (never past the
+//!   burst, as refunds do). Without such a hold (settled already, expired, never made),
+//!   the hits land as a charge in full.
+//! - **Expiry**: a hold past its time is released: its hits are refunded to its bucket, as
+//!   a settle of nothing would. Stores expire holds before deciding on their key, and in
+//!   their upkeep.
+//! - **Concurrency** (`slots: Some(max)`): the check's bucket is never touched. Phase
+//!   `Hold` is over when `max` slots of the key are in use or `id` holds one already;
+//!   otherwise, when the request passes, slot `id` is taken until `now + ttl`. Phase
+//!   `Settle` gives slot `id` back whatever the fate, and is never over. Phase `Peek`
+//!   (a descriptor without a `hold` or `settle` entry) is over when every slot is in use
+//!   and takes none. Reports: `remaining` slots after the decision, `count` slots in use,
+//!   `reset` the time until the soonest slot expires (0 when none is in use).
+
+use crate::clock::Nanos;
+
+/// What a request asks of a hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The request path: hold the hits (or take a slot).
+    Hold,
+    /// After the stream: settle the hold (or give the slot back).
+    Settle,
+    /// A concurrency rule's descriptor naming no request: is a slot free?
+    Peek,
+}
+
+/// A check's part in a hold (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HoldOp<'a> {
+    /// The hold's name on its key: the `hold` or `settle` entry's value, a request id;
+    /// empty for [`Phase::Peek`].
+    pub id: &'a str,
+    /// What is asked.
+    pub phase: Phase,
+    /// How long a new hold lasts unsettled.
+    pub ttl: Nanos,
+    /// `Some(n)`: a slot of a concurrency limit of `n`; `None`: the check's hits held on
+    /// its limit.
+    pub slots: Option<u32>,
+}
+
+/// What one key holds, for explanations and the operator's view of a bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Held {
+    /// Holds (or slots) in force.
+    pub holds: u64,
+    /// Their hits, together (a slot counts 1).
+    pub hits: u64,
+    /// When the soonest of them expires unsettled (store clock); 0 without holds.
+    pub soonest_expiry: Nanos,
+}
