@@ -96,6 +96,31 @@ impl Store {
         }
     }
 
+    /// What `key` holds at `now`: its holds or concurrency slots in force (see [`hold`]).
+    /// Redis is asked directly.
+    ///
+    /// # Errors
+    /// The store could not answer.
+    pub async fn held(&self, key: &BucketKey<'_>, now: Nanos) -> Result<Held, StoreError> {
+        match self {
+            Store::Memory(store) => Ok(store.held(key, now)),
+            Store::Redis(store) => store.held(key, now).await,
+        }
+    }
+
+    /// Resets `key`: its bucket as if never used (full), its holds and slots dropped
+    /// without settling; on Redis, every replica's local knowledge of it (over-limit
+    /// snapshots, leases) dropped too. Whether there was anything to reset.
+    ///
+    /// # Errors
+    /// The store could not reset it.
+    pub async fn reset(&self, key: &BucketKey<'_>) -> Result<bool, StoreError> {
+        match self {
+            Store::Memory(store) => Ok(store.reset(key)),
+            Store::Redis(store) => store.reset(key).await,
+        }
+    }
+
     /// The store's name, for metrics and explanations.
     pub fn kind(&self) -> &'static str {
         match self {
