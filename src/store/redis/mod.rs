@@ -225,11 +225,6 @@ impl RedisStore {
         }
     }
 
-    /// Each check's state in Redis at `now` as a check of 0 hits sees it, bypassing the
-    /// local caches: a hit of 0 consumes nothing and leases nothing.
-    ///
-    /// # Errors
-    /// Redis did not answer in time, or answered nonsense.
     /// See [`crate::store::Store::held`]. (Placeholder until the Redis holds land.)
     pub async fn held(
         &self,
@@ -244,6 +239,11 @@ impl RedisStore {
         Ok(false)
     }
 
+    /// Each check's state in Redis at `now` as a check of 0 hits sees it, bypassing the
+    /// local caches: a hit of 0 consumes nothing and leases nothing.
+    ///
+    /// # Errors
+    /// Redis did not answer in time, or answered nonsense.
     pub async fn peek(&self, checks: &[Check<'_>], now: Nanos) -> Result<Reports, StoreError> {
         let inner = &*self.inner;
         let checks: smallvec::SmallVec<[Check<'_>; 4]> = checks
