@@ -1,9 +1,7 @@
 //! The runnable Envoy examples stay valid for a real Envoy, and their meshlimit configs
-//! for meshlimit.
+//! for meshlimit. (`examples/envoy-tokens` is checked by `tests/envoy_tokens.rs`.)
 
 mod support;
-
-use support::process;
 
 #[test]
 fn the_example_envoy_config_validates() {
@@ -17,16 +15,11 @@ fn the_example_envoy_config_validates() {
 /// and its meshlimit config.
 #[tokio::test]
 async fn the_quota_example_validates() {
-    support::envoy::assert_validates(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/examples/envoy-rlqs/envoy.yaml"
-    ));
-    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/envoy-rlqs/config");
-    let out = process::run(&["validate", "--config", config]).await;
-    assert!(
-        out.status.success(),
-        "meshlimit validate {config}:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::envoy::assert_example_validates("envoy-rlqs").await;
+}
+
+/// `examples/envoy-holds`, which `tests/envoy_holds.rs` runs on other ports.
+#[tokio::test]
+async fn the_holds_example_validates() {
+    support::envoy::assert_example_validates("envoy-holds").await;
 }

@@ -16,15 +16,14 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::google::protobuf::UInt64Value;
-use support::envoy::{Envoy, EnvoyPorts, Reply};
-use support::process::{self, Meshlimit};
+use support::envoy::{Envoy, Reply, TOKENS_EXAMPLE};
+use support::process::Meshlimit;
 use support::redis::RedisServer;
 use tempfile::TempDir;
 use tokio::time::Instant;
@@ -45,39 +44,13 @@ fn example_config() -> PathBuf {
     Path::new(EXAMPLE).join("config")
 }
 
-/// `examples/envoy-tokens/envoy.yaml` on the given ports (gateway, then backend) asking
-/// meshlimit at `grpc`. For the test client, which reads until the connection closes,
-/// the gateway closes at once after an answer instead of waiting for the client.
-fn envoy_config(ports: &EnvoyPorts, grpc: SocketAddr) -> String {
-    let path = format!("{EXAMPLE}/envoy.yaml");
-    let mut config = std::fs::read_to_string(&path).expect("reading the example");
-    let port = |p: u16| format!("port_value: {p} }}");
-    for (from, to, times) in [
-        ("port_value: 10020 }", port(ports.listeners[0]), 1),
-        ("port_value: 10021 }", port(ports.listeners[1]), 2),
-        ("port_value: 9921 }", port(ports.admin), 1),
-        ("port_value: 8081 }", port(grpc.port()), 1),
-        (
-            "    filter_chains:\n",
-            "    enable_reuse_port: false\n    filter_chains:\n".to_string(),
-            2,
-        ),
-        (
-            "stat_prefix: gateway_http\n",
-            "stat_prefix: gateway_http\n          delayed_close_timeout: 0s\n".to_string(),
-            1,
-        ),
-    ] {
-        assert_eq!(config.matches(from).count(), times, "{from:?} in {path}");
-        config = config.replace(from, &to);
-    }
-    config
-}
-
 /// An Envoy running the example in front of `server`.
 async fn envoy_for(server: &Meshlimit) -> Envoy {
     let grpc = server.grpc;
-    Envoy::start(2, move |ports| envoy_config(ports, grpc)).await
+    Envoy::start(2, move |ports| {
+        support::envoy::example_on(TOKENS_EXAMPLE, ports, grpc, None, &[])
+    })
+    .await
 }
 
 /// One request of `user` through the gateway, whose answer reports `tokens` used (`None`:
@@ -357,13 +330,5 @@ async fn replicas_on_one_redis_share_a_budget_exactly() {
 /// The recipe as is: Envoy accepts its config, meshlimit its descriptor file.
 #[tokio::test]
 async fn the_tokens_example_validates() {
-    support::envoy::assert_validates(&format!("{EXAMPLE}/envoy.yaml"));
-    let config = example_config().display().to_string();
-    let out = process::run(&["validate", "--config", &config]).await;
-    assert!(
-        out.status.success(),
-        "meshlimit validate {config}:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::envoy::assert_example_validates(TOKENS_EXAMPLE.example).await;
 }

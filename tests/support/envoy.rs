@@ -403,3 +403,127 @@ pub fn assert_validates(config: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The ports an example's `envoy.yaml` ships with (see [`example_on`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Shipped {
+    /// `examples/<name>/`.
+    pub example: &'static str,
+    pub admin: u16,
+    /// The `gateway` listener, whose connection manager has `stat_prefix: gateway_http`.
+    pub gateway: u16,
+    /// The stand-in backend's listener, and the cluster reaching it (in that order).
+    pub backend: u16,
+}
+
+/// `examples/envoy-tokens/envoy.yaml`'s ports.
+pub const TOKENS_EXAMPLE: Shipped = Shipped {
+    example: "envoy-tokens",
+    admin: 9921,
+    gateway: 10020,
+    backend: 10021,
+};
+
+/// `examples/envoy-holds/envoy.yaml`'s ports.
+pub const HOLDS_EXAMPLE: Shipped = Shipped {
+    example: "envoy-holds",
+    admin: 9922,
+    gateway: 10030,
+    backend: 10031,
+};
+
+/// An example's `envoy.yaml` (its gateway and stand-in backend listeners, in that order,
+/// and meshlimit on 127.0.0.1:8081) run by a test: on `ports` (two listeners), asking
+/// meshlimit at `grpc`, its backend cluster sent to `upstream` when given (a
+/// [`super::backend::Backend`], say) instead of the stand-in; every listener with
+/// `enable_reuse_port: false` (see [`Envoy::start`]), and the gateway closing at once
+/// after an answer (the test client reads until the connection closes). Then each
+/// `(from, to)` of `edits`: `from` occurs `to.len()` times, its n-th occurrence becomes
+/// `to[n]`.
+pub fn example_on(
+    shipped: Shipped,
+    ports: &EnvoyPorts,
+    grpc: SocketAddr,
+    upstream: Option<SocketAddr>,
+    edits: &[(&str, Vec<String>)],
+) -> String {
+    let path = format!(
+        "{}/examples/{}/envoy.yaml",
+        env!("CARGO_MANIFEST_DIR"),
+        shipped.example
+    );
+    let mut config = std::fs::read_to_string(&path).expect("reading the example");
+    let port = |p: u16| format!("port_value: {p} }}");
+    let backend = port(ports.listeners[1]);
+    let cluster = upstream.map_or(backend.clone(), |addr| port(addr.port()));
+    let mut all = vec![
+        (port(shipped.gateway), vec![port(ports.listeners[0])]),
+        (port(shipped.backend), vec![backend, cluster]),
+        (port(shipped.admin), vec![port(ports.admin)]),
+        (port(8081), vec![port(grpc.port())]),
+        (
+            "    filter_chains:\n".to_string(),
+            vec!["    enable_reuse_port: false\n    filter_chains:\n".to_string(); 2],
+        ),
+        (
+            "stat_prefix: gateway_http\n".to_string(),
+            vec!["stat_prefix: gateway_http\n          delayed_close_timeout: 0s\n".to_string()],
+        ),
+    ];
+    all.extend(
+        edits
+            .iter()
+            .map(|(from, to)| (from.to_string(), to.clone())),
+    );
+    for (from, to) in all {
+        let parts: Vec<&str> = config.split(from.as_str()).collect();
+        assert_eq!(parts.len(), to.len() + 1, "{from:?} in {path}");
+        let mut edited = parts[0].to_string();
+        for (to, part) in to.iter().zip(&parts[1..]) {
+            edited.push_str(to);
+            edited.push_str(part);
+        }
+        config = edited;
+    }
+    config
+}
+
+/// A cluster's `transport_socket`: TLS to a server named `sni`, trusting `pki`'s CA,
+/// presenting `pki`'s certificate `client` (`<client>.pem`, `<client>.key`) if given.
+pub fn upstream_tls(pki: &super::pki::Pki, sni: &str, client: Option<&str>) -> String {
+    let certificate = client.map_or(String::new(), |name| {
+        format!(
+            "          tls_certificates:\n          - certificate_chain: {{ filename: \"{}\" }}\n            private_key: {{ filename: \"{}\" }}\n",
+            pki.arg(&format!("{name}.pem")),
+            pki.arg(&format!("{name}.key")),
+        )
+    });
+    format!(
+        r#"    transport_socket:
+      name: envoy.transport_sockets.tls
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+        sni: {sni}
+        common_tls_context:
+          alpn_protocols: [h2]
+          validation_context:
+            trusted_ca: {{ filename: "{ca}" }}
+{certificate}"#,
+        ca = pki.arg("ca.pem"),
+    )
+}
+
+/// Fails the test unless Envoy accepts `examples/<example>/envoy.yaml` and meshlimit its
+/// `config/` (`meshlimit validate`), as they are shipped.
+pub async fn assert_example_validates(example: &str) {
+    let dir = format!("{}/examples/{example}", env!("CARGO_MANIFEST_DIR"));
+    assert_validates(&format!("{dir}/envoy.yaml"));
+    let config = format!("{dir}/config");
+    let out = super::process::run(&["validate", "--config", &config]).await;
+    assert!(
+        out.status.success(),
+        "meshlimit validate {config}:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

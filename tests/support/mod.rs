@@ -2,6 +2,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod ads;
+pub mod backend;
 pub mod browser;
 pub mod checks;
 pub mod envoy;
