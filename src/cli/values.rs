@@ -217,3 +217,10 @@ mod tests {
         }
     }
 }
+
+/// One `--give-back-from` value, checked: `anyone`, `loopback`, `none` or `san:<name>`.
+pub(crate) fn give_back_source(value: &str) -> Result<String, String> {
+    crate::net::GiveBack::parse(&[value.to_string()])
+        .map(|_| value.to_string())
+        .map_err(|e| e.0)
+}
