@@ -128,22 +128,12 @@ async fn envoy_over_mtls_gets_answers_and_other_clients_are_refused() {
     pki.issue("envoy", "DNS:envoy.mesh.test", 2);
     pki.issue("intruder", "DNS:intruder.test", 3);
     let dir = config();
-    let ml = Meshlimit::start(
-        dir.path(),
-        &[
-            "--grpc-tls-cert",
-            &pki.arg("server.pem"),
-            "--grpc-tls-key",
-            &pki.arg("server.key"),
-            "--grpc-client-ca",
-            &pki.arg("ca.pem"),
-            "--grpc-client-san",
-            "other.test",
-            "--grpc-client-san",
-            "envoy.mesh.test",
-        ],
-    )
-    .await;
+    let mut args = pki.grpc_mtls("server");
+    for san in ["other.test", "envoy.mesh.test"] {
+        args.extend(["--grpc-client-san".to_string(), san.to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let ml = Meshlimit::start(dir.path(), &args).await;
     let envoy = Envoy::start(4, |ports| envoy_yaml(ports, ml.grpc, &pki)).await;
 
     // Listener 0: Envoy's client certificate has an allowed SAN: meshlimit decides.

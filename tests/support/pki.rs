@@ -114,4 +114,17 @@ impl Pki {
     pub fn arg(&self, name: &str) -> String {
         self.path(name).display().to_string()
     }
+
+    /// meshlimit's flags for mTLS on its gRPC port: certificate `<server>.pem` and its
+    /// key, clients verified against the CA.
+    pub fn grpc_mtls(&self, server: &str) -> Vec<String> {
+        vec![
+            "--grpc-tls-cert".to_string(),
+            self.arg(&format!("{server}.pem")),
+            "--grpc-tls-key".to_string(),
+            self.arg(&format!("{server}.key")),
+            "--grpc-client-ca".to_string(),
+            self.arg("ca.pem"),
+        ]
+    }
 }
