@@ -86,6 +86,8 @@ pub(super) fn spawn_operator_servers(
         let mut stop = stop.clone();
         let options = ConnectionOptions {
             tls,
+            // Bucket resets log who asked.
+            peer_in_requests: true,
             ..ConnectionOptions::new(settings.idle_timeout)
         };
         tasks.spawn_operator(net::serve(

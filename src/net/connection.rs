@@ -20,8 +20,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tracing::debug;
 
+use tokio_util::either::Either;
+
 use super::activity::{Activity, Heard};
-use super::in_flight::Counted;
+use super::in_flight::{Counted, Peer};
 use super::limit::Permit;
 use super::listener::Stream;
 use super::service::{HttpService, ResponseBody};
@@ -50,6 +52,10 @@ pub struct ConnectionOptions {
     pub http2_only: bool,
     /// TLS, or plain TCP (`None`).
     pub tls: Option<Arc<TlsSource>>,
+    /// Each request carries its connection's [`Peer`] (TCP only), for handlers that log
+    /// who asked (the operator port); off where nobody reads it, as a request's first
+    /// extension costs an allocation.
+    pub peer_in_requests: bool,
 }
 
 impl ConnectionOptions {
@@ -61,6 +67,7 @@ impl ConnectionOptions {
             max_age_grace: Duration::ZERO,
             http2_only: false,
             tls: None,
+            peer_in_requests: false,
         }
     }
 }
@@ -79,8 +86,12 @@ pub(crate) async fn serve_connection<S, B>(
     B: ResponseBody,
 {
     let activity = Activity::new();
+    let peer = match &stream {
+        Either::Left(tcp) if options.peer_in_requests => tcp.peer_addr().ok().map(Peer),
+        _ => None,
+    };
     let io = Heard::new(stream, activity.clone());
-    let service = Counted::new(service, activity.clone());
+    let service = Counted::new(service, activity.clone(), peer);
     let Some(tls) = &options.tls else {
         return drive(io, service, &activity, &options, builder, stop, &permit).await;
     };

@@ -21,11 +21,23 @@ pub(crate) struct Counted<S> {
     inner: S,
     /// The connection's activity, where each request is counted in flight.
     activity: Arc<Activity>,
+    /// The connection's peer, put in each request's extensions when known and asked for
+    /// (see [`super::ConnectionOptions::peer_in_requests`]).
+    peer: Option<Peer>,
 }
 
+/// The address of the peer a request came from, in its extensions where the port's
+/// options ask for it: who reset a bucket is logged with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer(pub std::net::SocketAddr);
+
 impl<S> Counted<S> {
-    pub(crate) fn new(inner: S, activity: Arc<Activity>) -> Self {
-        Self { inner, activity }
+    pub(crate) fn new(inner: S, activity: Arc<Activity>, peer: Option<Peer>) -> Self {
+        Self {
+            inner,
+            activity,
+            peer,
+        }
     }
 }
 
@@ -40,7 +52,10 @@ where
     type Error = S::Error;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
 
-    fn call(&self, request: Request<Incoming>) -> Self::Future {
+    fn call(&self, mut request: Request<Incoming>) -> Self::Future {
+        if let Some(peer) = self.peer {
+            request.extensions_mut().insert(peer);
+        }
         let guard = self.activity.request();
         let mut inner = self.inner.clone();
         Box::pin(async move {

@@ -30,6 +30,7 @@ mod tls_error;
 mod tls_reload;
 
 pub use connection::{ConnectionOptions, SILENT_TIMEOUT};
+pub use in_flight::Peer;
 pub use limit::Connections;
 pub use listener::Listener;
 pub use server::serve;
