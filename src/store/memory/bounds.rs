@@ -110,6 +110,16 @@ impl Usage {
         self.bytes.fetch_add(bytes, Relaxed);
     }
 
+    /// Counts `bytes` of holds taken (positive) or given up (negative): they count
+    /// towards the byte bound, not as buckets.
+    pub(super) fn holds_changed(&self, bytes: i64) {
+        if bytes >= 0 {
+            self.bytes.fetch_add(bytes.unsigned_abs(), Relaxed);
+        } else {
+            self.bytes.fetch_sub(bytes.unsigned_abs(), Relaxed);
+        }
+    }
+
     /// Counts a bucket of `bytes` gone.
     pub(super) fn removed(&self, bytes: u64) {
         self.buckets.fetch_sub(1, Relaxed);
