@@ -102,7 +102,12 @@ pub async fn inspect(
     let mut buckets = Vec::with_capacity(reports.len());
     for ((limit, config, bucket), report) in plan.limit_keys(limits, key).zip(&reports) {
         let held = store.held(&bucket, now).await?;
-        let name = config.map_or_else(String::new, |c| c.label());
+        // A list's limits are told apart by name, or by period when unnamed.
+        let name = match config {
+            Some(c) if limits.len() > 1 => c.label(),
+            Some(c) => c.name.clone(),
+            None => String::new(),
+        };
         let mut entry = bucket_json(&bucket, &name, &limit, report, &held, now);
         if let Some(prefix) = redis {
             entry["redis_key"] = Value::from(bucket.redis_key(prefix));
