@@ -116,3 +116,38 @@ async fn concurrency_slots_are_taken_given_back_and_expire() {
     assert!(one(&service, slot("hold", "d")).await.0, "b and c expired");
     assert!(one(&service, slot("hold", "e")).await.0);
 }
+
+#[tokio::test]
+async fn a_settle_from_a_caller_not_allowed_to_give_back_is_refused_and_changes_nothing() {
+    let (service, _clock) = support::service(&[("llm.yaml", LLM)], Algorithm::TokenBucket);
+    assert!(
+        one(&service, hits(&[("user", "a"), ("hold", "r1")], 600))
+            .await
+            .0
+    );
+    let settle = [hits(&[("user", "a"), ("settle", "r1")], 100)];
+    let refused = service
+        .should_rate_limit(Request::new("llm", &settle, 0).giving_back(false))
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(meshlimit::error::RequestError::GiveBackNotAllowed)
+        ),
+        "{refused:?}"
+    );
+    // The hold still stands: 400 left beside it.
+    assert_eq!(one(&service, hits(&[("user", "a")], 0)).await.1, 400);
+    assert!(
+        !one(&service, hits(&[("user", "a"), ("hold", "r2")], 401))
+            .await
+            .0
+    );
+    // A charge takes, and needs no permission.
+    let charge = [hits(&[("user", "a")], 100)];
+    let charged = service
+        .should_rate_limit(Request::new("llm", &charge, 0).giving_back(false))
+        .await
+        .expect("a request that gives nothing back");
+    assert!(!charged.over_limit);
+}

@@ -45,6 +45,7 @@ pub(super) fn start_operator(
         admin_token: parts.admin_token.clone(),
         quotas: parts.quotas.clone(),
         traces: parts.traces(),
+        give_back: settings.give_back.clone(),
     }
 }
 
@@ -86,8 +87,6 @@ pub(super) fn spawn_operator_servers(
         let mut stop = stop.clone();
         let options = ConnectionOptions {
             tls,
-            // Bucket resets log who asked.
-            peer_in_requests: true,
             ..ConnectionOptions::new(settings.idle_timeout)
         };
         tasks.spawn_operator(net::serve(

@@ -11,7 +11,7 @@ use tracing::info;
 
 use super::{Operator, parse_descriptor};
 use crate::explain::bucket_state::{self, BucketStateError, descriptor_text};
-use crate::net::Peer;
+use crate::net::Caller;
 use crate::request::Descriptor;
 
 /// The header naming the person behind a reset, for the log (as `by=` does).
@@ -93,10 +93,15 @@ pub(super) async fn reset(State(op): State<Operator>, request: Request) -> Respo
         Ok(query) => query,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
-    let peer = request
-        .extensions()
-        .get::<Peer>()
-        .map_or_else(|| "unknown".to_string(), |p| p.0.to_string());
+    // Every connection's requests carry their Caller; a request handed to the router
+    // directly (in-process tests) has none.
+    let peer = match request.extensions().get::<Caller>() {
+        Some(Caller {
+            peer: Some(addr), ..
+        }) => addr.to_string(),
+        Some(_) => "unix-socket".to_string(),
+        None => "unknown".to_string(),
+    };
     let by = operator_name(request.headers(), query.by);
     let descriptor = query.descriptor.unwrap_or_default();
     let done = match bucket_state::reset(&op.service, &query.domain, &descriptor).await {

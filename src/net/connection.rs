@@ -20,10 +20,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tracing::debug;
 
-use tokio_util::either::Either;
-
 use super::activity::{Activity, Heard};
-use super::in_flight::{Counted, Peer};
+use super::caller::Caller;
+use super::in_flight::Counted;
 use super::limit::Permit;
 use super::listener::Stream;
 use super::service::{HttpService, ResponseBody};
@@ -52,10 +51,6 @@ pub struct ConnectionOptions {
     pub http2_only: bool,
     /// TLS, or plain TCP (`None`).
     pub tls: Option<Arc<TlsSource>>,
-    /// Each request carries its connection's [`Peer`] (TCP only), for handlers that log
-    /// who asked (the operator port); off where nobody reads it, as a request's first
-    /// extension costs an allocation.
-    pub peer_in_requests: bool,
 }
 
 impl ConnectionOptions {
@@ -67,7 +62,6 @@ impl ConnectionOptions {
             max_age_grace: Duration::ZERO,
             http2_only: false,
             tls: None,
-            peer_in_requests: false,
         }
     }
 }
@@ -86,17 +80,23 @@ pub(crate) async fn serve_connection<S, B>(
     B: ResponseBody,
 {
     let activity = Activity::new();
-    let peer = match &stream {
-        Either::Left(tcp) if options.peer_in_requests => tcp.peer_addr().ok().map(Peer),
-        _ => None,
-    };
+    let mut caller = Caller::of(&stream);
     let io = Heard::new(stream, activity.clone());
-    let service = Counted::new(service, activity.clone(), peer);
     let Some(tls) = &options.tls else {
+        let service = Counted::new(service, activity.clone(), caller);
         return drive(io, service, &activity, &options, builder, stop, &permit).await;
     };
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.acceptor().accept(io)).await {
-        Ok(Ok(io)) => drive(io, service, &activity, &options, builder, stop, &permit).await,
+        Ok(Ok(io)) => {
+            caller.certificate = io
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(<[_]>::first)
+                .map(|der| Arc::new(der.clone().into_owned()));
+            let service = Counted::new(service, activity.clone(), caller);
+            drive(io, service, &activity, &options, builder, stop, &permit).await
+        }
         Ok(Err(error)) => {
             permit.connections().count_tls_failure();
             debug!(%error, "TLS handshake failed");

@@ -21,22 +21,16 @@ pub(crate) struct Counted<S> {
     inner: S,
     /// The connection's activity, where each request is counted in flight.
     activity: Arc<Activity>,
-    /// The connection's peer, put in each request's extensions when known and asked for
-    /// (see [`super::ConnectionOptions::peer_in_requests`]).
-    peer: Option<Peer>,
+    /// Who is calling, put into each request's extensions.
+    caller: super::Caller,
 }
 
-/// The address of the peer a request came from, in its extensions where the port's
-/// options ask for it: who reset a bucket is logged with it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Peer(pub std::net::SocketAddr);
-
 impl<S> Counted<S> {
-    pub(crate) fn new(inner: S, activity: Arc<Activity>, peer: Option<Peer>) -> Self {
+    pub(crate) fn new(inner: S, activity: Arc<Activity>, caller: super::Caller) -> Self {
         Self {
             inner,
             activity,
-            peer,
+            caller,
         }
     }
 }
@@ -53,9 +47,7 @@ where
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
 
     fn call(&self, mut request: Request<Incoming>) -> Self::Future {
-        if let Some(peer) = self.peer {
-            request.extensions_mut().insert(peer);
-        }
+        request.extensions_mut().insert(self.caller.clone());
         let guard = self.activity.request();
         let mut inner = self.inner.clone();
         Box::pin(async move {
