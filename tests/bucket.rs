@@ -298,3 +298,99 @@ async fn the_cli_inspects_and_resets_and_fails_with_the_servers_reason() {
     let (ok, _, err) = cli(&ml, "reset", &["--descriptor", "user=dee"]).await;
     assert!(!ok && err.contains("401"), "{err}");
 }
+
+/// A reservation and a concurrency rule: their holds show in `/bucket`, and a reset drops
+/// them.
+const HOLDS: &str = "\
+domain: llm
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+    reserve: {ttl: 5m}
+  - key: in_flight
+    concurrency: {max_in_flight: 2, ttl: 10m}
+";
+
+/// `/json` in domain `llm` of one descriptor of `entries` with `hits` hits; the status.
+async fn llm(ml: &Meshlimit, entries: &[(&str, &str)], hits: u64) -> u16 {
+    let entries: Vec<Value> = entries
+        .iter()
+        .map(|(k, v)| serde_json::json!({"key": k, "value": v}))
+        .collect();
+    let body = serde_json::json!({
+        "domain": "llm",
+        "descriptors": [{"entries": entries}],
+        "hits_addend": hits,
+    });
+    http_post(ml.http, "/json", &body.to_string()).await.0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_and_slots_show_in_inspect_and_a_reset_drops_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("llm.yaml"), HOLDS).expect("writing the config");
+    let ml = Meshlimit::start(dir.path(), &[]).await;
+    let get = |descriptor: &'static str| {
+        let path = format!("/bucket?domain=llm&descriptor={descriptor}");
+        async move {
+            let (status, body) = http_get(ml.http, &path).await;
+            assert_eq!(status, 200, "{body}");
+            json(&body)
+        }
+    };
+
+    // A reservation of 300 holds its estimate.
+    assert_eq!(
+        llm(&ml, &[("user", "a"), ("hold", "req-1")], 300).await,
+        200
+    );
+    let reserved = get("user=a").await;
+    assert_eq!(reserved["rule"]["holds"]["kind"], "reserve", "{reserved}");
+    assert_eq!(reserved["rule"]["holds"]["ttl_ms"], 300_000);
+    let bucket = &reserved["limits"][0];
+    assert_eq!(bucket["held"]["holds"], 1, "{reserved}");
+    assert_eq!(bucket["held"]["hits"], 300);
+    let expiry = bucket["held"]["soonest_expiry_ms"]
+        .as_u64()
+        .expect("an expiry");
+    assert!((290_000..=300_000).contains(&expiry), "{reserved}");
+    assert_eq!(bucket["level"]["remaining"], 700, "{reserved}");
+    assert!(bucket.get("slots").is_none());
+
+    // Two requests in flight take both slots.
+    for id in ["s1", "s2"] {
+        assert_eq!(llm(&ml, &[("in_flight", "a"), ("hold", id)], 1).await, 200);
+    }
+    let slots = get("in_flight=a").await;
+    assert_eq!(slots["rule"]["holds"]["kind"], "concurrency", "{slots}");
+    assert_eq!(
+        slots["limits"][0]["slots"],
+        serde_json::json!({"in_use": 2, "max": 2})
+    );
+    assert_eq!(slots["limits"][0]["held"]["holds"], 2);
+    assert_eq!(
+        llm(&ml, &[("in_flight", "a"), ("hold", "s3")], 1).await,
+        429
+    );
+
+    // Reset: the reservation's bucket full and its hold gone; the slots free.
+    for descriptor in ["user=a", "in_flight=a"] {
+        let path = format!("/bucket/reset?domain=llm&descriptor={descriptor}");
+        let (status, body) = http_post(ml.http, &path, "").await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(json(&body)["existed"], serde_json::json!([true]), "{body}");
+    }
+    let reserved = get("user=a").await;
+    assert_eq!(reserved["limits"][0]["held"]["holds"], 0, "{reserved}");
+    assert!(reserved["limits"][0]["held"]["soonest_expiry_ms"].is_null());
+    assert_eq!(
+        reserved["limits"][0]["level"]["remaining"], 1000,
+        "{reserved}"
+    );
+    let slots = get("in_flight=a").await;
+    assert_eq!(slots["limits"][0]["slots"]["in_use"], 0, "{slots}");
+    assert_eq!(
+        llm(&ml, &[("in_flight", "a"), ("hold", "s3")], 1).await,
+        200
+    );
+}
