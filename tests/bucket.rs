@@ -394,3 +394,32 @@ async fn holds_and_slots_show_in_inspect_and_a_reset_drops_them() {
         200
     );
 }
+
+/// Two replicas on one Redis: either shows the bucket the other filled, with its Redis
+/// key; with Redis gone, both endpoints' store errors are 503 with the store's reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_every_replica_sees_the_shared_bucket_and_store_errors_are_503() {
+    let redis = support::redis::RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("ops.yaml"), LIMITS).expect("writing the config");
+    let url = redis.url();
+    let a = Meshlimit::start_on_redis(dir.path(), &url, "error", 500, &[]).await;
+    let b = Meshlimit::start_on_redis(dir.path(), &url, "error", 500, &[]).await;
+    assert_eq!(hit(&a, "user", "fay", 2).await, 200);
+    let seen = inspect(&b, "user=fay").await;
+    assert_eq!(seen["store"], "redis");
+    assert_eq!(seen["limits"][0]["level"]["remaining"], 3, "{seen}");
+    let redis_key = seen["limits"][0]["redis_key"]
+        .as_str()
+        .expect("a Redis key");
+    assert!(redis_key.contains("fay"), "{seen}");
+
+    drop(redis);
+    let (status, body) = http_get(b.http, "/bucket?domain=ops&descriptor=user=fay").await;
+    assert_eq!(status, 503, "{body}");
+    let error = json(&body)["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(error.contains("Redis"), "{body}");
+}

@@ -26,8 +26,8 @@ pub enum BucketStateError {
     /// The descriptor has no bucket: no rule matches it, or its rule never limits.
     #[error("{0}")]
     NoBucket(String),
-    /// The store could not answer or reset.
-    #[error("store: {0}")]
+    /// The store could not answer or reset (its error names the store).
+    #[error(transparent)]
     Store(#[from] StoreError),
 }
 
