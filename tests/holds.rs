@@ -77,6 +77,10 @@ async fn an_unsettled_hold_is_released_after_its_ttl_by_the_upkeep() {
     );
     clock.advance(std::time::Duration::from_secs(11));
     service.store().maintain();
+    let meshlimit::store::Store::Memory(store) = service.store() else {
+        unreachable!("the embedded store")
+    };
+    assert_eq!((store.stats().holds, store.stats().holds_expired), (0, 1));
     // 11 s of refill at 1000/h is 3 tokens; the hold's 1000 came back, capped at the burst.
     let (ok, remaining) = one(&service, hits(&[("user", "a")], 0)).await;
     assert!(ok);
@@ -150,4 +154,98 @@ async fn a_settle_from_a_caller_not_allowed_to_give_back_is_refused_and_changes_
         .await
         .expect("a request that gives nothing back");
     assert!(!charged.over_limit);
+}
+
+#[tokio::test]
+async fn holds_settles_and_released_slots_are_counted_per_rule_without_request_ids() {
+    let (service, _clock) = support::service(&[("llm.yaml", LLM)], Algorithm::TokenBucket);
+    let service = support::counting(service);
+    assert!(
+        one(&service, hits(&[("user", "a"), ("hold", "r1")], 300))
+            .await
+            .0
+    );
+    assert!(
+        one(&service, hits(&[("user", "a"), ("settle", "r1")], 200))
+            .await
+            .0
+    );
+    assert!(
+        one(&service, hits(&[("in_flight", "u"), ("hold", "s1")], 1))
+            .await
+            .0
+    );
+    assert!(
+        one(&service, hits(&[("in_flight", "u"), ("settle", "s1")], 1))
+            .await
+            .0
+    );
+    let text = service.metrics().expect("counting").render();
+    for (family, value) in [
+        (
+            "ratelimit_service_rate_limit_held{domain=\"llm\",key1=\"user\"}",
+            "300",
+        ),
+        (
+            "ratelimit_service_rate_limit_settled{domain=\"llm\",key1=\"user\"}",
+            "1",
+        ),
+        (
+            "ratelimit_service_rate_limit_held{domain=\"llm\",key1=\"in_flight\"}",
+            "1",
+        ),
+        (
+            "ratelimit_service_rate_limit_released{domain=\"llm\",key1=\"in_flight\"}",
+            "1",
+        ),
+    ] {
+        assert_eq!(
+            support::sample(&text, family),
+            Some(value),
+            "{family} in\n{text}"
+        );
+    }
+    assert!(!text.contains("r1") && !text.contains("s1"), "{text}");
+}
+
+#[tokio::test]
+async fn explain_shows_the_hold_entry_the_holds_in_force_and_the_slots_in_use() {
+    let (service, _clock) = support::service(&[("llm.yaml", LLM)], Algorithm::TokenBucket);
+    assert!(
+        one(&service, hits(&[("user", "a"), ("hold", "r1")], 300))
+            .await
+            .0
+    );
+    assert!(
+        one(&service, hits(&[("in_flight", "u"), ("hold", "s1")], 1))
+            .await
+            .0
+    );
+    let descriptors = [
+        hits(&[("user", "a"), ("settle", "r2")], 10),
+        Descriptor::new(&[("in_flight", "u")]),
+    ];
+    let text = meshlimit::explain::explain(&service, Request::new("llm", &descriptors, 0))
+        .await
+        .expect("an explanation");
+    for line in [
+        "2. settle=r2: names a request, not a level: settles the hold of that name",
+        "request-path hits held until settled, or released after 10.000s",
+        "holds: 1 holds in force, 300 hits held; the soonest expires in 10.000s",
+        "at most 2 requests in flight (concurrency), a slot released after 5.000s",
+        "holds: 1 of 2 slots in use; the soonest expires in 5.000s",
+    ] {
+        assert!(text.contains(line), "{line:?} in\n{text}");
+    }
+    // Explaining took nothing: the slot and the hold are as they were.
+    assert!(
+        one(&service, hits(&[("in_flight", "u"), ("hold", "s2")], 1))
+            .await
+            .0
+    );
+    assert!(
+        !one(&service, hits(&[("in_flight", "u"), ("hold", "s3")], 1))
+            .await
+            .0
+    );
 }

@@ -244,6 +244,7 @@ impl Inner {
                 }
             }
         }
+        self.usage.holds_now(ledger.len(), 0);
         drop(ledger);
         self.usage.holds_changed(-freed);
         if freed < 0 {
@@ -254,8 +255,10 @@ impl Inner {
 
     /// Gives every reservation expired at `now` back to its bucket, as a refund.
     fn release_expired(&self, ledger: &mut Ledger, now: Nanos) {
+        let before = ledger.len();
         let (released, bytes) = ledger.expire(now);
         self.usage.holds_changed(-bytes);
+        self.usage.holds_now(ledger.len(), before - ledger.len());
         for r in &released {
             let check = Check {
                 key: BucketKey::listed(&r.bucket, r.descriptor_len),
@@ -282,7 +285,10 @@ impl Inner {
 
     /// Drops `key`'s holds unsettled; whether it had any.
     pub(super) fn drop_holds(&self, key: &BucketKey<'_>) -> bool {
-        let bytes = self.ledger.lock().remove_key(self.ids.id(key.as_str()));
+        let mut ledger = self.ledger.lock();
+        let bytes = ledger.remove_key(self.ids.id(key.as_str()));
+        self.usage.holds_now(ledger.len(), 0);
+        drop(ledger);
         bytes.inspect(|&b| self.usage.holds_changed(-b)).is_some()
     }
 
