@@ -368,6 +368,12 @@ async fn holds_and_slots_show_in_inspect_and_a_reset_drops_them() {
         serde_json::json!({"in_use": 2, "max": 2})
     );
     assert_eq!(slots["limits"][0]["held"]["holds"], 2);
+    // The level of a concurrency rule counts slots: none free, no debt.
+    let level = &slots["limits"][0]["level"];
+    assert_eq!(level["remaining"], 0, "{slots}");
+    assert_eq!(level["over"], true, "{slots}");
+    assert_eq!(level["owed"], 0, "{slots}");
+    assert!(level["full_in_ms"].is_null(), "{slots}");
     assert_eq!(
         llm(&ml, &[("in_flight", "a"), ("hold", "s3")], 1).await,
         429
@@ -389,6 +395,8 @@ async fn holds_and_slots_show_in_inspect_and_a_reset_drops_them() {
     );
     let slots = get("in_flight=a").await;
     assert_eq!(slots["limits"][0]["slots"]["in_use"], 0, "{slots}");
+    assert_eq!(slots["limits"][0]["level"]["remaining"], 2, "{slots}");
+    assert_eq!(slots["limits"][0]["level"]["full_in_ms"], 0, "{slots}");
     assert_eq!(
         llm(&ml, &[("in_flight", "a"), ("hold", "s3")], 1).await,
         200

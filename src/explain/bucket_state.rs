@@ -108,11 +108,12 @@ pub async fn inspect(
             Some(c) => c.name.clone(),
             None => String::new(),
         };
-        let mut entry = bucket_json(&bucket, &name, &limit, report, &held, now);
+        let slots = rule.holds.and_then(|h| h.slots);
+        let mut entry = bucket_json(&bucket, &name, &limit, report, &held, slots.is_some(), now);
         if let Some(prefix) = redis {
             entry["redis_key"] = Value::from(bucket.redis_key(prefix));
         }
-        if let Some(max) = rule.holds.and_then(|h| h.slots) {
+        if let Some(max) = slots {
             entry["slots"] = json!({ "in_use": held.holds, "max": max });
         }
         buckets.push(entry);
@@ -178,22 +179,32 @@ fn rule_json(rule: &Rule) -> Value {
     })
 }
 
-/// One limit's bucket: the limit, its level as the peek saw it, and what it holds.
+/// One limit's bucket: the limit, its level as the peek saw it (slots, on a
+/// `concurrency` rule), and what it holds.
 fn bucket_json(
     bucket: &BucketKey<'_>,
     name: &str,
     limit: &Limit,
     report: &Report,
     held: &Held,
+    concurrency: bool,
     now: Nanos,
 ) -> Value {
-    let owed = report.owed(limit);
-    // `reset` is the time until full (empty, for a window) while the bucket is OK, and
-    // until a hit could pass while it is over or in debt; a fixed window's is its end
-    // either way.
-    let refusing = report.over || owed > 0;
-    let full_in =
-        (!refusing || limit.algorithm == Algorithm::FixedWindow).then(|| ms(report.reset));
+    let (owed, full_in) = if concurrency {
+        // A concurrency rule's peek reports slots: `remaining` free, `count` in use (no
+        // debt), `reset` until the soonest slot is released; all free only when none is
+        // taken.
+        (0, (held.holds == 0).then_some(0))
+    } else {
+        let owed = report.owed(limit);
+        // `reset` is the time until full (empty, for a window) while the bucket is OK,
+        // and until a hit could pass while it is over or in debt; a fixed window's is its
+        // end either way.
+        let refusing = report.over || owed > 0;
+        let full_in =
+            (!refusing || limit.algorithm == Algorithm::FixedWindow).then(|| ms(report.reset));
+        (owed, full_in)
+    };
     let soonest = (held.holds > 0).then(|| ms(held.soonest_expiry.saturating_sub(now)));
     json!({
         "key": bucket.to_string(),
