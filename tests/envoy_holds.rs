@@ -253,6 +253,32 @@ async fn free_slots(http: SocketAddr, user: &str) -> u64 {
         .1
 }
 
+/// The first bucket of the rule `descriptor` (`k=v,k2=v2` in domain `llm`) matches, as
+/// `GET /bucket` shows it: its level, holds and slots.
+async fn bucket(http: SocketAddr, descriptor: &str) -> serde_json::Value {
+    let path = format!("/bucket?domain=llm&descriptor={descriptor}");
+    let (status, text) = support::http_get(http, &path).await;
+    assert_eq!(status, 200, "GET {path}: {text}");
+    let mut answer: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    answer["limits"][0].take()
+}
+
+/// `user`'s budget's holds in force and their hits together.
+async fn holds(http: SocketAddr, user: &str) -> (u64, u64) {
+    let bucket = bucket(http, &format!("user_id={user}")).await;
+    let held = &bucket["held"];
+    (
+        held["holds"].as_u64().expect("holds"),
+        held["hits"].as_u64().expect("hits"),
+    )
+}
+
+/// `user`'s stream slots in use.
+async fn slots_in_use(http: SocketAddr, user: &str) -> u64 {
+    let bucket = bucket(http, &format!("generic_key=streams,user_id={user}")).await;
+    bucket["slots"]["in_use"].as_u64().expect("slots in use")
+}
+
 /// Asks `what` of meshlimit at `http` until `done` holds of it (at most [`BOUND`]); the
 /// last value.
 async fn wait_until<F, Fut>(what: &str, mut ask: F, done: impl Fn(u64) -> bool) -> u64
@@ -299,6 +325,10 @@ async fn assert_budget_held(
         "(admitted, refused) while none had finished"
     );
     // Held: the estimates are taken, the refill aside.
+    assert_eq!(
+        holds(http, user).await,
+        (fits as u64, fits as u64 * ESTIMATE)
+    );
     let held = budget(http, user).await;
     assert!(
         held < BUDGET - fits as u64 * ESTIMATE + refill(start) + 1,
@@ -319,6 +349,7 @@ async fn assert_budget_held(
         left <= BUDGET - charged + refill(start) + 1,
         "{left} left after {charged} used of {BUDGET}"
     );
+    assert_eq!(holds(http, user).await, (0, 0));
     (fits, charged)
 }
 
@@ -345,6 +376,7 @@ async fn assert_streams_capped(
         "(admitted, refused)"
     );
     assert_eq!(free_slots(http, user).await, 0);
+    assert_eq!(slots_in_use(http, user).await, MAX_IN_FLIGHT as u64);
     let replies = wave.finish(backend).await;
     assert_eq!(count(&replies, 200), MAX_IN_FLIGHT, "{replies:?}");
     assert_eq!(count(&replies, 429), n - MAX_IN_FLIGHT, "{replies:?}");
@@ -453,7 +485,13 @@ async fn holds_and_slots_of_a_killed_envoy_come_back_after_their_ttl() {
         budget(server.http, "alice").await,
         free_slots(server.http, "alice").await,
     );
+    let (held, in_use) = (
+        holds(server.http, "alice").await,
+        slots_in_use(server.http, "alice").await,
+    );
     if start.elapsed() < TTL {
+        assert_eq!(held, (fits as u64, fits as u64 * ESTIMATE));
+        assert_eq!(in_use, MAX_IN_FLIGHT as u64);
         assert!(
             left < BUDGET - fits as u64 * ESTIMATE + refill(start) + 1,
             "{left}"
@@ -480,6 +518,8 @@ async fn holds_and_slots_of_a_killed_envoy_come_back_after_their_ttl() {
     )
     .await;
     assert!(start.elapsed() >= TTL);
+    assert_eq!(holds(server.http, "alice").await, (0, 0));
+    assert_eq!(slots_in_use(server.http, "alice").await, 0);
 
     // A new Envoy is admitted as before.
     let envoy = envoy_on(HOLDS_EXAMPLE, server.grpc, &backend, vec![]).await;
@@ -567,6 +607,7 @@ async fn only_a_caller_allowed_to_give_back_settles_its_holds() {
     )
     .await;
     assert!(left <= BUDGET - 100 + refill(start) + 1, "{left}");
+    assert_eq!(holds(http, "alice").await, (0, 0));
 
     // Through the other: admitted (holding is not giving back), but its settle is
     // refused whole, the part that would charge what the request used beyond its
@@ -580,8 +621,9 @@ async fn only_a_caller_allowed_to_give_back_settles_its_holds() {
     assert_eq!(reply.status, 200, "{reply:?}");
     // The refused settle is counted as a call answered with an error.
     wait_until("a refused settle", || refused_calls(http), |n| n == 1).await;
-    let held = budget(http, "bob").await;
+    let (held, hold) = (budget(http, "bob").await, holds(http, "bob").await);
     if start.elapsed() < Duration::from_secs(3) {
+        assert_eq!(hold, (1, ESTIMATE));
         assert!(held < BUDGET - ESTIMATE + refill(start) + 1, "{held}");
     }
     wait_until(
@@ -608,9 +650,12 @@ async fn only_a_caller_allowed_to_give_back_settles_its_holds() {
         |n| n == 2,
     )
     .await;
-    let free = free_slots(http, "carol").await;
+    let (free, in_use) = (
+        free_slots(http, "carol").await,
+        slots_in_use(http, "carol").await,
+    );
     if start.elapsed() < Duration::from_secs(3) {
-        assert_eq!(free, MAX_IN_FLIGHT as u64 - 1);
+        assert_eq!((free, in_use), (MAX_IN_FLIGHT as u64 - 1, 1));
     }
     wait_until(
         "carol's slot released",

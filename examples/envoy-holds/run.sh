@@ -34,8 +34,8 @@ COMMANDS=$(cat <<'EOF2'
 for i in $(seq 8); do curl -s -o /dev/null -w '%{http_code}\n' -H 'x-user-id: alice' -H 'x-max-tokens: 3000' -H 'x-llm-tokens: 400' http://127.0.0.1:10030/ & done | sort | uniq -c; sleep 0.2
 # once settled, only what they used is gone: 3 x 400 tokens (x-ratelimit-remaining: 10000 less 1,200 and this request's estimate)
 curl -sS -i -H 'x-user-id: alice' -H 'x-max-tokens: 1000' -H 'x-llm-tokens: 1000' http://127.0.0.1:10030/; sleep 0.2
-# meshlimit's view of alice's budget (a check of 0 hits, which spends nothing): 7,800 left
-curl -sS -X POST http://127.0.0.1:8080/json -d '{"domain":"llm","descriptors":[{"entries":[{"key":"user_id","value":"alice"}],"hits_addend":0}]}'; echo
+# meshlimit's view of alice's budget, consuming nothing: about 7,800 left, no hold in force
+curl -sS 'http://127.0.0.1:8080/bucket?domain=llm&descriptor=user_id=alice'; echo
 # a request without an estimate is not let through unaccounted
 curl -s -o /dev/null -w '%{http_code}\n' -H 'x-user-id: alice' http://127.0.0.1:10030/
 # bob may have 5 streams in flight: 12 at once, 5 pass
