@@ -461,6 +461,57 @@ async fn a_concurrency_limit_caps_the_streams_in_flight_and_slots_come_back() {
     assert_eq!(count(&wave.finish(&backend).await, 200), 3);
 }
 
+/// Why the example's listener replaces every client's `x-request-id`: an Envoy that keeps
+/// a client's own (as Envoy 1.40 does for loopback and private peers when
+/// `internal_address_config` lists no ranges) lets the
+/// client name its slot. Each request that reuses the name of one in flight is refused,
+/// but its settle, sent after every stream, gives that slot back: one client's streams in
+/// flight then grow past the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_envoy_keeping_client_request_ids_lets_a_refused_request_free_a_slot() {
+    let server = Meshlimit::start(&example_config("envoy-holds"), &[]).await;
+    let backend = Backend::start().await;
+    let internal = "          internal_address_config: { cidr_ranges: [{ address_prefix: 192.0.2.1, prefix_len: 32 }] }\n";
+    // An empty list: Envoy's default ranges, loopback and private addresses, are internal.
+    let keep = "          internal_address_config: { cidr_ranges: [] }\n";
+    let envoy = envoy_on(
+        HOLDS_EXAMPLE,
+        server.grpc,
+        &backend,
+        vec![(internal, vec![keep.to_string()])],
+    )
+    .await;
+    let envoys = [envoy.listener(0)];
+    let same = Ask {
+        id: Some("chosen-by-the-client"),
+        ..Ask::stream("mallory")
+    };
+
+    let mut waves = Vec::new();
+    for _ in 0..20 {
+        if backend.in_flight() > MAX_IN_FLIGHT {
+            break;
+        }
+        let wave = Wave::send(&backend, &envoys, vec![same.clone()]).await;
+        if wave.refused() == 1 {
+            // The refusal's settle lands after it: the slot in use is gone.
+            wait_until(
+                "the slot given back",
+                || slots_in_use(server.http, "mallory"),
+                |n| n == 0,
+            )
+            .await;
+        }
+        waves.push(wave);
+    }
+    let in_flight = backend.in_flight();
+    for wave in waves {
+        wave.finish(&backend).await;
+    }
+    assert!(in_flight > MAX_IN_FLIGHT, "{in_flight} in flight");
+    eprintln!("client-chosen ids: {in_flight} streams of one user in flight at once");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn holds_and_slots_of_a_killed_envoy_come_back_after_their_ttl() {
     const TTL: Duration = Duration::from_secs(2);
