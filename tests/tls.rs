@@ -309,16 +309,13 @@ fn envoy_yaml(ports: &EnvoyPorts, grpc: SocketAddr, pki: &Pki) -> String {
             .replace("@PORT@", &ports.listeners[i].to_string())
     };
     let cluster = |name: &str, client: Option<&str>| {
-        let certificate = client.map_or(String::new(), |c| {
-            CLIENT_CERT
-                .replace("@CERT@", &pki.arg(&format!("{c}.pem")))
-                .replace("@KEY@", &pki.arg(&format!("{c}.key")))
-        });
         RLS_CLUSTER
             .replace("@NAME@", name)
             .replace("@GRPC@", &grpc.port().to_string())
-            .replace("@CA@", &pki.arg("ca.pem"))
-            .replace("@CLIENT_CERT@", &certificate)
+            .replace(
+                "@TLS@\n",
+                &support::envoy::upstream_tls(pki, "localhost", client),
+            )
     };
     support::envoy::with_backend(ENVOY)
         .replace("@ADMIN@", &ports.admin.to_string())
@@ -351,7 +348,7 @@ static_resources:
 @CLUSTERS@
 "#;
 
-/// The rate-limit service over TLS, `sni: localhost`, with `@CLIENT_CERT@` (or none).
+/// The rate-limit service over TLS (`@TLS@`: `sni: localhost`, a client certificate or none).
 const RLS_CLUSTER: &str = r#"  - name: rls_@NAME@
     type: STATIC
     connect_timeout: 5s
@@ -360,16 +357,7 @@ const RLS_CLUSTER: &str = r#"  - name: rls_@NAME@
         "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
         explicit_http_config:
           http2_protocol_options: {}
-    transport_socket:
-      name: envoy.transport_sockets.tls
-      typed_config:
-        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
-        sni: localhost
-        common_tls_context:
-          alpn_protocols: [h2]
-          validation_context:
-            trusted_ca: { filename: "@CA@" }
-@CLIENT_CERT@
+@TLS@
     load_assignment:
       cluster_name: rls_@NAME@
       endpoints:
@@ -377,10 +365,6 @@ const RLS_CLUSTER: &str = r#"  - name: rls_@NAME@
         - endpoint:
             address:
               socket_address: { address: 127.0.0.1, port_value: @GRPC@ }"#;
-
-const CLIENT_CERT: &str = r#"          tls_certificates:
-          - certificate_chain: { filename: "@CERT@" }
-            private_key: { filename: "@KEY@" }"#;
 
 /// A front listener whose every request asks cluster `rls_@NAME@`, failing closed.
 const FRONT: &str = r#"  - name: @NAME@
