@@ -87,6 +87,20 @@ start_both() {
   wait_for envoy "$ENVOY_PID" envoy_live
 }
 
+# start_example NAME ADMIN_PORT PORT...: the example examples/NAME (its envoy.yaml, with
+# admin on ADMIN_PORT and listeners on PORTs, and meshlimit's config/), built, checked
+# and started as start_both does, once none of the ports is busy.
+start_example() {
+  local name=$1 admin=$2; shift 2
+  ENVOY_ADMIN=http://127.0.0.1:$admin
+  ENVOY_CONFIG=$ROOT/examples/$name/envoy.yaml
+  CONFIG=$ROOT/examples/$name/config
+  refuse_busy_ports "${MESHLIMIT_HTTP##*:}" "${MESHLIMIT_GRPC##*:}" "$admin" "$@"
+  build_meshlimit
+  find_envoy "$ENVOY_CONFIG"
+  start_both "meshlimit-$name-example" "$CONFIG" "$ENVOY_CONFIG"
+}
+
 # wait_for NAME PID CMD...: up to 30 s for CMD to succeed while PID lives.
 wait_for() {
   local name=$1 pid=$2; shift 2

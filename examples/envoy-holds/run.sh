@@ -17,14 +17,7 @@ ROOT=$PWD
 source "$ROOT/examples/common.sh"
 demo_flag "$@"
 
-ENVOY_ADMIN=http://127.0.0.1:9922
-ENVOY_CONFIG=$ROOT/examples/envoy-holds/envoy.yaml
-CONFIG=$ROOT/examples/envoy-holds/config
-
-refuse_busy_ports 8080 8081 9922 10030 10031
-build_meshlimit
-find_envoy "$ENVOY_CONFIG"
-start_both meshlimit-envoy-holds-example "$CONFIG" "$ENVOY_CONFIG"
+start_example envoy-holds 9922 10030 10031
 
 # x-max-tokens is a request's estimate, held while it runs; x-llm-tokens tells the
 # stand-in backend how many tokens its answer "used" (it reports them as x-tokens-used,

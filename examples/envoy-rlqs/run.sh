@@ -16,14 +16,7 @@ ROOT=$PWD
 source "$ROOT/examples/common.sh"
 demo_flag "$@"
 
-ENVOY_ADMIN=http://127.0.0.1:9911
-ENVOY_CONFIG=$ROOT/examples/envoy-rlqs/envoy.yaml
-CONFIG=$ROOT/examples/envoy-rlqs/config
-
-refuse_busy_ports 8080 8081 9911 10010
-build_meshlimit
-find_envoy "$ENVOY_CONFIG"
-start_both meshlimit-envoy-rlqs-example "$CONFIG" "$ENVOY_CONFIG"
+start_example envoy-rlqs 9911 10010
 
 COMMANDS=$(cat <<'EOF'
 # 5 a minute per user, handed to Envoy as a token bucket; Envoy decides every request

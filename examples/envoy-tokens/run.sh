@@ -16,14 +16,7 @@ ROOT=$PWD
 source "$ROOT/examples/common.sh"
 demo_flag "$@"
 
-ENVOY_ADMIN=http://127.0.0.1:9921
-ENVOY_CONFIG=$ROOT/examples/envoy-tokens/envoy.yaml
-CONFIG=$ROOT/examples/envoy-tokens/config
-
-refuse_busy_ports 8080 8081 9921 10020 10021
-build_meshlimit
-find_envoy "$ENVOY_CONFIG"
-start_both meshlimit-envoy-tokens-example "$CONFIG" "$ENVOY_CONFIG"
+start_example envoy-tokens 9921 10020 10021
 
 # x-llm-tokens tells the stand-in backend how many tokens its answer "used"; it reports
 # them as x-tokens-used, which Envoy charges once the response is done. The sleeps give
