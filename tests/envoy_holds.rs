@@ -44,6 +44,7 @@ const ESTIMATE: u64 = 1_500;
 /// Bound on a wave being decided, and on what a settle changes being seen.
 const BOUND: Duration = Duration::from_secs(30);
 
+/// `examples/<example>/config`, meshlimit's config of that example.
 fn example_config(example: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("examples")
@@ -54,9 +55,8 @@ fn example_config(example: &str) -> PathBuf {
 /// `config/holds.yaml` with every hold's ttl `ttl` (a Go duration), in a directory of its
 /// own.
 fn holds_config_with_ttl(ttl: &str) -> TempDir {
-    let shipped = std::fs::read_to_string(example_config("envoy-holds").join("holds.yaml"))
+    let mut text = std::fs::read_to_string(example_config("envoy-holds").join("holds.yaml"))
         .expect("reading the example's config");
-    let mut text = shipped.clone();
     for from in ["ttl: 5m", "ttl: 10m"] {
         assert_eq!(text.matches(from).count(), 1, "{from} in holds.yaml");
         text = text.replace(from, &format!("ttl: {ttl}"));
