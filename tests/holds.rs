@@ -114,6 +114,10 @@ async fn concurrency_slots_are_taken_given_back_and_expire() {
             .0,
         "peek: full"
     );
+    // The refused second hold of "a" is settled too (Envoy settles every stream): the
+    // slot waits for both settles.
+    assert!(one(&service, slot("settle", "a")).await.0);
+    assert!(!one(&service, slot("hold", "c")).await.0, "a still runs");
     assert!(one(&service, slot("settle", "a")).await.0);
     assert!(one(&service, slot("hold", "c")).await.0);
     clock.advance(std::time::Duration::from_secs(6));

@@ -19,8 +19,12 @@
 //!   their upkeep.
 //! - **Concurrency** (`slots: Some(max)`): the check's bucket is never touched. Phase
 //!   `Hold` is over when `max` slots of the key are in use or `id` holds one already;
-//!   otherwise, when the request passes, slot `id` is taken until `now + ttl`. Phase
-//!   `Settle` gives slot `id` back whatever the fate, and is never over. Phase `Peek`
+//!   otherwise, when the request passes, slot `id` is taken until `now + ttl`. A hold of
+//!   an `id` that holds a slot already is refused, and the slot then waits for one more
+//!   settle before it is free: Envoy settles every stream, the refused one too, and that
+//!   settle must not free the slot of the request still in flight. Phase `Settle` is one
+//!   of those settles (the last gives slot `id` back), whatever the fate, and is never
+//!   over. Phase `Peek`
 //!   (a descriptor without a `hold` or `settle` entry) is over when every slot is in use
 //!   and takes none. Reports: `remaining` slots after the decision, `count` slots in use,
 //!   `reset` the time until the soonest slot expires (0 when none is in use).

@@ -58,7 +58,7 @@ struct Hold {
     descriptor_len: usize,
     /// The limit the hits were taken under.
     limit: Limit,
-    /// Hits held (1 for a slot).
+    /// Hits held; for a slot, the settles it waits for (1, but for a name held twice).
     hits: u64,
     /// When it is released unsettled.
     expires: Nanos,
@@ -130,6 +130,35 @@ impl Ledger {
         Some(hold)
     }
 
+    /// A slot's settle: one of the settles it waits for (see
+    /// [`Ledger::expect_another_settle`]), the slot gone after the last. Its bytes, if
+    /// gone.
+    fn give_back_slot(&mut self, key: BucketId, name: BucketId) -> i64 {
+        match self.holds.get_mut(&(key, name)) {
+            Some(hold) if hold.hits > 1 => {
+                hold.hits -= 1;
+                if let Some(entry) = self.keys.get_mut(&key) {
+                    entry.hits -= 1;
+                }
+                0
+            }
+            Some(_) => self.remove(key, name).map_or(0, |h| h.bytes()),
+            None => 0,
+        }
+    }
+
+    /// When `key` has a slot named `name`: one more settle for it to wait for, and true.
+    fn expect_another_settle(&mut self, key: BucketId, name: BucketId) -> bool {
+        let Some(hold) = self.holds.get_mut(&(key, name)) else {
+            return false;
+        };
+        hold.hits += 1;
+        if let Some(entry) = self.keys.get_mut(&key) {
+            entry.hits += 1;
+        }
+        true
+    }
+
     /// Removes every hold of `key` without settling any; their bytes.
     fn remove_key(&mut self, key: BucketId) -> Option<i64> {
         let names: Vec<BucketId> = self
@@ -197,13 +226,15 @@ impl Inner {
             match (op.slots, op.phase) {
                 (Some(max), phase) => {
                     if phase == Phase::Settle {
-                        freed += ledger.remove(key, name).map_or(0, |h| h.bytes());
+                        freed += ledger.give_back_slot(key, name);
                     }
+                    // A second hold of a slot's name is refused, and Envoy settles it after
+                    // its stream all the same: the slot then waits for both settles.
+                    let named_twice =
+                        phase == Phase::Hold && ledger.expect_another_settle(key, name);
                     let held = ledger.held(key);
                     let over = match phase {
-                        Phase::Hold => {
-                            held.holds >= u64::from(max) || full || ledger.contains(key, name)
-                        }
+                        Phase::Hold => held.holds >= u64::from(max) || full || named_twice,
                         Phase::Peek => held.holds >= u64::from(max),
                         Phase::Settle => false,
                     };
