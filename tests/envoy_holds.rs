@@ -461,14 +461,12 @@ async fn a_concurrency_limit_caps_the_streams_in_flight_and_slots_come_back() {
     assert_eq!(count(&wave.finish(&backend).await, 200), 3);
 }
 
-/// Why the example's listener replaces every client's `x-request-id`: an Envoy that keeps
-/// a client's own (as Envoy 1.40 does for loopback and private peers when
-/// `internal_address_config` lists no ranges) lets the
-/// client name its slot. Each request that reuses the name of one in flight is refused,
-/// but its settle, sent after every stream, gives that slot back: one client's streams in
-/// flight then grow past the limit.
+/// An Envoy that keeps a client's own `x-request-id` (as Envoy 1.40 does for loopback and
+/// private peers when `internal_address_config` lists no ranges) lets the client name its
+/// slot. A request reusing the name of one in flight is refused, and its settle, which
+/// Envoy sends after every stream, must not free the slot of the one still running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_envoy_keeping_client_request_ids_lets_a_refused_request_free_a_slot() {
+async fn a_refused_request_reusing_a_slots_name_does_not_free_it() {
     let server = Meshlimit::start(&example_config("envoy-holds"), &[]).await;
     let backend = Backend::start().await;
     let internal = "          internal_address_config: { cidr_ranges: [{ address_prefix: 192.0.2.1, prefix_len: 32 }] }\n";
@@ -487,29 +485,36 @@ async fn an_envoy_keeping_client_request_ids_lets_a_refused_request_free_a_slot(
         ..Ask::stream("mallory")
     };
 
-    let mut waves = Vec::new();
-    for _ in 0..20 {
-        if backend.in_flight() > MAX_IN_FLIGHT {
-            break;
-        }
+    let first = Wave::send(&backend, &envoys, vec![same.clone()]).await;
+    assert_eq!(first.admitted, 1);
+    // One by one, each refused, its settle sent once its 429 is: were it to free the
+    // slot, the next would be admitted.
+    let mut refused = Vec::new();
+    for i in 0..8 {
+        let before = calls(server.http).await;
         let wave = Wave::send(&backend, &envoys, vec![same.clone()]).await;
-        if wave.refused() == 1 {
-            // The refusal's settle lands after it: the slot in use is gone.
-            wait_until(
-                "the slot given back",
-                || slots_in_use(server.http, "mallory"),
-                |n| n == 0,
-            )
-            .await;
-        }
-        waves.push(wave);
+        assert_eq!((wave.admitted, wave.refused()), (0, 1), "request {i}");
+        wait_until(
+            "its hold and settle",
+            || calls(server.http),
+            |n| n == before + 2,
+        )
+        .await;
+        refused.push(wave);
     }
-    let in_flight = backend.in_flight();
-    for wave in waves {
-        wave.finish(&backend).await;
+    assert_eq!(slots_in_use(server.http, "mallory").await, 1);
+    assert_eq!(backend.max_in_flight(), 1);
+    for wave in refused {
+        assert_eq!(count(&wave.finish(&backend).await, 429), 1);
     }
-    assert!(in_flight > MAX_IN_FLIGHT, "{in_flight} in flight");
-    eprintln!("client-chosen ids: {in_flight} streams of one user in flight at once");
+    assert_eq!(count(&first.finish(&backend).await, 200), 1);
+    // The last settle, the running request's, frees the slot.
+    wait_until(
+        "the slot back",
+        || slots_in_use(server.http, "mallory"),
+        |n| n == 0,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -605,15 +610,30 @@ async fn replicas_on_one_redis_hold_one_budget_and_one_limit() {
     assert_streams_capped(&backend, &envoys, one.http, "alice", 32).await;
 }
 
+/// The first sample of meshlimit's (at `http`) metrics whose line starts with `prefix`.
+async fn metric(http: SocketAddr, prefix: &str) -> u64 {
+    let (status, metrics) = support::http_get(http, "/metrics").await;
+    assert_eq!(status, 200, "GET /metrics: {metrics}");
+    metrics
+        .lines()
+        .find(|line| line.starts_with(prefix))
+        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {prefix} in {metrics}"))
+}
+
 /// Calls meshlimit (at `http`) answered with an error for their request, such as a
 /// give-back it refused.
 async fn refused_calls(http: SocketAddr) -> u64 {
-    let (status, metrics) = support::http_get(http, "/metrics").await;
-    assert_eq!(status, 200, "GET /metrics: {metrics}");
-    let name = r#"ratelimit_service_should_rate_limit_error{err_type="service_error"}"#;
-    support::sample(&metrics, name)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in {metrics}"))
+    metric(
+        http,
+        r#"ratelimit_service_should_rate_limit_error{err_type="service_error"}"#,
+    )
+    .await
+}
+
+/// `ShouldRateLimit` calls meshlimit (at `http`) answered.
+async fn calls(http: SocketAddr) -> u64 {
+    metric(http, "ratelimit_service_total_requests{").await
 }
 
 /// The SAN `--give-back-from` allows.
