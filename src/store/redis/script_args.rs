@@ -19,7 +19,7 @@ use super::leases::Want;
 use super::options::TimeSource;
 use crate::clock::Nanos;
 use crate::rules::{Algorithm, DEBT_PERIODS, Limit, Mode};
-use crate::store::Check;
+use crate::store::{Check, Phase};
 
 /// A token-bucket limit as the script's exact integers: time in quanta of `q`
 /// microseconds, one token worth `token`, refill `rate` per quantum, capacity `cap`.
@@ -157,7 +157,13 @@ pub(super) fn general_args(
         TimeSource::Redis => args.arg(""),
         TimeSource::Caller => args.arg(now / 1000),
     };
-    args.arg(checks.len());
+    let holds = hold_ops(checks).count();
+    if holds > 0 {
+        // Negative: hold ops follow the checks (see decide.lua's header).
+        args.arg(format!("-{}", checks.len()));
+    } else {
+        args.arg(checks.len());
+    }
     for (check, want) in checks.iter().zip(wants) {
         let mode = match check.mode {
             Mode::Enforce => "e",
@@ -201,8 +207,46 @@ pub(super) fn general_args(
             .arg(&numbers)
             .arg(lease);
     }
+    if holds > 0 {
+        args.arg(holds);
+        for (i, check, op) in hold_ops(checks) {
+            let hold = check.hold.as_ref().map_or("", |h| h.id);
+            let (ttl, max) = check
+                .hold
+                .map_or((0, 0), |h| ((h.ttl / 1000).max(1), h.slots.unwrap_or(0)));
+            args.arg(i + 1).arg(op).arg(hold).arg(ttl).arg(max);
+        }
+    }
     // About 8 bytes a field: a bound for a call's size, not an exact count.
-    8 * (2 + 9 * checks.len())
+    8 * (2 + 9 * checks.len() + 6 * holds)
+}
+
+/// The checks of `checks` with a hold op for decide.lua, in order: each one's index, the
+/// check, and the op's letter ('r' reserve, 's' settle, 'c' take a slot, 'x' give it
+/// back, 'p' peek at the slots). A reservation's peek asks nothing of its holds: none.
+pub(super) fn hold_ops<'c, 'k>(
+    checks: &'c [Check<'k>],
+) -> impl Iterator<Item = (usize, &'c Check<'k>, &'static str)> {
+    checks.iter().enumerate().filter_map(|(i, check)| {
+        let hold = check.hold?;
+        let op = match (hold.slots, hold.phase) {
+            (None, Phase::Hold) => "r",
+            (None, Phase::Settle) => "s",
+            (None, Phase::Peek) => return None,
+            (Some(_), Phase::Hold) => "c",
+            (Some(_), Phase::Settle) => "x",
+            (Some(_), Phase::Peek) => "p",
+        };
+        Some((i, check, op))
+    })
+}
+
+/// The Redis keys of a bucket's holds, from its key: a hash of the hits each hold keeps,
+/// and a sorted set of their expiries. The same hash tag, so the same Cluster slot as the
+/// bucket. A suffix no bucket key can end with: bucket keys are length-prefixed parts
+/// (`<length>:<part>`, see crate::bucket_key), and `:h` is not one.
+pub(super) fn hold_keys(bucket: &str) -> [String; 2] {
+    [format!("{bucket}:h"), format!("{bucket}:e")]
 }
 
 #[cfg(test)]
