@@ -111,7 +111,7 @@ fn main() {
     let rls = Rls::new(service(true));
     let messages: Vec<Bytes> = requests.iter().map(|r| message(r)).collect();
     for message in &messages {
-        ready(rls.should_rate_limit_traced(message.clone(), None)).unwrap();
+        ready(rls.should_rate_limit_traced(message.clone(), None, None)).unwrap();
     }
     let mut total = 0;
     for message in &messages {
@@ -119,7 +119,7 @@ fn main() {
         let message = message.clone();
         let mut answer = None;
         total += allocations(|| {
-            answer = Some(ready(rls.should_rate_limit_traced(message, None)).unwrap())
+            answer = Some(ready(rls.should_rate_limit_traced(message, None, None)).unwrap())
         });
         drop(answer);
     }

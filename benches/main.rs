@@ -19,6 +19,9 @@
 //! - `service/limits/{one,two,sliding}`: the same through the whole service.
 //! - `store/charges/{take,charge}`: a normal decision of 100 hits and a charge of the same
 //!   shape (target: charge at most take); `charge_into_debt`: one that ends in debt.
+//! - `store/holds/{take_then_charge,hold_then_settle}`: today's recipe's two calls (a
+//!   decision of 100 hits, a charge of 100) against a reservation's (a hold of 100, its
+//!   settle): the hold's own bookkeeping is the difference.
 //! - `service/per_descriptor/N`: requests of N = 1, 8, 64 distinct descriptors, as time per
 //!   descriptor (flat when a request's cost is linear in its descriptors).
 //! - `service/threads/{one_key,own_keys}/N`: two-descriptor requests from N = 1, 2 threads,
@@ -41,6 +44,7 @@ criterion_group!(
     store::flood,
     store::check_many,
     store::charges,
+    store::holds,
     store::limits,
     service::three_descriptors,
     service::per_descriptor,

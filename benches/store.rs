@@ -7,7 +7,7 @@ use meshlimit::bucket_key::BucketKey;
 use meshlimit::clock::ManualClock;
 use meshlimit::limiter::{self, State};
 use meshlimit::rules::{Algorithm, Limit, Mode, Unit};
-use meshlimit::store::{Check, MemoryStore};
+use meshlimit::store::{Check, HoldOp, MemoryStore, Phase};
 
 use crate::fixture::run_threads;
 
@@ -192,6 +192,53 @@ pub fn charges(c: &mut Criterion) {
             let mut check = check(&keys[i], small);
             check.hits = 100;
             black_box(store.check(black_box(&[check]), NOW));
+        })
+    });
+    group.finish();
+}
+
+/// A reservation's two calls, a hold of 100 hits then its settle of 100, against a
+/// decision of 100 hits then a charge of 100 (today's check-then-charge, the same
+/// shape): per pair, 1024 callers, each request its own hold id.
+pub fn holds(c: &mut Criterion) {
+    let keys = keys("h");
+    let ids: Vec<String> = (0..KEYS).map(|i| format!("req-{i:08}")).collect();
+    let store = store_with(&keys);
+    let charging = Limit {
+        charge: true,
+        ..limit()
+    };
+    let mut group = c.benchmark_group("store/holds");
+    group.throughput(Throughput::Elements(1));
+    let mut i = 0;
+    group.bench_function("take_then_charge", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            let mut take = check(&keys[i], limit());
+            take.hits = 100;
+            black_box(store.check(black_box(&[take]), NOW));
+            let mut charge = check(&keys[i], charging);
+            charge.hits = 100;
+            black_box(store.check(black_box(&[charge]), NOW));
+        })
+    });
+    let hold = |id, phase| HoldOp {
+        id,
+        phase,
+        ttl: 300 * 1_000_000_000,
+        slots: None,
+    };
+    group.bench_function("hold_then_settle", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            let mut reserve = check(&keys[i], limit());
+            reserve.hits = 100;
+            reserve.hold = Some(hold(&ids[i], Phase::Hold));
+            black_box(store.check(black_box(&[reserve]), NOW));
+            let mut settle = check(&keys[i], charging);
+            settle.hits = 100;
+            settle.hold = Some(hold(&ids[i], Phase::Settle));
+            black_box(store.check(black_box(&[settle]), NOW));
         })
     });
     group.finish();

@@ -25,6 +25,11 @@ pub enum RequestError {
         "descriptor {0}: is_negative_hits (a refund) needs a rule whose limits all have charge: always"
     )]
     RefundNotAllowed(usize),
+    /// A refund or a settle from a caller `--give-back-from` does not allow.
+    #[error(
+        "this caller may not give budget back (is_negative_hits, or a settle of a hold): see --give-back-from"
+    )]
+    GiveBackNotAllowed,
     /// The request is over one of the caps of [`crate::request_caps::RequestCaps`].
     #[error(transparent)]
     TooLarge(#[from] TooLarge),

@@ -16,6 +16,7 @@ use tonic::Status;
 
 use crate::clock::NANOS_PER_SEC;
 use crate::defaults;
+use crate::net::{Caller, GiveBack};
 use crate::request::{Override, Request, RequestDescriptor};
 use crate::rules::Unit;
 use crate::service::{self, Service};
@@ -51,6 +52,8 @@ pub struct Rls {
     draft_fields: bool,
     /// Traces sampled calls (`--tracing`); `None`: tracing off, no call looks further.
     traces: Option<Traces>,
+    /// Who may give budget back (`--give-back-from`).
+    give_back: GiveBack,
 }
 
 /// Names of the response headers meshlimit asks Envoy to add (the Go server's
@@ -83,7 +86,16 @@ impl Rls {
             headers: None,
             draft_fields: false,
             traces: None,
+            give_back: GiveBack::default(),
         }
+    }
+
+    /// Lets the callers `policy` allows give budget back (refunds, settles of holds);
+    /// anyone else's such request is answered `PERMISSION_DENIED` and changes nothing.
+    #[must_use]
+    pub fn with_give_back(mut self, policy: GiveBack) -> Self {
+        self.give_back = policy;
+        self
     }
 
     /// Traces sampled calls with `traces` (`None`: no tracing, the default).
@@ -131,11 +143,15 @@ impl Rls {
         &self,
         message: Bytes,
         span: Option<&RequestSpan>,
+        caller: Option<&Caller>,
     ) -> Result<WireResponse, Status> {
+        let may_give_back = self.give_back.allows(caller);
         let Some(span) = span else {
-            return self.read_and_answer(message, None).await;
+            return self.read_and_answer(message, None, may_give_back).await;
         };
-        let answer = self.read_and_answer(message, Some(span)).await;
+        let answer = self
+            .read_and_answer(message, Some(span), may_give_back)
+            .await;
         record(span, &answer);
         answer
     }
@@ -145,13 +161,16 @@ impl Rls {
         &self,
         message: Bytes,
         span: Option<&RequestSpan>,
+        may_give_back: bool,
     ) -> Result<WireResponse, Status> {
         let mut request = wire::WireRequest::default();
         if wire::read(&message, &mut request).is_some() {
-            return self.answer(request.as_request(), span).await;
+            let request = request.as_request().giving_back(may_give_back);
+            return self.answer(request, span).await;
         }
         let request = RateLimitRequest::decode(message.as_ref()).map_err(malformed)?;
-        let request = Request::new(&request.domain, &request.descriptors, request.hits_addend);
+        let request = Request::new(&request.domain, &request.descriptors, request.hits_addend)
+            .giving_back(may_give_back);
         self.answer(request, span).await
     }
 

@@ -17,19 +17,21 @@ use std::fmt::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{RawQuery, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::{Extension, Router};
 
 use crate::admin_token::AdminToken;
 use crate::clock::rfc3339;
+use crate::error::RequestError;
 use crate::explain;
 use crate::json;
 use crate::metrics::{self, Metrics};
+use crate::net::{Caller, GiveBack};
 use crate::page::{self, Page};
 use crate::request::{self, Descriptor};
 use crate::rules::Rule;
@@ -87,6 +89,8 @@ pub struct Operator {
     pub page: Arc<Page>,
     /// Traces sampled `/json` requests (`--tracing`); `None`: off.
     pub traces: Option<Traces>,
+    /// Who may give budget back through `/json` (`--give-back-from`), as over gRPC.
+    pub give_back: GiveBack,
 }
 
 const INDEX: &str = "meshlimit operator endpoints:
@@ -244,23 +248,34 @@ fn bad_request(why: impl std::fmt::Display) -> Response {
 
 /// `POST /json`: see [`json_answer`]. Other methods get 405 with `Allow: POST` (from the
 /// router): a `GET` must not consume quota, as links, crawlers and prefetches send them.
-async fn json_endpoint(State(op): State<Operator>, headers: HeaderMap, body: Bytes) -> Response {
+async fn json_endpoint(
+    State(op): State<Operator>,
+    caller: Option<Extension<Caller>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let span = match &op.traces {
         None => None,
         Some(traces) => traces.server_span(&headers, JSON_SPAN),
     };
-    json_answer_in(&op.service, &body, span.as_ref()).await
+    let may_give_back = op.give_back.allows(caller.as_ref().map(|c| &c.0));
+    json_answer_in(&op.service, &body, span.as_ref(), may_give_back).await
 }
 
 /// What `/json` answers for `body`, a `RateLimitRequest` in JSON: 200 with the response
 /// when OK, 429 when over the limit, 400 for a body that is not a request or any service
 /// error (the Go server's codes). Public for the `/json` fuzz target.
 pub async fn json_answer(service: &Service, body: &[u8]) -> Response {
-    json_answer_in(service, body, None).await
+    json_answer_in(service, body, None, true).await
 }
 
 /// [`json_answer`], recorded in `span` when the request is sampled.
-async fn json_answer_in(service: &Service, body: &[u8], span: Option<&RequestSpan>) -> Response {
+async fn json_answer_in(
+    service: &Service,
+    body: &[u8],
+    span: Option<&RequestSpan>,
+    may_give_back: bool,
+) -> Response {
     let request = match json::parse_request(body) {
         Ok(request) => request,
         Err(e) => {
@@ -270,7 +285,7 @@ async fn json_answer_in(service: &Service, body: &[u8], span: Option<&RequestSpa
             return bad_request(e);
         }
     };
-    let request = request.as_request();
+    let request = request.as_request().giving_back(may_give_back);
     if let Some(span) = span {
         span.request(request.domain, request.descriptors.len());
     }
@@ -290,6 +305,9 @@ async fn json_answer_in(service: &Service, body: &[u8], span: Option<&RequestSpa
             };
             let body = json::response_body(&answer);
             (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+        }
+        Err(e @ RequestError::GiveBackNotAllowed) => {
+            (StatusCode::FORBIDDEN, format!("Forbidden: {e}\n")).into_response()
         }
         Err(e) => bad_request(e),
     }

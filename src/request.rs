@@ -17,16 +17,28 @@ pub struct Request<'a, D> {
     /// The request's `hits_addend`: hits of every descriptor without its own (0 counts
     /// as 1).
     pub hits_addend: u32,
+    /// Whether its caller may give budget back (refunds, settles of holds): the edges
+    /// ask their `--give-back-from` policy; a request made inside the process may.
+    pub may_give_back: bool,
 }
 
 impl<'a, D> Request<'a, D> {
     /// A request of `descriptors` in `domain`, each taking `hits_addend` hits unless it
-    /// says otherwise.
+    /// says otherwise, from a caller that may give budget back.
     pub const fn new(domain: &'a str, descriptors: &'a [D], hits_addend: u32) -> Self {
         Self {
             domain,
             descriptors,
             hits_addend,
+            may_give_back: true,
+        }
+    }
+
+    /// This request, from a caller that may give budget back or not.
+    pub const fn giving_back(self, may: bool) -> Self {
+        Self {
+            may_give_back: may,
+            ..self
         }
     }
 }

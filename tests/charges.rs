@@ -99,6 +99,49 @@ async fn a_charge_past_the_budget_refuses_the_next_check_and_shows_as_debt() {
     }
 }
 
+/// Refunds hand budget back: only callers `--give-back-from` allows may. Loopback callers
+/// may by default; with `none`, nobody: PERMISSION_DENIED over gRPC, 403 over `/json`,
+/// and nothing changes.
+#[tokio::test]
+async fn a_refund_from_a_caller_not_allowed_is_permission_denied_and_changes_nothing() {
+    let (ml, _dir) = start(&["--give-back-from", "none"]).await;
+    let charge = ml.ask(user("alice", Some(9_000), false)).await;
+    assert!(charge.statuses[0].limit_remaining <= 1_000);
+    let mut client = ml.client().await;
+    let error = client
+        .should_rate_limit(user("alice", Some(9_000), true))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), tonic::Code::PermissionDenied, "{error:?}");
+    assert!(
+        error.message().contains("--give-back-from"),
+        "{}",
+        error.message()
+    );
+    let (code, body) = http_post(
+        ml.http,
+        "/json",
+        r#"{"domain":"llm","descriptors":[{"entries":[{"key":"user","value":"alice"}],"hits_addend":9000,"is_negative_hits":true}]}"#,
+    )
+    .await;
+    assert_eq!(code, 403, "{body}");
+    let check = ml.ask(user("alice", Some(0), false)).await;
+    // Refill alone takes 54 s from 1,000 to 10,000; the refund would have filled it.
+    let remaining = check.statuses[0].limit_remaining;
+    assert!(
+        remaining < 5_000,
+        "nothing given back: {remaining} remaining"
+    );
+
+    let (ml, _dir) = start(&[]).await;
+    ml.ask(user("alice", Some(600), false)).await;
+    let refund = ml.ask(user("alice", Some(600), true)).await;
+    assert_eq!(
+        refund.statuses[0].limit_remaining, 10_000,
+        "loopback may by default"
+    );
+}
+
 #[tokio::test]
 async fn a_refund_where_the_rule_does_not_charge_is_invalid_argument() {
     let (ml, _dir) = start(&[]).await;

@@ -45,6 +45,7 @@ pub(super) fn start_operator(
         admin_token: parts.admin_token.clone(),
         quotas: parts.quotas.clone(),
         traces: parts.traces(),
+        give_back: settings.give_back.clone(),
     }
 }
 

@@ -156,6 +156,7 @@ impl<H: Health> GrpcServer<H> {
                 .with_response_headers(settings.response_headers.clone())
                 .with_draft_fields(settings.draft_headers)
                 .with_traces(parts.traces())
+                .with_give_back(settings.give_back.clone())
                 .into_server(),
             self.health,
             quota_service.into_server(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::config::SharedDomains;
 use crate::defaults;
 use crate::grpc::HeaderNames;
-use crate::net::TlsFiles;
+use crate::net::{GiveBack, TlsFiles};
 use crate::request_caps::RequestCaps;
 use crate::rules::Algorithm;
 use crate::source::ConfigSource;
@@ -90,6 +90,8 @@ pub struct Settings {
     /// The file holding the token that guards the operator endpoints (see
     /// [`crate::admin_token`]); `None`: no guard.
     pub admin_token_file: Option<PathBuf>,
+    /// Who may give budget back: refunds and settles of holds (`--give-back-from`).
+    pub give_back: GiveBack,
     /// Most series each `detailed_metric` or `value_to_metric` rule creates for request
     /// values, and most unknown domains with a series of their own, so that callers
     /// cannot grow the metrics without bound.
@@ -145,6 +147,7 @@ impl Settings {
             http_tls: None,
             request_caps: RequestCaps::default(),
             admin_token_file: None,
+            give_back: GiveBack::default(),
             max_metric_values: defaults::MAX_METRIC_VALUES,
             rlqs_unmatched: Unmatched::Allow,
             rlqs_assignment_ttl: defaults::RLQS_ASSIGNMENT_TTL,

@@ -241,6 +241,17 @@ pub struct Serve {
         value_delimiter = ','
     )]
     pub(crate) grpc_client_san: Vec<String>,
+    /// Who may give budget back, by refunds (is_negative_hits) and settles of holds:
+    /// loopback (callers on this host: the default), anyone, none, or san:NAME (an mTLS
+    /// client certificate valid for NAME). Repeat the flag, or separate with commas;
+    /// anyone else gets PERMISSION_DENIED and nothing changes.
+    #[arg(
+        long,
+        env = "MESHLIMIT_GIVE_BACK_FROM",
+        value_delimiter = ',',
+        value_parser = super::values::give_back_source
+    )]
+    pub(crate) give_back_from: Vec<String>,
     /// PEM certificate chain for TLS on --http-addr (not --debug-addr, --metrics-addr).
     #[arg(long, env = "MESHLIMIT_HTTP_TLS_CERT", requires = "http_tls_key")]
     pub(crate) http_tls_cert: Option<PathBuf>,

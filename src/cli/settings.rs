@@ -7,7 +7,7 @@ use super::serve::Serve;
 use super::values::{RateLimitHeadersArg, StoreKind};
 use crate::app::Settings;
 use crate::grpc::{HeaderNames, LIMIT_FIELD, POLICY_FIELD};
-use crate::net::TlsFiles;
+use crate::net::{GiveBack, TlsFiles};
 use crate::request_caps::RequestCaps;
 use crate::source::ConfigSource;
 use crate::statsd::StatsdSettings;
@@ -65,6 +65,8 @@ impl Serve {
                 max_value_bytes: self.max_value_bytes,
             },
             admin_token_file: self.admin_token_file,
+            // Each value was checked by its parser.
+            give_back: GiveBack::parse(&self.give_back_from).unwrap_or_default(),
             max_metric_values: self.max_metric_values,
             rlqs_unmatched: self.rlqs_unmatched.into(),
             rlqs_assignment_ttl: Duration::from_millis(self.rlqs_assignment_ttl_ms),

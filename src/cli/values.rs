@@ -174,6 +174,13 @@ pub(super) fn ratio(text: &str) -> Result<f32, String> {
     }
 }
 
+/// One `--give-back-from` value, checked: `anyone`, `loopback`, `none` or `san:<name>`.
+pub(crate) fn give_back_source(value: &str) -> Result<String, String> {
+    crate::net::GiveBack::parse(&[value.to_string()])
+        .map(|_| value.to_string())
+        .map_err(|e| e.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,15 +12,15 @@ mod quota_bucket;
 use std::fmt::Write;
 
 use crate::bucket_key::BucketKey;
-use crate::clock::NANOS_PER_SEC;
+use crate::clock::{NANOS_PER_SEC, Nanos};
 use crate::error::{RequestError, StoreError};
 use crate::limiter::{Report, binding};
 use crate::matcher::{Listing, Matched, WalkStep};
-use crate::plan::{Plan, Resolved};
+use crate::plan::{Plan, PlannedHold, Resolved};
 use crate::request::{Descriptor, Request, RequestDescriptor};
-use crate::rules::{Algorithm, Limit, Mode, Rule};
+use crate::rules::{Algorithm, HOLD_KEY, HoldRule, Limit, Mode, Rule, SETTLE_KEY};
 use crate::service::Service;
-use crate::store::Store;
+use crate::store::{Held, Phase, Store};
 pub use quota_bucket::{BucketError, explain_bucket};
 
 /// Most entries listed where the text shows what a level offers.
@@ -71,12 +71,21 @@ pub async fn explain(
     } else {
         store.peek(&checks, service.clock().now()).await
     };
+    let mut held = Vec::with_capacity(checks.len());
+    for check in &checks {
+        held.push(match check.hold {
+            Some(_) => Some(store.held(&check.key, service.clock().now()).await),
+            None => None,
+        });
+    }
     let mut states = States {
         reports: states.as_ref().map(|reports| reports.iter()),
         redis: match store {
             Store::Redis(redis) => Some(redis.key_prefix()),
             _ => None,
         },
+        held: held.into_iter(),
+        now: service.clock().now(),
     };
     for (i, (d, resolved)) in request.descriptors.iter().zip(plan.resolved()).enumerate() {
         let entries: Vec<String> = d.entries().map(|(k, v)| format!("{k}={v}")).collect();
@@ -88,6 +97,14 @@ pub async fn explain(
                 "  limit override in the request: {} per {unit}; the config is not consulted",
                 o.requests_per_unit
             );
+        } else if let Resolved::Limited {
+            hold: Some(hold), ..
+        } = resolved
+            && hold.phase != Phase::Peek
+        {
+            let walked = d.entries().count() - 1;
+            walk(&mut out, &tree.explain(d.entries().take(walked), LISTED));
+            hold_line(&mut out, hold, plan.hold_op(hold).id, d);
         } else {
             walk(&mut out, &tree.explain(d.entries(), LISTED));
         }
@@ -103,6 +120,10 @@ struct States<'a, I> {
     reports: Result<I, &'a StoreError>,
     /// A Redis store's key prefix; `None` on the embedded store.
     redis: Option<&'a str>,
+    /// What each check's key holds, for checks of rules that hold; in request order.
+    held: std::vec::IntoIter<Option<Result<Held, StoreError>>>,
+    /// The store's clock, when the states were read.
+    now: Nanos,
 }
 
 /// What `resolved`, one descriptor of `plan`, comes to: its rule, and each limit's bucket
@@ -137,6 +158,11 @@ fn descriptor_result<'a, 'c, I: Iterator<Item = &'a Report>>(
         Ok(all) => all.by_ref().take(limits.len()).copied().collect(),
         Err(_) => Vec::new(),
     };
+    let held: Vec<_> = states.held.by_ref().take(limits.len()).collect();
+    let holds = match resolved {
+        Resolved::Limited { hold: Some(h), .. } => Some(h.rule),
+        _ => None,
+    };
     let state_of = |i: usize, limit: &Limit| match (&states.reports, reports.get(i)) {
         (Err(e), _) => format!("cannot be read: {e}"),
         (Ok(_), Some(report)) => state(report, limit),
@@ -149,16 +175,31 @@ fn descriptor_result<'a, 'c, I: Iterator<Item = &'a Report>>(
             return;
         };
         if let Some(rule) = rule {
+            let what = match holds {
+                Some(HoldRule {
+                    slots: Some(max),
+                    ttl,
+                }) => format!(
+                    "at most {max} requests in flight (concurrency), a slot released after {} unsettled",
+                    seconds(ttl)
+                ),
+                Some(HoldRule { ttl, .. }) => format!(
+                    "{}; request-path hits held until settled, or released after {}",
+                    describe(&limit),
+                    seconds(ttl)
+                ),
+                None => describe(&limit),
+            };
             let _ = writeln!(
                 out,
-                "  rule: {}{}: {}{}",
+                "  rule: {}{}: {what}{}",
                 rule.full_key,
                 name(rule),
-                describe(&limit),
                 flags(rule, plan.mode_of(resolved))
             );
         }
         bucket_lines(out, "  ", &bucket, states.redis, &state_of(0, &limit));
+        held_line(out, "  ", holds, held.first(), states.now);
         return;
     }
     if let Some(rule) = rule {
@@ -175,6 +216,7 @@ fn descriptor_result<'a, 'c, I: Iterator<Item = &'a Report>>(
         let label = config.map_or_else(String::new, |c| c.label());
         let _ = writeln!(out, "  limit {label}: {}", describe(&limit));
         bucket_lines(out, "    ", &bucket, states.redis, &state_of(i, &limit));
+        held_line(out, "    ", holds, held.get(i), states.now);
         if i == bound && !reports.is_empty() {
             let why = if reports.iter().any(|r| r.over) {
                 "of the limits refusing, the longest wait"
@@ -316,6 +358,60 @@ fn bucket_lines(
         let _ = writeln!(out, "{indent}redis key: {}", bucket.redis_key(namespace));
     }
     let _ = writeln!(out, "{indent}state now: {now}");
+}
+
+/// The `hold` or `settle` entry ending descriptor `d`, which names a request rather
+/// than a level of the tree.
+fn hold_line<D: RequestDescriptor>(out: &mut String, hold: &PlannedHold, id: &str, d: &D) {
+    let n = d.entries().count();
+    let what = match (hold.phase, hold.rule.slots) {
+        (Phase::Hold, Some(_)) => "takes a concurrency slot named by it, until its settle",
+        (Phase::Hold, None) => "holds this descriptor's hits under its name, until its settle",
+        (_, Some(_)) => "gives back the concurrency slot of that name",
+        (_, None) => "settles the hold of that name: its hits are what was used",
+    };
+    let key = if hold.phase == Phase::Hold {
+        HOLD_KEY
+    } else {
+        SETTLE_KEY
+    };
+    let _ = writeln!(
+        out,
+        "    {n}. {key}={id}: names a request, not a level: {what}"
+    );
+}
+
+/// What a bucket of a rule that holds has in force (`held`, as the store reported it).
+fn held_line(
+    out: &mut String,
+    indent: &str,
+    holds: Option<HoldRule>,
+    held: Option<&Option<Result<Held, StoreError>>>,
+    now: Nanos,
+) {
+    let Some(rule) = holds else { return };
+    let text = match held {
+        Some(Some(Ok(held))) => {
+            let soonest = if held.holds == 0 {
+                String::new()
+            } else {
+                format!(
+                    "; the soonest expires in {}",
+                    seconds(held.soonest_expiry.saturating_sub(now))
+                )
+            };
+            match rule.slots {
+                Some(max) => format!("{} of {max} slots in use{soonest}", held.holds),
+                None => format!(
+                    "{} holds in force, {} hits held{soonest}",
+                    held.holds, held.hits
+                ),
+            }
+        }
+        Some(Some(Err(e))) => format!("cannot be read: {e}"),
+        _ => "unknown".into(),
+    };
+    let _ = writeln!(out, "{indent}holds: {text}");
 }
 
 /// A limit's state as a peek reports it.

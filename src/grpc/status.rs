@@ -27,6 +27,8 @@ pub(super) fn to_status(error: RequestError) -> Status {
         | RequestError::BadOverrideUnit(_)
         | RequestError::RefundNotAllowed(_)
         | RequestError::TooLarge(_) => Status::invalid_argument(error.to_string()),
+        // A caller the operator did not allow to hand budget back: nothing changed.
+        RequestError::GiveBackNotAllowed => Status::permission_denied(error.to_string()),
         // We could not decide. UNAVAILABLE lets Envoy apply its `failure_mode_deny`
         // setting, which is the operator's choice between failing open and closed.
         RequestError::Store(_) => Status::unavailable(error.to_string()),

@@ -31,6 +31,7 @@ use tonic::server::{Grpc, UnaryService};
 
 use super::codec::ShouldRateLimitCodec;
 use super::{Rls, WireResponse};
+use crate::net::Caller;
 use crate::traces::{RequestSpan, SHOULD_RATE_LIMIT_SPAN};
 
 /// The gRPC message prefix: a compressed flag, then the length as 4 big-endian bytes.
@@ -60,7 +61,11 @@ where
         let body = Prepended { first, rest: body };
         return through_tonic(rls, Request::from_parts(parts, body), span).await;
     };
-    match rls.should_rate_limit_traced(message, span.as_ref()).await {
+    let caller = parts.extensions.get::<Caller>();
+    match rls
+        .should_rate_limit_traced(message, span.as_ref(), caller)
+        .await
+    {
         Ok(answer) => one_message_response(|bytes| answer.encode(bytes)),
         Err(status) => status.into_http(),
     }
@@ -153,7 +158,8 @@ impl UnaryService<Bytes> for ShouldRateLimit {
         Box::pin(async move {
             // `Grpc::unary` calls the method it was given once and drops it.
             let rls = rls.ok_or_else(|| Status::internal("ShouldRateLimit called twice"))?;
-            rls.should_rate_limit_traced(request.into_inner(), span.as_ref())
+            let caller = request.extensions().get::<Caller>().cloned();
+            rls.should_rate_limit_traced(request.into_inner(), span.as_ref(), caller.as_ref())
                 .await
                 .map(tonic::Response::new)
         })

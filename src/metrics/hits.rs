@@ -7,6 +7,7 @@ use crate::config::Config;
 use crate::limiter::{Report, binding};
 use crate::plan::{Plan, Resolved};
 use crate::request::{Request, RequestDescriptor};
+use crate::store::Phase;
 
 impl Metrics {
     /// Counts the hits of `request`, decided on `config` by `plan`, with the store's
@@ -32,12 +33,32 @@ impl Metrics {
                     rule,
                     hits,
                     refund,
+                    hold,
                     ..
                 } => {
                     let (mine, others) = rest.split_at(limits.len().min(rest.len()));
                     rest = others;
+                    // A hold's last entry names a request: never a label.
+                    let named = d.entries().count()
+                        - usize::from(hold.as_ref().is_some_and(|h| h.phase != Phase::Peek));
+                    let entries = || d.entries().take(named);
+                    if let (Some(rule), Some(hold)) = (rule, hold) {
+                        let slots = hold.rule.slots.is_some();
+                        let taken = hold.phase == Phase::Hold && mine.iter().all(|r| !r.over);
+                        let held = match (taken, slots) {
+                            (false, _) => 0,
+                            (true, true) => 1,
+                            (true, false) => *hits,
+                        };
+                        let settled = hold.phase == Phase::Settle;
+                        rules.hold(domain, rule, entries, (held, settled, settled && slots));
+                        // Giving a slot back is no hit on the limit.
+                        if slots && settled {
+                            continue;
+                        }
+                    }
                     if let (Some(rule), true) = (rule, *refund) {
-                        rules.refunded(domain, rule, || d.entries(), *hits);
+                        rules.refunded(domain, rule, entries, *hits);
                         continue;
                     }
                     // The rule's series counts the descriptor once, as its status says:
@@ -45,7 +66,7 @@ impl Metrics {
                     let bound = binding(mine);
                     let limit = (bound < limits.len()).then(|| limits.get(bound).0);
                     if let (Some(limit), Some(report)) = (limit, mine.get(bound)) {
-                        rules.limited(domain, *rule, || d.entries(), &limit, *hits, report);
+                        rules.limited(domain, *rule, entries, &limit, *hits, report);
                     }
                     if let (Some(rule), true) = (rule, mine.len() > 1) {
                         rules.each_limit(rule, mine, bound, *hits);

@@ -168,6 +168,11 @@ impl Metrics {
                     "Of those, buckets not yet full again: each restarted a caller's limit from full.",
                     stats.evictions_weakened,
                 ),
+                (
+                    "meshlimit_store_holds_expired_total",
+                    "Holds and concurrency slots released unsettled after their TTL.",
+                    stats.holds_expired,
+                ),
             ];
             unlabelled_counters(out, &counters);
             let gauges = [
@@ -175,6 +180,11 @@ impl Metrics {
                     "meshlimit_store_buckets",
                     "Buckets the embedded store holds (at most --max-buckets).",
                     stats.buckets,
+                ),
+                (
+                    "meshlimit_store_holds",
+                    "Holds and concurrency slots the embedded store keeps (at most --max-buckets).",
+                    stats.holds,
                 ),
                 (
                     "meshlimit_store_bytes",

@@ -10,7 +10,7 @@ use crate::rules::{Algorithm, Limit};
 /// (see `super::stripes`), so that the cores counting a busy rule do not take its cache
 /// lines from each other.
 #[derive(Debug, Default)]
-pub(super) struct RuleStats(Counters<9>);
+pub(super) struct RuleStats(Counters<12>);
 
 /// What each counter of a [`RuleStats`] counts.
 #[derive(Debug, Clone, Copy)]
@@ -41,6 +41,12 @@ enum Hits {
     /// `ratelimit_service_rate_limit_debt`: hits of charges past what the limit had left,
     /// which the bucket owes.
     Debt,
+    /// `ratelimit_service_rate_limit_held`: hits held by admitted holds (a slot counts 1).
+    Held,
+    /// `ratelimit_service_rate_limit_settled`: settles of holds received.
+    Settled,
+    /// `ratelimit_service_rate_limit_released`: concurrency slots given back.
+    Released,
 }
 
 /// How one descriptor's hits count towards `within_limit`, `near_limit` and `over_limit`.
@@ -176,6 +182,20 @@ impl RuleStats {
         self.0.mine().add(Hits::Refunded as usize, hits);
     }
 
+    /// A hold taken of `hits` (1 for a slot), a settle, or a slot given back.
+    pub(super) fn hold(&self, held: u64, settled: bool, released: bool) {
+        let mine = self.0.mine();
+        if held > 0 {
+            mine.add(Hits::Held as usize, held);
+        }
+        if settled {
+            mine.add(Hits::Settled as usize, 1);
+        }
+        if released {
+            mine.add(Hits::Released as usize, 1);
+        }
+    }
+
     /// Hits allowed on an unlimited rule.
     pub(super) fn within(&self, hits: u64) {
         self.0.mine().add(Hits::Within as usize, hits);
@@ -189,12 +209,12 @@ impl RuleStats {
 /// The per-rule families: name, help, and the counter each reads.
 pub(super) type RuleFamily = (&'static str, &'static str, fn(&RuleStats) -> u64);
 
-/// The first of [`RULE_FAMILIES`] that only rules with `charge: always` count: their
-/// series are written only once not zero, so that a config without charges scrapes as
-/// it did.
+/// The first of [`RULE_FAMILIES`] that only rules with `charge: always` or holds count:
+/// their series are written only once not zero, so that a config without charges or
+/// holds scrapes as it did.
 pub(super) const FIRST_CHARGE_FAMILY: usize = 6;
 
-pub(super) const RULE_FAMILIES: [RuleFamily; 9] = [
+pub(super) const RULE_FAMILIES: [RuleFamily; 12] = [
     (
         "ratelimit_service_rate_limit_total_hits",
         "Hits (hits_addend) on each rule.",
@@ -239,6 +259,21 @@ pub(super) const RULE_FAMILIES: [RuleFamily; 9] = [
         "ratelimit_service_rate_limit_debt",
         "Hits charged on each rule past what its limit had left: the debt they ran up.",
         |s| s.read(Hits::Debt),
+    ),
+    (
+        "ratelimit_service_rate_limit_held",
+        "Hits held on each rule with reserve (slots on each concurrency rule) by admitted holds.",
+        |s| s.read(Hits::Held),
+    ),
+    (
+        "ratelimit_service_rate_limit_settled",
+        "Settles of holds received on each rule with reserve or concurrency.",
+        |s| s.read(Hits::Settled),
+    ),
+    (
+        "ratelimit_service_rate_limit_released",
+        "Concurrency slots given back on each concurrency rule by a settle.",
+        |s| s.read(Hits::Released),
     ),
 ];
 

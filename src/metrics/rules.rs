@@ -199,6 +199,21 @@ impl Rules<'_> {
         self.with_stats(domain, Some(rule), &entries, |stats| stats.refunded(hits));
     }
 
+    /// A hold of `rule`'s: `held` hits taken (1 for a slot), a settle, a slot given back.
+    pub(crate) fn hold<'e, I>(
+        &self,
+        domain: &str,
+        rule: &Rule,
+        entries: impl Fn() -> I,
+        (held, settled, released): (u64, bool, bool),
+    ) where
+        I: Iterator<Item = (&'e str, &'e str)>,
+    {
+        self.with_stats(domain, Some(rule), &entries, |stats| {
+            stats.hold(held, settled, released);
+        });
+    }
+
     /// Hits on an unlimited rule: all within its (absent) limit.
     pub(crate) fn unlimited<'e, I>(
         &self,

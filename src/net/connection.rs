@@ -21,6 +21,7 @@ use tokio::sync::watch;
 use tracing::debug;
 
 use super::activity::{Activity, Heard};
+use super::caller::Caller;
 use super::in_flight::Counted;
 use super::limit::Permit;
 use super::listener::Stream;
@@ -79,13 +80,23 @@ pub(crate) async fn serve_connection<S, B>(
     B: ResponseBody,
 {
     let activity = Activity::new();
+    let mut caller = Caller::of(&stream);
     let io = Heard::new(stream, activity.clone());
-    let service = Counted::new(service, activity.clone());
     let Some(tls) = &options.tls else {
+        let service = Counted::new(service, activity.clone(), caller);
         return drive(io, service, &activity, &options, builder, stop, &permit).await;
     };
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.acceptor().accept(io)).await {
-        Ok(Ok(io)) => drive(io, service, &activity, &options, builder, stop, &permit).await,
+        Ok(Ok(io)) => {
+            caller.certificate = io
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(<[_]>::first)
+                .map(|der| Arc::new(der.clone().into_owned()));
+            let service = Counted::new(service, activity.clone(), caller);
+            drive(io, service, &activity, &options, builder, stop, &permit).await
+        }
         Ok(Err(error)) => {
             permit.connections().count_tls_failure();
             debug!(%error, "TLS handshake failed");

@@ -21,11 +21,17 @@ pub(crate) struct Counted<S> {
     inner: S,
     /// The connection's activity, where each request is counted in flight.
     activity: Arc<Activity>,
+    /// Who is calling, put into each request's extensions.
+    caller: super::Caller,
 }
 
 impl<S> Counted<S> {
-    pub(crate) fn new(inner: S, activity: Arc<Activity>) -> Self {
-        Self { inner, activity }
+    pub(crate) fn new(inner: S, activity: Arc<Activity>, caller: super::Caller) -> Self {
+        Self {
+            inner,
+            activity,
+            caller,
+        }
     }
 }
 
@@ -40,7 +46,8 @@ where
     type Error = S::Error;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
 
-    fn call(&self, request: Request<Incoming>) -> Self::Future {
+    fn call(&self, mut request: Request<Incoming>) -> Self::Future {
+        request.extensions_mut().insert(self.caller.clone());
         let guard = self.activity.request();
         let mut inner = self.inner.clone();
         Box::pin(async move {

@@ -17,6 +17,7 @@
 
 mod accept;
 mod activity;
+mod caller;
 mod client_san;
 mod connection;
 pub mod descriptors;
@@ -29,6 +30,7 @@ mod tls;
 mod tls_error;
 mod tls_reload;
 
+pub use caller::{Caller, GiveBack};
 pub use connection::{ConnectionOptions, SILENT_TIMEOUT};
 pub use limit::Connections;
 pub use listener::Listener;

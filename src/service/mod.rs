@@ -299,6 +299,9 @@ impl Service {
         plan: &mut Plan<'_>,
     ) -> Result<Option<Answer>, RequestError> {
         plan.fill(request, &self.defaults)?;
+        if !request.may_give_back && plan.gives_back() {
+            return Err(RequestError::GiveBackNotAllowed);
+        }
         if plan.knows_domain() {
             return Ok(None);
         }

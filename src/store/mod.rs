@@ -90,6 +90,24 @@ impl Store {
     /// # Errors
     /// The store could not answer.
     pub async fn peek(&self, checks: &[Check<'_>], now: Nanos) -> Result<Reports, StoreError> {
+        // A peek takes no hold: a slot's is asked whether one is free, a reservation's is
+        // a check of its bucket.
+        let peeks: SmallVec<[Check<'_>; 4]>;
+        let checks = if checks.iter().any(|c| c.hold.is_some()) {
+            peeks = checks
+                .iter()
+                .map(|c| Check {
+                    hold: c.hold.filter(|h| h.slots.is_some()).map(|h| HoldOp {
+                        phase: Phase::Peek,
+                        ..h
+                    }),
+                    ..*c
+                })
+                .collect();
+            &peeks[..]
+        } else {
+            checks
+        };
         match self {
             Store::Memory(store) => Ok(checks.iter().map(|c| store.peek(c, now)).collect()),
             Store::Redis(store) => store.peek(checks, now).await,

@@ -49,6 +49,10 @@ pub struct MemoryStats {
     /// Of those, buckets that were not full again: each restarted a caller's limit from
     /// full (`meshlimit_store_evictions_weakened_total`).
     pub evictions_weakened: u64,
+    /// Holds and concurrency slots in force (`meshlimit_store_holds`).
+    pub holds: u64,
+    /// Holds released unsettled after their TTL (`meshlimit_store_holds_expired_total`).
+    pub holds_expired: u64,
 }
 
 /// What the store holds and has evicted. On cache lines of its own: its counters change
@@ -73,6 +77,10 @@ pub(super) struct Usage {
     unreported: AtomicU64,
     /// When the last warning was logged (store clock), 0 for never.
     warned_at: AtomicU64,
+    /// See [`MemoryStats::holds`].
+    holds: AtomicU64,
+    /// See [`MemoryStats::holds_expired`].
+    holds_expired: AtomicU64,
 }
 
 impl Usage {
@@ -90,6 +98,8 @@ impl Usage {
             weakened: AtomicU64::new(0),
             unreported: AtomicU64::new(0),
             warned_at: AtomicU64::new(0),
+            holds: AtomicU64::new(0),
+            holds_expired: AtomicU64::new(0),
         }
     }
 
@@ -108,6 +118,24 @@ impl Usage {
     /// Counts `bytes` added to a bucket held (a limit of a list seen for the first time).
     pub(super) fn grew(&self, bytes: u64) {
         self.bytes.fetch_add(bytes, Relaxed);
+    }
+
+    /// Counts the ledger's holds now (`count`), and `expired` more released unsettled.
+    pub(super) fn holds_now(&self, count: u64, expired: u64) {
+        self.holds.store(count, Relaxed);
+        if expired > 0 {
+            self.holds_expired.fetch_add(expired, Relaxed);
+        }
+    }
+
+    /// Counts `bytes` of holds taken (positive) or given up (negative): they count
+    /// towards the byte bound, not as buckets.
+    pub(super) fn holds_changed(&self, bytes: i64) {
+        if bytes >= 0 {
+            self.bytes.fetch_add(bytes.unsigned_abs(), Relaxed);
+        } else {
+            self.bytes.fetch_sub(bytes.unsigned_abs(), Relaxed);
+        }
     }
 
     /// Counts a bucket of `bytes` gone.
@@ -164,6 +192,8 @@ impl Usage {
             bytes: self.bytes.load(Relaxed),
             evictions: self.evictions.load(Relaxed),
             evictions_weakened: self.weakened.load(Relaxed),
+            holds: self.holds.load(Relaxed),
+            holds_expired: self.holds_expired.load(Relaxed),
         }
     }
 }

@@ -13,7 +13,7 @@ use ring::rand::{SecureRandom, SystemRandom};
 use siphasher::sip128::SipHasher13;
 
 /// A bucket's identity in the store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub(super) struct BucketId {
     /// Places the bucket: its shard and its slot in the shard's table.
     pub(super) low: u64,

@@ -37,6 +37,19 @@ impl Inner {
     /// one-descriptor decision too.
     #[inline(never)]
     pub(super) fn check_many(&self, checks: &[Check<'_>], now: Nanos) -> Reports {
+        self.check_many_fixed(checks, now, &[])
+    }
+
+    /// [`Inner::check_many`], but for the checks whose report `fixed` gives (a
+    /// concurrency slot's, decided by the ledger): their verdicts count, their buckets
+    /// are never touched.
+    pub(super) fn check_many_fixed(
+        &self,
+        checks: &[Check<'_>],
+        now: Nanos,
+        fixed: &[Option<Report>],
+    ) -> Reports {
+        let fixed_at = |i: usize| fixed.get(i).copied().flatten();
         // Extended, not collected: a collected vector is built elsewhere and copied in.
         let mut pending: SmallVec<[Pending; 4]> = SmallVec::new();
         pending.extend(checks.iter().map(|c| {
@@ -53,8 +66,12 @@ impl Inner {
         // check with its key, whose `state` is the bucket's evolving state.
         first_of_each_key(checks, &mut pending);
         let mut shards = ShardSet::default();
-        for p in &pending {
-            shards.insert(p.shard);
+        for (i, p) in pending.iter_mut().enumerate() {
+            if fixed_at(i).is_some() {
+                p.first = usize::MAX;
+            } else {
+                shards.insert(p.shard);
+            }
         }
         let mut guards: SmallVec<[MutexGuard<'_, Buckets>; 4]> =
             shards.iter().map(|s| self.shards[s].0.lock()).collect();
@@ -80,6 +97,10 @@ impl Inner {
         // keeps its verdict either way, which is what decides the request.
         let mut reports = Reports::new();
         for (i, check) in checks.iter().enumerate() {
+            if let Some(report) = fixed_at(i) {
+                reports.push(report);
+                continue;
+            }
             let first = pending[i].first;
             let bucket = &mut pending[first].state;
             let step = check.step(bucket.as_ref(), now);
@@ -98,6 +119,9 @@ impl Inner {
                 }
             }
             for (i, check) in checks.iter().enumerate() {
+                if fixed_at(i).is_some() {
+                    continue;
+                }
                 let first = pending[i].first;
                 let bucket = &mut pending[first].state;
                 let step = check.step(bucket.as_ref(), now);

@@ -36,6 +36,7 @@ mod bounds;
 mod bucket_id;
 mod cell;
 mod few;
+mod holds;
 mod listed;
 mod many;
 mod shard;
@@ -80,6 +81,8 @@ struct Inner {
     usage: Usage,
     /// The store's clock, for maintenance's "is it idle now" question.
     clock: Arc<dyn Clock>,
+    /// Holds and concurrency slots, taken only by requests that have one (see [`holds`]).
+    ledger: Mutex<holds::Ledger>,
 }
 
 /// One shard, alone on its cache lines so that cores working on different shards do not
@@ -112,6 +115,7 @@ impl MemoryStore {
             ids: IdHasher::random(),
             usage: Usage::new(bounds),
             clock,
+            ledger: Mutex::default(),
         };
         Self {
             inner: Arc::new(inner),
@@ -143,6 +147,7 @@ impl MemoryStore {
     pub fn maintain(&self) {
         let inner = &*self.inner;
         let now = inner.clock.now();
+        inner.expire_holds(now);
         for (index, shard) in inner.shards.iter().enumerate() {
             let mut buckets = shard.0.lock();
             if buckets.len() == 0 {
@@ -161,6 +166,9 @@ impl MemoryStore {
 
     /// Decides `checks` at `now`, all or nothing (see [`super::Store::check`]).
     pub fn check(&self, checks: &[Check<'_>], now: Nanos) -> Reports {
+        if checks.iter().any(|c| c.hold.is_some()) {
+            return self.inner.check_holding(checks, now);
+        }
         match checks {
             [check] => smallvec::smallvec![self.inner.check_one(check, now)],
             _ if Inner::one_listed_descriptor(checks) => self.inner.check_listed(checks, now),
@@ -173,19 +181,32 @@ impl MemoryStore {
 
     /// See [`super::Store::held`].
     pub fn held(&self, key: &BucketKey<'_>, now: Nanos) -> super::Held {
-        let _ = (key, now);
-        super::Held::default()
+        self.inner.held(key, now)
     }
 
-    /// See [`super::Store::reset`].
+    /// See [`super::Store::reset`]: the key's holds dropped, then its bucket's limit
+    /// (every limit, for a list's) forgotten, so that it is full again.
     pub fn reset(&self, key: &BucketKey<'_>) -> bool {
-        let _ = key;
-        false
+        let inner = &*self.inner;
+        let held = inner.drop_holds(key);
+        let id = inner.id(key);
+        let index = shard_index(id);
+        let mut buckets = inner.shards[index].0.lock();
+        let gone = buckets.forget(key, id);
+        inner.publish(index, &buckets);
+        drop(buckets);
+        if let Some(bytes) = gone {
+            inner.usage.removed(bytes);
+        }
+        held || gone.is_some()
     }
 
     /// What `check` would report at `now` for one more hit, changing nothing (a bucket
     /// that does not exist is full and stays absent; recency is not refreshed).
     pub fn peek(&self, check: &Check<'_>, now: Nanos) -> Report {
+        if let Some(max) = check.hold.and_then(|h| h.slots) {
+            return self.inner.peek_slots(&check.key, max, now);
+        }
         let id = self.inner.id(&check.key);
         let buckets = self.inner.shards[shard_index(id)].0.lock();
         let state = buckets.lookup(&check.key, id);

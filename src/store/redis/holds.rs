@@ -73,7 +73,13 @@ impl RedisStore {
         let script = redis::Script::new(HELD);
         let mut call = script.prepare_invoke();
         call.key(&holds).key(&expiries).arg(now_arg);
-        let (count, hits, soonest): (u64, u64, u64) = self.run_small(&holds, &call).await?;
+        let asked: Result<(u64, u64, u64), StoreError> = self.run_small(&holds, &call).await;
+        let (count, hits, soonest) = match (asked, inner.fallback.local()) {
+            (Ok(numbers), _) => numbers,
+            // Redis cannot answer: the local fallback decides alone, so it holds the holds.
+            (Err(_), Some(local)) => return Ok(local.held(key, now)),
+            (Err(why), None) => return Err(why),
+        };
         Ok(Held {
             holds: count,
             hits,
@@ -98,9 +104,17 @@ impl RedisStore {
             .key(&expiries)
             .arg(RESETS)
             .arg(reset_message(&inner.options.key_prefix, key.as_str()));
-        let existed: u64 = self.run_small(&bucket, &call).await?;
+        let asked: Result<u64, StoreError> = self.run_small(&bucket, &call).await;
         inner.forget(key.as_str());
-        Ok(existed > 0)
+        match (asked, inner.fallback.local()) {
+            (Ok(existed), local) => {
+                // What the fallback kept from an outage is stale now: dropped too.
+                Ok(local.is_some_and(|l| l.reset(key)) || existed > 0)
+            }
+            // Redis cannot reset: the local fallback decides alone meanwhile.
+            (Err(_), Some(local)) => Ok(local.reset(key)),
+            (Err(why), None) => Err(why),
+        }
     }
 
     /// Runs `script` on the node of `key`, within the store's timeout.

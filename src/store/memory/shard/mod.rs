@@ -277,6 +277,13 @@ impl Buckets {
         }
     }
 
+    /// Removes the bucket of `key` (whose descriptor's id is `id`; a list's limits go
+    /// together), if held: the operator's reset. The bytes it counted for.
+    pub(super) fn forget(&mut self, key: &BucketKey<'_>, id: BucketId) -> Option<u64> {
+        let slot = self.find(id, key.is_listed())?;
+        Some(self.remove(slot).bytes())
+    }
+
     /// Removes the least recently used bucket.
     pub(super) fn pop_oldest(&mut self) -> Option<Gone> {
         match self.oldest {
