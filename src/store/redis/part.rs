@@ -503,6 +503,38 @@ mod tests {
     }
 
     #[test]
+    fn a_request_with_holds_goes_to_the_general_script_with_its_hold_keys() {
+        let nothing = [Want::nothing(), Want::nothing()];
+        let held = Check {
+            hold: Some(crate::store::HoldOp {
+                id: "r1",
+                phase: crate::store::Phase::Hold,
+                ttl: 1_000,
+                slots: None,
+            }),
+            ..check("4:t:b", Mode::Enforce, 1)
+        };
+        let checks = [check("4:t:a", Mode::Enforce, 1), held];
+        let part = Part::new(
+            TimeSource::Redis,
+            keys(&["a", "b"]),
+            &checks,
+            &nothing,
+            5,
+            true,
+        );
+        assert_eq!(part.shape(), Shape::General);
+        // The checks' keys, then the held check's hold keys; one reply per check still.
+        assert_eq!(
+            part.keys.as_slice(),
+            keys(&["a", "b", "b:h", "b:e"]).as_slice()
+        );
+        assert_eq!(part.reply_len(), 1 + 5 * 2);
+        let sent = args(&evalsha("sha", &[&part]));
+        assert_eq!(sent[2], b"4".to_vec());
+    }
+
+    #[test]
     fn the_specialised_reply_reads_as_the_general_scripts() {
         let nothing = [Want::nothing(), Want::nothing()];
         // 100/s, burst 10: a token is 10,000 scaled units, the capacity 100,000.

@@ -315,6 +315,73 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn holds_follow_the_checks_their_count_negative_and_a_requests_without_them_cost_nothing() {
+        use crate::store::HoldOp;
+        let check = |hold| Check {
+            refund: false,
+            key: "4:test1:k".into(),
+            limit: limit(100, Unit::Second, 10),
+            hits: 2,
+            mode: Mode::Enforce,
+            descriptor: 0,
+            hold,
+        };
+        let op = |phase, slots| {
+            Some(HoldOp {
+                id: "r1",
+                phase,
+                ttl: 300_000_000_000,
+                slots,
+            })
+        };
+        let checks = [
+            check(None),
+            check(op(Phase::Hold, None)),
+            check(op(Phase::Settle, Some(5))),
+            // A reservation's peek asks nothing of its holds.
+            check(op(Phase::Peek, None)),
+        ];
+        let wants = [(); 4].map(|_| Want::nothing());
+        let mut cmd = Cmd::new();
+        general_args(&mut cmd, TimeSource::Caller, &checks, &wants, 7_000_999);
+        let sent = args(&cmd);
+        assert_eq!(sent[..2], ["7000", "-4"]);
+        // After the four checks' nine fields: two ops, each check index (1 on), op, id,
+        // ttl in µs, slots.
+        let ops = [
+            "2",
+            "2",
+            "r",
+            "r1",
+            "300000000",
+            "0",
+            "3",
+            "x",
+            "r1",
+            "300000000",
+            "5",
+        ];
+        assert_eq!(sent[2 + 4 * 9..], ops);
+        let ops: Vec<_> = hold_ops(&checks).map(|(i, _, op)| (i, op)).collect();
+        assert_eq!(ops, [(1, "r"), (2, "x")]);
+        assert_eq!(
+            hold_keys("ml1:{4:test}1:k"),
+            ["ml1:{4:test}1:k:h", "ml1:{4:test}1:k:e"]
+        );
+        // Without holds: the count as before, nothing after the checks.
+        let mut plain = Cmd::new();
+        general_args(
+            &mut plain,
+            TimeSource::Caller,
+            &checks[..1],
+            &wants[..1],
+            7_000_999,
+        );
+        let sent = args(&plain);
+        assert_eq!((sent[1].as_str(), sent.len()), ("1", 2 + 9));
+    }
+
+    #[test]
     fn only_token_buckets_in_enforce_or_shadow_are_bucket_checks() {
         let check = |mode| Check {
             refund: false,
