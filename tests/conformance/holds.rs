@@ -23,7 +23,8 @@ const S: u64 = NANOS_PER_SEC;
 
 /// A reservation on 100 a minute (a token every 600 ms: the clock never moves in the
 /// cases that read levels), one on 100 a day (a token every 864 s: five minutes refill
-/// less than one), three slots, and a limit of one a minute to deny requests with.
+/// less than one), three slots, a limit of one a minute to deny requests with, and
+/// reservations on windows.
 const HOLDS: &str = "
 domain: holds
 descriptors:
@@ -37,6 +38,12 @@ descriptors:
     concurrency: {max_in_flight: 3, ttl: 10m}
   - key: plain
     rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: fixed
+    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: fixed_window}
+    reserve: {ttl: 5m}
+  - key: sliding
+    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: sliding_window}
+    reserve: {ttl: 5m}
 ";
 
 fn service() -> (Service, ManualClock, Holds) {
@@ -255,4 +262,36 @@ async fn held_counts_live_holds_and_reset_drops_them_with_the_bucket() {
     assert!(store.reset(&api).await.expect("reset"));
     assert!(!store.reset(&api).await.expect("reset"), "nothing left");
     assert_eq!(one(&service, hits(&[("conc", "api")], 1)).await, (false, 3));
+}
+
+#[tokio::test]
+async fn a_settle_lands_even_when_another_descriptor_denies_the_request() {
+    let (service, _clock, _holds) = service();
+    assert_eq!(one(&service, hold("user_id", "alice", "r1", 30)).await, (false, 70));
+    assert!(!one(&service, hits(&[("plain", "x")], 1)).await.0);
+    let denied = call(
+        &service,
+        &[settle("user_id", "alice", "r1", 10), hits(&[("plain", "x")], 1)],
+    )
+    .await;
+    assert!(denied.over_limit);
+    assert_eq!(level(&service, "user_id", "alice").await, 90);
+    // The hold is gone: settled again, the hits are charged in full.
+    one(&service, settle("user_id", "alice", "r1", 10)).await;
+    assert_eq!(level(&service, "user_id", "alice").await, 80);
+}
+
+#[tokio::test]
+async fn windows_hold_and_settle_as_buckets_do() {
+    let (service, _clock, _holds) = service();
+    // A fixed window counts every hit, the refused hold's 30 too (as the Go server does):
+    // 120, then 20 given back and 10 charged.
+    for (key, left) in [("fixed", 0), ("sliding", 20)] {
+        assert_eq!(one(&service, hold(key, "alice", "r1", 30)).await, (false, 70), "{key}");
+        assert_eq!(one(&service, hold(key, "alice", "r2", 60)).await, (false, 10), "{key}");
+        assert!(one(&service, hold(key, "alice", "r3", 30)).await.0, "{key}");
+        one(&service, settle(key, "alice", "r1", 10)).await;
+        one(&service, settle(key, "alice", "r2", 70)).await;
+        assert_eq!(level(&service, key, "alice").await, left, "{key}");
+    }
 }
