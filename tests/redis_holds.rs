@@ -144,3 +144,50 @@ async fn a_reset_drops_every_replicas_over_limit_snapshot() {
     assert!(passes(&b, &pair, 1).await && passes(&b, &pair, 1).await);
     assert!(!passes(&a, &pair, 1).await);
 }
+
+#[tokio::test]
+async fn hold_keys_share_their_buckets_slot_expire_and_go_when_settled() {
+    let redis = RedisServer::start();
+    let service = replica(&redis.url(), Arc::new(SystemClock), |_| {});
+    assert!(passes(&service, &[("user", "alice"), ("hold", "r1")], 30).await);
+    assert!(passes(&service, &[("conc", "api"), ("hold", "s1")], 1).await);
+    let scanned = redis.cli(&["--scan"]);
+    let mut keys: Vec<&str> = scanned.lines().collect();
+    keys.sort_unstable();
+    let user = "ml1:{6:shared}4:user5:alice";
+    let conc = "ml1:{6:shared}4:conc3:api";
+    let expected = [
+        format!("{conc}:e"),
+        user.to_string(),
+        format!("{user}:e"),
+        format!("{user}:h"),
+    ];
+    assert_eq!(keys, expected, "a slot never writes its bucket");
+    const MINUTE_MS: i64 = 60_000;
+    for (key, at_least, at_most) in [
+        // Its hold's 5 minutes, and the day its release could still matter.
+        (
+            format!("{user}:h"),
+            5 * MINUTE_MS,
+            5 * MINUTE_MS + 1_440 * MINUTE_MS + 2,
+        ),
+        (
+            format!("{user}:e"),
+            5 * MINUTE_MS,
+            5 * MINUTE_MS + 1_440 * MINUTE_MS + 2,
+        ),
+        // A slot's 10 minutes: nothing to release.
+        (format!("{conc}:e"), 9 * MINUTE_MS, 10 * MINUTE_MS + 2),
+    ] {
+        let ttl: i64 = redis.cli(&["PTTL", &key]).parse().expect("PTTL");
+        assert!(
+            ttl > at_least && ttl <= at_most,
+            "{key}: PTTL {ttl}, not in {at_least}..={at_most}"
+        );
+    }
+    assert!(passes(&service, &[("user", "alice"), ("settle", "r1")], 30).await);
+    assert!(passes(&service, &[("conc", "api"), ("settle", "s1")], 1).await);
+    let scanned = redis.cli(&["--scan"]);
+    let keys: Vec<&str> = scanned.lines().collect();
+    assert_eq!(keys, [user], "settled: the hold keys are gone");
+}
