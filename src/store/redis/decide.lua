@@ -492,12 +492,12 @@ local function keep(key, s)
 end
 
 -- Decides the request of n checks whose fields follow ARGV[b + 1] (its now is ARGV[b - 1])
--- and whose keys follow KEYS[kb], its hold ops `ops` by check index (see hold_ops);
--- appends its reply to `out`.
+-- and whose keys follow KEYS[kb], its hold ops `ops` by check index (see hold_ops; nil
+-- without holds, which then cost nothing but a test per loop); appends its reply to `out`.
 local function decide(b, kb, n, out, ops)
   local first, stored, cur = {}, {}, {}
   for i = 1, n do
-    local op = ops[i]
+    local op = ops and ops[i]
     -- A slot's check never reads or writes its bucket: it has no `first`.
     if not (op and is_slot(op.op)) then
       first[i] = i
@@ -517,25 +517,27 @@ local function decide(b, kb, n, out, ops)
   -- Holds first, whatever the request's fate: expired ones purged (a reservation's hits
   -- released to its bucket, before anything is decided on it), settled ones removed and
   -- their check's hits made what was used less what was held.
-  for i = 1, n do
-    local op = ops[i]
-    if op then
-      local o = b + (i - 1) * STRIDE
-      if is_slot(op.op) then
-        redis.call('ZREMRANGEBYSCORE', op.ek, '-inf', now_us)
-      else
-        local back = purge(op.hk, op.ek)
-        if back > 0 then
-          stored[first[i]] = released(o, stored[first[i]], back)
-          cur[first[i]] = stored[first[i]]
-        end
-        if op.op == 's' then
-          local held = tonumber(redis.call('HGET', op.hk, op.id))
-          if held then
-            redis.call('HDEL', op.hk, op.id)
-            redis.call('ZREM', op.ek, op.id)
+  if ops then
+    for i = 1, n do
+      local op = ops[i]
+      if op then
+        local o = b + (i - 1) * STRIDE
+        if is_slot(op.op) then
+          redis.call('ZREMRANGEBYSCORE', op.ek, '-inf', now_us)
+        else
+          local back = purge(op.hk, op.ek)
+          if back > 0 then
+            stored[first[i]] = released(o, stored[first[i]], back)
+            cur[first[i]] = stored[first[i]]
           end
-          hits_at[o] = tonumber(ARGV[o + 2]) - (held or 0)
+          if op.op == 's' then
+            local held = tonumber(redis.call('HGET', op.hk, op.id))
+            if held then
+              redis.call('HDEL', op.hk, op.id)
+              redis.call('ZREM', op.ek, op.id)
+            end
+            hits_at[o] = tonumber(ARGV[o + 2]) - (held or 0)
+          end
         end
       end
     end
@@ -565,7 +567,7 @@ local function decide(b, kb, n, out, ops)
       st = slot_step(ops[i], pending)
     else
       st = step(o, cur[first[i]])
-      local op = ops[i]
+      local op = ops and ops[i]
       if op and op.op == 'r' and st.kind ~= 'w'
           and redis.call('ZCARD', op.ek) >= HOLD_CAP
           and redis.call('HEXISTS', op.hk, op.id) == 0 then
@@ -630,30 +632,32 @@ local function decide(b, kb, n, out, ops)
   end
 
   -- Holds kept when the request passed: a reservation's hits that were taken, a slot.
-  for i = 1, n do
-    local op = ops[i]
-    if op then
-      local o = b + (i - 1) * STRIDE
-      if denied then -- nothing kept
-      elseif op.op == 'r' then
-        local hits = tonumber(ARGV[o + 2])
-        if not reports[i][1] and hits > 0 and redis.call('HEXISTS', op.hk, op.id) == 0 then
-          redis.call('HSET', op.hk, op.id, hits)
+  if ops then
+    for i = 1, n do
+      local op = ops[i]
+      if op then
+        local o = b + (i - 1) * STRIDE
+        if denied then -- nothing kept
+        elseif op.op == 'r' then
+          local hits = tonumber(ARGV[o + 2])
+          if not reports[i][1] and hits > 0 and redis.call('HEXISTS', op.hk, op.id) == 0 then
+            redis.call('HSET', op.hk, op.id, hits)
+            redis.call('ZADD', op.ek, now_us + op.ttl, op.id)
+          end
+        elseif op.op == 'c' and steps[i].take then
           redis.call('ZADD', op.ek, now_us + op.ttl, op.id)
         end
-      elseif op.op == 'c' and steps[i].take then
-        redis.call('ZADD', op.ek, now_us + op.ttl, op.id)
       end
     end
-  end
-  for i = 1, n do
-    local op = ops[i]
-    if op then
-      if is_slot(op.op) then
-        reports[i] = slot_report(op, over(steps[i]))
-        expire_holds(op.hk, op.ek, 0)
-      else
-        expire_holds(op.hk, op.ek, release_span(b + (i - 1) * STRIDE))
+    for i = 1, n do
+      local op = ops[i]
+      if op then
+        if is_slot(op.op) then
+          reports[i] = slot_report(op, over(steps[i]))
+          expire_holds(op.hk, op.ek, 0)
+        else
+          expire_holds(op.hk, op.ek, release_span(b + (i - 1) * STRIDE))
+        end
       end
     end
   end
@@ -694,7 +698,7 @@ while a <= #ARGV do
     a = hb + 1 + h * HOLD_STRIDE
     kb = kb + n + 2 * h
   else
-    decide(a + 1, kb, n, out, {})
+    decide(a + 1, kb, n, out, nil)
     a = a + 2 + n * STRIDE
     kb = kb + n
   end
