@@ -6,12 +6,17 @@
 //! | `/json` | `ShouldRateLimit` as JSON: 200 OK, 429 over limit, 400 bad request |
 //! | `/rlconfig` | the loaded rules, one per line, the config version and last reload error |
 //! | `/explain` | how a request would be decided, consuming nothing |
+//! | `/bucket`, `/bucket/reset` | one descriptor's buckets, and resetting them ([`bucket`]) |
 //! | `/` | the operator page for browsers ([`crate::page`]), this list for others |
 //! | `/page/…` | the page's script, style and JSON documents |
 //!
 //! With `--admin-token-file`, every request but those to `/healthcheck`, the metrics
 //! paths and the plain-text `/` must carry the token ([`crate::admin_token`]), else 401. The
 //! `--metrics-addr` address serves [`metrics_router`]: metrics and health only.
+
+mod bucket;
+
+pub use bucket::OPERATOR_HEADER;
 
 use std::fmt::Write;
 use std::sync::Arc;
@@ -101,6 +106,10 @@ const INDEX: &str = "meshlimit operator endpoints:
   /explain      ?domain=D&descriptor=k=v,k2=v2 (repeatable), or POST a /json body:
                 how that request would be decided, consuming nothing;
                 ?domain=D&bucket=k=v,k2=v2: the rule a quota bucket id resolves to
+  /bucket       ?domain=D&descriptor=k=v,k2=v2: the matched rule's buckets as JSON
+                (level, debt, holds), consuming nothing
+  /bucket/reset POST ?domain=D&descriptor=k=v,k2=v2[&by=NAME]: those buckets reset
+                (full, holds dropped), logged with who asked
   /rlqs         the quota service's open streams, buckets and assignments
 ";
 
@@ -181,6 +190,8 @@ fn endpoints(operator: Operator) -> Router {
         .route("/json", post(json_endpoint))
         .route("/rlconfig", get(rlconfig))
         .route("/explain", get(explain_query).post(explain_json))
+        .route("/bucket", get(bucket::inspect))
+        .route("/bucket/reset", post(bucket::reset))
         .route("/rlqs", get(rlqs_page))
         .route("/metrics", get(scrape));
     let routed = [
@@ -189,6 +200,8 @@ fn endpoints(operator: Operator) -> Router {
         "/json",
         "/rlconfig",
         "/explain",
+        "/bucket",
+        "/bucket/reset",
         "/rlqs",
         "/metrics",
     ];

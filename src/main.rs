@@ -34,6 +34,10 @@ fn main() -> ExitCode {
             Ok(rt) => rt.block_on((*args).run()),
             Err(e) => fail(e),
         },
+        Command::Bucket(command) => match runtime(None) {
+            Ok(rt) => rt.block_on(command.run()),
+            Err(e) => fail(e),
+        },
         Command::Db(DbCommand::Init(args)) => match runtime(None) {
             Ok(rt) => rt.block_on(cli::db_init(&args)),
             Err(e) => fail(e),

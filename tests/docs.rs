@@ -399,7 +399,12 @@ fn every_flag_of_serve_is_documented_and_every_documented_flag_exists() {
     let (serve, serve_envs) = help(&["serve"]);
     assert!(serve.len() > 60, "serve --help listed only {serve:?}");
     let mut meshlimit = serve.clone();
-    for command in [&["validate"][..], &["explain"], &["db", "init"]] {
+    for command in [
+        &["validate"][..],
+        &["explain"],
+        &["bucket", "inspect"],
+        &["db", "init"],
+    ] {
         meshlimit.extend(help(command).0);
     }
     let others: BTreeSet<&str> = OTHER_PROGRAMS_FLAGS

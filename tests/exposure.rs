@@ -116,6 +116,8 @@ async fn admin_token_guards_everything_but_health_metrics_and_the_index() {
             ("GET", "/rlconfig", ""),
             ("GET", "/explain?domain=ops&descriptor=three=a", ""),
             ("POST", "/explain", BODY),
+            ("GET", "/bucket?domain=ops&descriptor=three=a", ""),
+            ("POST", "/bucket/reset?domain=ops&descriptor=three=a", ""),
             ("GET", "/no-such-page", ""),
         ] {
             for headers in [

@@ -33,6 +33,11 @@ domain: page_tokens
 descriptors:
   - key: user
     rate_limit: {unit: day, requests_per_unit: 1000, charge: always}
+  - key: reserving_user
+    rate_limit: {unit: day, requests_per_unit: 1000}
+    reserve: {ttl: 5m}
+  - key: in_flight
+    concurrency: {max_in_flight: 3, ttl: 10m}
 ";
 
 /// A descriptor value that would run if the page put it into the document as markup.
@@ -205,6 +210,41 @@ async fn the_page_shows_rules_rates_refusals_a_broken_edit_and_explanations() {
         explained.contains("IN DEBT: 4000 owed by charges"),
         "{explained}"
     );
+
+    // Holds: the rules say what they hold, the store counts the holds in force, and an
+    // explanation shows the slots in use.
+    assert!(tokens.contains("reserve, ttl 300s"), "{tokens}");
+    assert!(
+        tokens.contains("3 in flight") && tokens.contains("concurrency, ttl 600s"),
+        "{tokens}"
+    );
+    let mut hold = rls_request(
+        "page_tokens",
+        &[&[("reserving_user", "dan"), ("hold", "req-1")]],
+    );
+    hold.descriptors[0].hits_addend =
+        Some(envoy_types::pb::google::protobuf::UInt64Value { value: 400 });
+    ml.ask(hold).await;
+    ml.ask(rls_request(
+        "page_tokens",
+        &[&[("in_flight", "dan"), ("hold", "req-1")]],
+    ))
+    .await;
+    browser
+        .text_until("#store-info", "two holds in force", |t| {
+            t.contains("2 in force")
+        })
+        .await;
+    browser.clear("explain-descriptors").await;
+    browser
+        .type_into("explain-descriptors", "in_flight=dan")
+        .await;
+    browser.click("explain-submit").await;
+    browser
+        .text_until("#explain-result", "the slots in use", |t| {
+            t.contains("holds: 1 of 3 slots in use")
+        })
+        .await;
 
     // A broken edit: shown with its file and line, the config before it in force.
     std::fs::write(

@@ -1,10 +1,12 @@
-//! The `meshlimit` command line: `serve`, `validate`, `explain` and `db init`, their flags and what
-//! each command does. `main` only parses, starts logging and dispatches.
+//! The `meshlimit` command line: `serve`, `validate`, `explain`, `bucket` and `db init`,
+//! their flags and what each command does. `main` only parses, starts logging and
+//! dispatches.
 //!
 //! Without a command it serves, configured by envoyproxy/ratelimit's environment variables
 //! if those are set (see [`crate::gocompat`]), so that it can replace that server as it is
 //! deployed. Every default comes from [`crate::defaults`].
 
+mod bucket;
 mod explain;
 mod go_binary;
 mod serve;
@@ -19,6 +21,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+pub use bucket::{BucketArgs, BucketCommand};
 pub use explain::ExplainArgs;
 pub use go_binary::started_as_go_binary;
 pub use serve::Serve;
@@ -50,6 +53,10 @@ pub enum Command {
     /// (or where the walk stops), its bucket and, with --redis-url, the bucket's state in
     /// Redis. Consumes nothing.
     Explain(Box<ExplainArgs>),
+    /// Inspect or reset the buckets of one descriptor on a running server, through its
+    /// operator port (GET /bucket, POST /bucket/reset).
+    #[command(subcommand)]
+    Bucket(BucketCommand),
     /// Set up a PostgreSQL config source.
     #[command(subcommand)]
     Db(DbCommand),

@@ -7,6 +7,7 @@
 //! apply to a longer request, a request must end exactly at an entry with a
 //! `rate_limit`, and the walk never backtracks. The text says so where it matters.
 
+pub mod bucket_state;
 mod quota_bucket;
 
 use std::fmt::Write;

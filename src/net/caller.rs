@@ -12,6 +12,9 @@ use super::tls_error::TlsError;
 /// A connection's caller.
 #[derive(Debug, Clone, Default)]
 pub struct Caller {
+    /// The peer's address; `None` on the Unix socket. Logged with what an operator
+    /// endpoint changes (a bucket reset).
+    pub peer: Option<std::net::SocketAddr>,
     /// The peer is on this host: a loopback address, or the Unix socket.
     pub local: bool,
     /// The end-entity certificate the peer presented (mTLS), already verified.
@@ -24,12 +27,17 @@ pub struct Caller {
 impl Caller {
     /// The caller on `stream` before any TLS.
     pub(crate) fn of(stream: &super::listener::Stream) -> Self {
+        let peer = match stream {
+            tokio_util::either::Either::Left(tcp) => tcp.peer_addr().ok(),
+            tokio_util::either::Either::Right(_) => None,
+        };
         let local = match stream {
             tokio_util::either::Either::Left(tcp) => tcp.peer_addr().is_ok_and(|a| a.ip().is_loopback()
                 || matches!(a.ip(), std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()))),
             tokio_util::either::Either::Right(_) => true,
         };
         Caller {
+            peer,
             local,
             ..Caller::default()
         }

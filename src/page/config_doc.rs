@@ -75,8 +75,20 @@ pub struct RuleDoc {
     pub quota: bool,
     /// The rules it replaces.
     pub replaces: Vec<String>,
-    /// Its limits, all of which a request must have room in.
+    /// Its limits, all of which a request must have room in (none for a concurrency
+    /// rule, whose `concurrency` says it all).
     pub limits: Vec<LimitDoc>,
+    /// `reserve` or `concurrency`: what it holds per request in flight.
+    pub holds: Option<HoldsDoc>,
+}
+
+/// A rule's `reserve` or `concurrency`.
+#[derive(Debug, Serialize)]
+pub struct HoldsDoc {
+    /// `concurrency.max_in_flight`; `None` for `reserve`.
+    pub max_in_flight: Option<u32>,
+    /// How long a hold lasts unsettled, in seconds.
+    pub ttl_seconds: f64,
 }
 
 /// One limit of a rule.
@@ -153,9 +165,14 @@ fn rule_doc(rule: &Rule, default: crate::rules::Algorithm) -> RuleDoc {
         shadow: rule.mode.is_shadow(),
         quota: rule.mode.is_quota(),
         replaces: rule.replaces.clone(),
+        holds: rule.holds.map(|h| HoldsDoc {
+            max_in_flight: h.slots,
+            ttl_seconds: h.ttl as f64 / 1e9,
+        }),
         limits: rule
             .limits
             .iter()
+            .filter(|_| rule.holds.is_none_or(|h| h.slots.is_none()))
             .map(|limit| LimitDoc {
                 name: limit.name.clone(),
                 requests_per_unit: limit.requests_per_unit,

@@ -34,6 +34,10 @@ pub struct MemoryDoc {
     pub evictions: u64,
     /// Of those, buckets not full again.
     pub evictions_weakened: u64,
+    /// Holds and concurrency slots in force.
+    pub holds: u64,
+    /// Holds released unsettled after their TTL.
+    pub holds_expired: u64,
 }
 
 /// Redis as the store sees it.
@@ -91,6 +95,8 @@ impl Page {
                     max_bytes: bounds.bytes,
                     evictions: stats.evictions,
                     evictions_weakened: stats.evictions_weakened,
+                    holds: stats.holds,
+                    holds_expired: stats.holds_expired,
                 };
                 (Some(doc), None)
             }

@@ -155,6 +155,7 @@ function showStore(store) {
     facts.push(["buckets", m.buckets + " of " + m.max_buckets]);
     facts.push(["bytes", m.bytes + " of " + m.max_bytes]);
     facts.push(["evictions", m.evictions + " (" + m.evictions_weakened + " not yet full again)"]);
+    facts.push(["holds", m.holds + " in force (" + m.holds_expired + " released unsettled after their TTL)"]);
   }
   const nodes = $("redis-nodes");
   nodes.hidden = !store.redis;
@@ -209,6 +210,11 @@ function showConfig(config) {
         const rule = entry.rule;
         if (rule.unlimited) item.append(el("span", "mark", "unlimited"));
         for (const l of rule.limits) item.append(el("span", "limit", limitText(l, rule.limits.length > 1)));
+        if (rule.holds && rule.holds.max_in_flight !== null) {
+          item.append(el("span", "limit", rule.holds.max_in_flight + " in flight"));
+        }
+        if (rule.holds) item.append(el("span", "mark", (rule.holds.max_in_flight === null ? "reserve" : "concurrency") +
+          ", ttl " + rule.holds.ttl_seconds + "s"));
         if (rule.name) item.append(el("span", "mark", "name " + rule.name));
         if (rule.shadow) item.append(el("span", "mark", "shadow"));
         if (rule.quota) item.append(el("span", "mark", "quota"));

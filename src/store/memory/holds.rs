@@ -17,7 +17,12 @@
 //! budget back before its request ended. Within a key, holds are bounded anyway: each
 //! reservation takes at least one hit of the budget, each slot one of `max_in_flight`.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use foldhash::fast::RandomState;
+
+// Keyed by ids that are keyed hashes already: a fast hasher is enough.
+type HashMap<K, V> = std::collections::HashMap<K, V, RandomState>;
 
 use smallvec::SmallVec;
 
@@ -181,9 +186,14 @@ impl Inner {
         let mut fixed: SmallVec<[Option<Report>; 4]> = checks.iter().map(|_| None).collect();
         let mut record: SmallVec<[bool; 4]> = checks.iter().map(|_| false).collect();
         let mut freed = 0;
+        let mut named: SmallVec<[(BucketId, BucketId); 4]> = SmallVec::new();
         for (i, check) in checks.iter().enumerate() {
-            let Some(op) = check.hold else { continue };
+            let Some(op) = check.hold else {
+                named.push(Default::default());
+                continue;
+            };
             let (key, name) = (self.ids.id(check.key.as_str()), self.ids.id(op.id));
+            named.push((key, name));
             match (op.slots, op.phase) {
                 (Some(max), phase) => {
                     if phase == Phase::Settle {
@@ -223,7 +233,11 @@ impl Inner {
                 }
             }
         }
-        let mut reports = self.check_many_fixed(&asked, now, &fixed);
+        // Nearly always one check and no slot: the one-bucket path.
+        let mut reports = match (&asked[..], fixed.iter().all(Option::is_none)) {
+            ([one], true) => smallvec::smallvec![self.check_one(one, now)],
+            _ => self.check_many_fixed(&asked, now, &fixed),
+        };
         if !many::denied(&asked, |i| reports[i].over) {
             for (i, check) in checks.iter().enumerate() {
                 let Some(op) = check.hold.filter(|_| record[i] && !reports[i].over) else {
