@@ -191,6 +191,26 @@ async fn concurrency_slots_are_taken_given_back_peeked_at_and_expire() {
     assert_eq!(one(&service, hold("conc", "api", "s1", 1)).await, (false, 2));
 }
 
+/// Envoy settles every stream, a refused one too: the settle of a refused second hold of
+/// a slot's name must not free the slot of the request still in flight.
+#[tokio::test]
+async fn a_slot_held_twice_waits_for_both_settles() {
+    let (service, _clock, _holds) = service();
+    for id in ["s1", "s2", "s3"] {
+        one(&service, hold("conc", "api", id, 1)).await;
+    }
+    // s1 again: refused (twice, so three settles in all now).
+    assert_eq!(one(&service, hold("conc", "api", "s1", 1)).await, (true, 0));
+    assert_eq!(one(&service, hold("conc", "api", "s1", 1)).await, (true, 0));
+    for _ in 0..2 {
+        one(&service, settle("conc", "api", "s1", 1)).await;
+        assert_eq!(one(&service, hold("conc", "api", "s9", 1)).await, (true, 0), "s1 runs");
+    }
+    // The last settle frees it.
+    assert_eq!(one(&service, settle("conc", "api", "s1", 1)).await, (false, 1));
+    assert_eq!(one(&service, hold("conc", "api", "s9", 1)).await, (false, 0));
+}
+
 #[tokio::test]
 async fn a_slot_reports_when_the_soonest_expires() {
     let (service, clock, _holds) = service();

@@ -44,8 +44,9 @@
 --   ttl    how long a new hold lasts, in microseconds
 --   max    the concurrency limit's slots ('c', 'x', 'p'); 0 for a reservation
 -- and its KEYS after the request's check keys: per op, the check key's hold keys (see
--- hold_keys in src/store/redis/part.rs): '<key>:h' (hash id -> hits held) and '<key>:e'
--- (sorted set id scored by expiry in microseconds).
+-- hold_keys in src/store/redis/part.rs): '<key>:h' (hash id -> hits held; for a slot, the
+-- settles it waits for when its name was held twice) and '<key>:e' (sorted set id scored
+-- by expiry in microseconds).
 --
 -- Returns, request after request: denied, then per check: over, remaining, reset_us, a, b
 -- where
@@ -410,12 +411,29 @@ local function slot_step(op, pending)
   pending[op.ek] = taken
   local live = redis.call('ZCARD', op.ek) + (taken.count or 0)
   if op.op == 'x' then
-    redis.call('ZREM', op.ek, op.id)
+    -- One of the settles the slot waits for; the last gives it back.
+    local more = tonumber(redis.call('HGET', op.hk, op.id))
+    if more and more > 2 then
+      redis.call('HINCRBY', op.hk, op.id, -1)
+    elseif more then
+      redis.call('HDEL', op.hk, op.id)
+    else
+      redis.call('ZREM', op.ek, op.id)
+    end
     return { kind = 'c', passes = true }
   elseif op.op == 'p' then
     return { kind = 'c', passes = live < op.max }
   end
   local has = taken[op.id] or redis.call('ZSCORE', op.ek, op.id)
+  if has and not taken[op.id] then
+    -- A second hold of a slot's name: refused, and settled by Envoy all the same after
+    -- its stream, so the slot waits for one more settle (hk counts them past the first).
+    if redis.call('HEXISTS', op.hk, op.id) == 1 then
+      redis.call('HINCRBY', op.hk, op.id, 1)
+    else
+      redis.call('HSET', op.hk, op.id, 2)
+    end
+  end
   local passes = not has and live < op.max and live < HOLD_CAP
   if passes then
     taken[op.id] = true
@@ -523,7 +541,7 @@ local function decide(b, kb, n, out, ops)
       if op then
         local o = b + (i - 1) * STRIDE
         if is_slot(op.op) then
-          redis.call('ZREMRANGEBYSCORE', op.ek, '-inf', now_us)
+          purge(op.hk, op.ek)
         else
           local back = purge(op.hk, op.ek)
           if back > 0 then
