@@ -1,5 +1,6 @@
 //! The conformance table (cases.rs, limits.rs for several limits per descriptor,
-//! multipliers and sliding windows, and charges.rs for charges and refunds) on every
+//! multipliers and sliding windows, charges.rs for charges and refunds, and holds.rs for
+//! reservations and concurrency slots) on every
 //! store configuration ([`setup::Setup`]): one module of tests per configuration and
 //! file, e.g. `cargo test --test conformance cluster::`.
 
@@ -12,7 +13,7 @@ mod setup;
 /// configuration as `module`, whose tests build their services on that configuration
 /// (looked up by module name in [`SETUPS`]).
 macro_rules! on_every_store {
-    ($($module:ident, $limits:ident, $charges:ident: $setup:expr),* $(,)?) => {
+    ($($module:ident, $limits:ident, $charges:ident, $holds:ident: $setup:expr),* $(,)?) => {
         $(
             // Loaded once per configuration on purpose: that is the point of the table.
             #[allow(clippy::duplicate_mod)]
@@ -24,6 +25,9 @@ macro_rules! on_every_store {
             #[allow(clippy::duplicate_mod)]
             #[path = "charges.rs"]
             mod $charges;
+            #[allow(clippy::duplicate_mod)]
+            #[path = "holds.rs"]
+            mod $holds;
         )*
 
         /// Each table module's configuration, by module name.
@@ -32,17 +36,18 @@ macro_rules! on_every_store {
                 (stringify!($module), $setup),
                 (stringify!($limits), $setup),
                 (stringify!($charges), $setup),
+                (stringify!($holds), $setup),
             )*
         ];
     };
 }
 
 on_every_store! {
-    embedded, embedded_limits, embedded_charges: setup::Setup::Embedded,
-    redis, redis_limits, redis_charges: setup::Setup::Redis,
-    redis_leased, redis_leased_limits, redis_leased_charges: setup::Setup::RedisLeased,
-    local_fallback, local_fallback_limits, local_fallback_charges: setup::Setup::LocalFallback,
-    cluster, cluster_limits, cluster_charges: setup::Setup::Cluster,
+    embedded, embedded_limits, embedded_charges, embedded_holds: setup::Setup::Embedded,
+    redis, redis_limits, redis_charges, redis_holds: setup::Setup::Redis,
+    redis_leased, redis_leased_limits, redis_leased_charges, redis_leased_holds: setup::Setup::RedisLeased,
+    local_fallback, local_fallback_limits, local_fallback_charges, local_fallback_holds: setup::Setup::LocalFallback,
+    cluster, cluster_limits, cluster_charges, cluster_holds: setup::Setup::Cluster,
 }
 
 /// The store configuration of the table module at `module_path` (its `module_path!()`).

@@ -34,6 +34,20 @@
 --          leases, the debt ceiling (scaled): the capacity plus ten periods' refill
 -- Numbers stay below 2^53, where Lua's doubles are exact integers.
 --
+-- Holds (src/store/hold.rs): a request whose checks include holds sends its number of
+-- checks negative (-n), so that requests without them cost nothing more; after its checks
+-- come h, the number of hold ops, then per op 5 fields:
+--   check  the index (1 on) in the request of the check it belongs to (one op a check)
+--   op     'r' reserve | 's' settle a reservation | 'c' take a slot | 'x' give a slot back
+--          | 'p' peek at the slots
+--   id     the hold's name ('' for a peek)
+--   ttl    how long a new hold lasts, in microseconds
+--   max    the concurrency limit's slots ('c', 'x', 'p'); 0 for a reservation
+-- and its KEYS after the request's check keys: per op, the check key's hold keys (see
+-- hold_keys in src/store/redis/part.rs): '<key>:h' (hash id -> hits held; for a slot, the
+-- settles it waits for when its name was held twice) and '<key>:e' (sorted set id scored
+-- by expiry in microseconds).
+--
 -- Returns, request after request: denied, then per check: over, remaining, reset_us, a, b
 -- where
 --   t: a = debt after the decision (scaled, above the capacity when in debt), b = tokens
@@ -56,6 +70,9 @@ local SLOTS = SUBWINDOWS + 1
 local SLIDING_FORMAT = '<dd' .. string.rep('I4', SLOTS)
 -- The time of the request being decided, in microseconds; Redis' clock once read.
 local now_us, clock
+-- Hits that replace a check's own, by the check's ARGV offset: a settle's, what was used
+-- less what was held (negative: a refund).
+local hits_at = {}
 
 local function decode(raw)
   if not raw then return nil end
@@ -271,7 +288,7 @@ end
 
 -- The step of the check whose fields follow ARGV[o], on bucket state s.
 local function step(o, s)
-  local kind, hits = ARGV[o + 1], tonumber(ARGV[o + 2])
+  local kind, hits = ARGV[o + 1], hits_at[o] or tonumber(ARGV[o + 2])
   local a, b = tonumber(ARGV[o + 5]), tonumber(ARGV[o + 6])
   if kind == 't' then
     local cap = tonumber(ARGV[o + 7])
@@ -307,6 +324,145 @@ local function outcome(st, consumed)
   local state = { kind = 't', d = debt, at = st.at, tok = st.token, q = st.q, rate = st.rate,
                   cap = st.cap }
   return state, { not st.passes, remaining, reset * st.q, debt, 0 }
+end
+
+-- Holds (see the header and src/store/hold.rs). Hold keys are written as the call goes,
+-- not at its end as buckets are: nothing reads them back from `known`.
+local HOLD_STRIDE = 5
+-- Most holds (or slots) one key keeps: a reserve or a take beyond is over, so that callers
+-- that never settle cannot grow a key without bound (each purge reads its expired part).
+local HOLD_CAP = 100000
+-- Expired holds read at once when purging: unpack's arguments stay well within Lua's stack.
+local PURGE_BATCH = 1000
+
+-- Removes the holds of hash hk and sorted set ek past their time (expiry <= now); the
+-- hits they held, together.
+local function purge(hk, ek)
+  local total = 0
+  while true do
+    local gone = redis.call('ZRANGEBYSCORE', ek, '-inf', now_us, 'LIMIT', 0, PURGE_BATCH)
+    if #gone == 0 then return total end
+    local amounts = redis.call('HMGET', hk, unpack(gone))
+    for k = 1, #gone do total = total + (tonumber(amounts[k]) or 0) end
+    redis.call('HDEL', hk, unpack(gone))
+    redis.call('ZREM', ek, unpack(gone))
+  end
+end
+
+-- State s of the bucket of the check at ARGV[o] after `back` hits are given back: expired
+-- holds released, landing as a refund does (never past the burst, a window never below 0).
+local function released(o, s, back)
+  local kind = ARGV[o + 1]
+  local a, b = tonumber(ARGV[o + 5]), tonumber(ARGV[o + 6])
+  local st
+  if kind == 't' or kind == 'T' then
+    local cap, q = tonumber(ARGV[o + 7]), tonumber(ARGV[o + 8])
+    local top = cap
+    if kind == 'T' then top = tonumber(ARGV[o + 9]) end
+    st = landed_bucket(s, -back, a, b, cap, q, top)
+  elseif kind == 'w' or kind == 'W' then
+    st = window(s, -back, a, b)
+  else
+    st = landed_sliding(sliding(s, 0, a, b), -back)
+  end
+  local state = outcome(st, false)
+  return state
+end
+
+-- Microseconds after which a release of the check at ARGV[o] can no longer matter: its
+-- bucket full again from its ceiling, or its window over. Hold keys outlive their last
+-- hold by that, so that a hold expiring unseen is still released if it would count.
+local function release_span(o)
+  local kind = ARGV[o + 1]
+  local a, b = tonumber(ARGV[o + 5]), tonumber(ARGV[o + 6])
+  if kind == 't' or kind == 'T' then
+    local top = tonumber(ARGV[o + 7])
+    if kind == 'T' then top = tonumber(ARGV[o + 9]) end
+    return ceil_div(top, b) * tonumber(ARGV[o + 8])
+  elseif kind == 'w' or kind == 'W' then
+    return b * 1000000
+  end
+  return b
+end
+
+-- Keeps hold keys hk and ek until their latest hold expires and `span` microseconds more,
+-- or deletes them when they hold nothing.
+local function expire_holds(hk, ek, span)
+  local last = redis.call('ZRANGE', ek, -1, -1, 'WITHSCORES')
+  if #last == 0 then
+    redis.call('DEL', hk, ek)
+    return
+  end
+  local ms = math.max(1, math.ceil((tonumber(last[2]) - now_us + span) / 1000) + 1)
+  redis.call('PEXPIRE', ek, ms)
+  if redis.call('EXISTS', hk) == 1 then redis.call('PEXPIRE', hk, ms) end
+end
+
+-- Whether op letter `op` is a concurrency slot's.
+local function is_slot(op)
+  return op == 'c' or op == 'x' or op == 'p'
+end
+
+-- A slot op's step as if the request passes: over when every slot is in use (counting
+-- those this request takes before it), or, taking one, when `id` has one already. A slot
+-- given back is given back at once, whatever the fate.
+local function slot_step(op, pending)
+  local taken = pending[op.ek] or {}
+  pending[op.ek] = taken
+  local live = redis.call('ZCARD', op.ek) + (taken.count or 0)
+  if op.op == 'x' then
+    -- One of the settles the slot waits for; the last gives it back.
+    local more = tonumber(redis.call('HGET', op.hk, op.id))
+    if more and more > 2 then
+      redis.call('HINCRBY', op.hk, op.id, -1)
+    elseif more then
+      redis.call('HDEL', op.hk, op.id)
+    else
+      redis.call('ZREM', op.ek, op.id)
+    end
+    return { kind = 'c', passes = true }
+  elseif op.op == 'p' then
+    return { kind = 'c', passes = live < op.max }
+  end
+  local has = taken[op.id] or redis.call('ZSCORE', op.ek, op.id)
+  if has and not taken[op.id] then
+    -- A second hold of a slot's name: refused, and settled by Envoy all the same after
+    -- its stream, so the slot waits for one more settle (hk counts them past the first).
+    if redis.call('HEXISTS', op.hk, op.id) == 1 then
+      redis.call('HINCRBY', op.hk, op.id, 1)
+    else
+      redis.call('HSET', op.hk, op.id, 2)
+    end
+  end
+  local passes = not has and live < op.max and live < HOLD_CAP
+  if passes then
+    taken[op.id] = true
+    taken.count = (taken.count or 0) + 1
+  end
+  return { kind = 'c', passes = passes, take = passes }
+end
+
+-- A slot check's report after the decision: over, slots left, microseconds until the
+-- soonest slot expires (0 when none is in use), slots in use, 0.
+local function slot_report(op, is_over)
+  local live = redis.call('ZCARD', op.ek)
+  local reset = 0
+  local soonest = redis.call('ZRANGE', op.ek, 0, 0, 'WITHSCORES')
+  if #soonest > 0 then reset = math.max(0, tonumber(soonest[2]) - now_us) end
+  return { is_over, math.max(0, op.max - live), reset, live, 0 }
+end
+
+-- The hold ops of the request whose h follows ARGV[hb - 1] and whose hold keys follow
+-- KEYS[kh], by check index.
+local function hold_ops(hb, kh)
+  local ops = {}
+  for j = 1, tonumber(ARGV[hb]) do
+    local p = hb + (j - 1) * HOLD_STRIDE
+    ops[tonumber(ARGV[p + 1])] = {
+      op = ARGV[p + 2], id = ARGV[p + 3], ttl = tonumber(ARGV[p + 4]),
+      max = tonumber(ARGV[p + 5]), hk = KEYS[kh + 2 * j - 1], ek = KEYS[kh + 2 * j] }
+  end
+  return ops
 end
 
 -- Every bucket the call has met: its state after the latest request (false: absent), and
@@ -354,27 +510,61 @@ local function keep(key, s)
 end
 
 -- Decides the request of n checks whose fields follow ARGV[b + 1] (its now is ARGV[b - 1])
--- and whose keys follow KEYS[kb]; appends its reply to `out`.
-local function decide(b, kb, n, out)
+-- and whose keys follow KEYS[kb], its hold ops `ops` by check index (see hold_ops; nil
+-- without holds, which then cost nothing but a test per loop); appends its reply to `out`.
+local function decide(b, kb, n, out, ops)
   local first, stored, cur = {}, {}, {}
   for i = 1, n do
-    first[i] = i
-    for j = 1, i - 1 do
-      if KEYS[kb + j] == KEYS[kb + i] then
-        first[i] = first[j]
-        break
+    local op = ops and ops[i]
+    -- A slot's check never reads or writes its bucket: it has no `first`.
+    if not (op and is_slot(op.op)) then
+      first[i] = i
+      for j = 1, i - 1 do
+        if first[j] and KEYS[kb + j] == KEYS[kb + i] then
+          first[i] = first[j]
+          break
+        end
+      end
+      if first[i] == i then
+        stored[i] = load(KEYS[kb + i])
+        cur[i] = stored[i]
       end
     end
-    if first[i] == i then
-      stored[i] = load(KEYS[kb + i])
-      cur[i] = stored[i]
+  end
+
+  -- Holds first, whatever the request's fate: expired ones purged (a reservation's hits
+  -- released to its bucket, before anything is decided on it), settled ones removed and
+  -- their check's hits made what was used less what was held.
+  if ops then
+    for i = 1, n do
+      local op = ops[i]
+      if op then
+        local o = b + (i - 1) * STRIDE
+        if is_slot(op.op) then
+          purge(op.hk, op.ek)
+        else
+          local back = purge(op.hk, op.ek)
+          if back > 0 then
+            stored[first[i]] = released(o, stored[first[i]], back)
+            cur[first[i]] = stored[first[i]]
+          end
+          if op.op == 's' then
+            local held = tonumber(redis.call('HGET', op.hk, op.id))
+            if held then
+              redis.call('HDEL', op.hk, op.id)
+              redis.call('ZREM', op.ek, op.id)
+            end
+            hits_at[o] = tonumber(ARGV[o + 2]) - (held or 0)
+          end
+        end
+      end
     end
   end
 
   -- Pass 1: as if the request passes. Verdicts count per descriptor (over when any of its
   -- checks is), as src/limiter's request_denied: a quota descriptor with two limits is over
   -- when either is, not when both are.
-  local steps = {}
+  local steps, capped, pending = {}, {}, {}
   local denied, quota_seen, quota_all_over = false, false, true
   local function descriptor_verdict(mode, is_over)
     if mode == 'e' then
@@ -390,14 +580,27 @@ local function decide(b, kb, n, out)
   local group_mode, group_over = nil, false
   for i = 1, n do
     local o = b + (i - 1) * STRIDE
-    local st = step(o, cur[first[i]])
-    steps[i] = st
-    -- What later checks of the same bucket start from (a window's report waits for pass 2).
-    if st.kind == 's' then
-      cur[first[i]] = sliding_state(st, true)
+    local st
+    if not first[i] then
+      st = slot_step(ops[i], pending)
     else
-      cur[first[i]] = outcome(st, true)
+      st = step(o, cur[first[i]])
+      local op = ops and ops[i]
+      if op and op.op == 'r' and st.kind ~= 'w'
+          and redis.call('ZCARD', op.ek) >= HOLD_CAP
+          and redis.call('HEXISTS', op.hk, op.id) == 0 then
+        st.passes = false -- beyond the cap: over, nothing taken (a window counts anyway)
+        capped[i] = true
+      end
+      -- What later checks of the same bucket start from (a window's report waits for
+      -- pass 2).
+      if st.kind == 's' then
+        cur[first[i]] = sliding_state(st, true)
+      else
+        cur[first[i]] = outcome(st, true)
+      end
     end
+    steps[i] = st
     if i == 1 or ARGV[o + 4] ~= ARGV[o + 4 - STRIDE] then
       if i > 1 then descriptor_verdict(group_mode, group_over) end
       group_mode, group_over = ARGV[o + 3], false
@@ -414,27 +617,64 @@ local function decide(b, kb, n, out)
       if first[i] == i then cur[i] = stored[i] end
     end
     for i = 1, n do
-      local state, report = outcome(step(b + (i - 1) * STRIDE, cur[first[i]]), false)
-      cur[first[i]] = state
-      report[1] = over(steps[i])
-      reports[i] = report
+      if first[i] then
+        local st = step(b + (i - 1) * STRIDE, cur[first[i]])
+        if capped[i] then st.passes = false end
+        local state, report = outcome(st, false)
+        cur[first[i]] = state
+        report[1] = over(steps[i])
+        reports[i] = report
+      end
     end
   else
     for i = 1, n do
-      local _, report = outcome(steps[i], true)
-      reports[i] = report
+      if first[i] then
+        local _, report = outcome(steps[i], true)
+        reports[i] = report
+      end
     end
     -- Leases: whole tokens beyond the request's own, never more than the bucket holds
     -- ('T' never leases: its field is its ceiling).
     for i = 1, n do
       local o = b + (i - 1) * STRIDE
       local want = tonumber(ARGV[o + 9])
-      local s = cur[first[i]]
-      if want > 0 and s.kind == 't' and s.rate > 0 and ARGV[o + 1] == 't' then
+      local s = first[i] and cur[first[i]]
+      if s and want > 0 and s.kind == 't' and s.rate > 0 and ARGV[o + 1] == 't' then
         local lease = math.min(want, floor_div(s.cap - s.d, s.tok))
         if lease > 0 then
           s.d = s.d + lease * s.tok
           reports[i][5] = lease
+        end
+      end
+    end
+  end
+
+  -- Holds kept when the request passed: a reservation's hits that were taken, a slot.
+  if ops then
+    for i = 1, n do
+      local op = ops[i]
+      if op then
+        local o = b + (i - 1) * STRIDE
+        if denied then -- nothing kept
+        elseif op.op == 'r' then
+          local hits = tonumber(ARGV[o + 2])
+          if not reports[i][1] and hits > 0 and redis.call('HEXISTS', op.hk, op.id) == 0 then
+            redis.call('HSET', op.hk, op.id, hits)
+            redis.call('ZADD', op.ek, now_us + op.ttl, op.id)
+          end
+        elseif op.op == 'c' and steps[i].take then
+          redis.call('ZADD', op.ek, now_us + op.ttl, op.id)
+        end
+      end
+    end
+    for i = 1, n do
+      local op = ops[i]
+      if op then
+        if is_slot(op.op) then
+          reports[i] = slot_report(op, over(steps[i]))
+          expire_holds(op.hk, op.ek, 0)
+        else
+          expire_holds(op.hk, op.ek, release_span(b + (i - 1) * STRIDE))
         end
       end
     end
@@ -467,9 +707,19 @@ while a <= #ARGV do
     now_us = tonumber(ARGV[a])
   end
   local n = tonumber(ARGV[a + 1])
-  decide(a + 1, kb, n, out)
-  a = a + 2 + n * STRIDE
-  kb = kb + n
+  if n < 0 then
+    -- Holds follow the checks (see the header).
+    n = -n
+    local hb = a + 2 + n * STRIDE
+    local h = tonumber(ARGV[hb])
+    decide(a + 1, kb, n, out, hold_ops(hb, kb + n))
+    a = hb + 1 + h * HOLD_STRIDE
+    kb = kb + n + 2 * h
+  else
+    decide(a + 1, kb, n, out, nil)
+    a = a + 2 + n * STRIDE
+    kb = kb + n
+  end
 end
 
 -- Keep every bucket the call met, as the last request to decide it left it.

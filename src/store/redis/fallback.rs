@@ -63,6 +63,12 @@ impl Fallback {
         }
     }
 
+    /// The embedded store deciding alone under [`FailurePolicy::Local`]: what answers for
+    /// holds and resets too while Redis cannot.
+    pub(super) fn local(&self) -> Option<&MemoryStore> {
+        self.local.as_ref()
+    }
+
     /// The embedded store's upkeep, if there is one.
     pub(super) fn maintain(&self) {
         if let Some(local) = &self.local {

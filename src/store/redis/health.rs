@@ -114,6 +114,7 @@ impl RedisStore {
                 self.spawn_probe(node);
             }
         }
+        self.follow_resets();
         inner.over_limit_cache.run_pending_tasks();
         inner.leases.run_pending_tasks();
         inner.fallback.maintain();

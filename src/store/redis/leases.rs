@@ -191,7 +191,7 @@ impl Leases {
                     if leasable {
                         self.want(c)
                     } else {
-                        if c.lands() {
+                        if c.lands() || c.hold.is_some() {
                             // No more spending from a lease this check's debt would hide.
                             self.entries.invalidate(c.key.as_str());
                         }
@@ -266,13 +266,22 @@ impl Leases {
     pub(super) fn run_pending_tasks(&self) {
         self.entries.run_pending_tasks();
     }
+
+    /// Drops this replica's lease of bucket `key` (a reset): its tokens are not spent.
+    pub(super) fn forget(&self, key: &str) {
+        self.entries.invalidate(key);
+    }
 }
 
 /// Whether `check` may be answered from, or add to, a lease: a token bucket's, neither of a
 /// limit that charges nor a refund (see the module docs). A descriptor with a limit that is
-/// not leasable leases nothing for any of its limits ([`Leases::wants`]).
+/// not leasable leases nothing for any of its limits ([`Leases::wants`]). A hold's check
+/// never leases: its hits are held or settled in Redis alone.
 fn leasable(check: &Check<'_>) -> bool {
-    check.limit.algorithm == Algorithm::TokenBucket && !check.limit.charge && !check.refund
+    check.limit.algorithm == Algorithm::TokenBucket
+        && !check.limit.charge
+        && !check.refund
+        && check.hold.is_none()
 }
 
 impl RedisStore {

@@ -24,6 +24,11 @@
 //! (always on, [`over_limit_cache`]) and leased tokens (opt-in, [`leases`]). Neither ever
 //! answers a charge or a refund ([`Check::lands`]): those reach Redis, whichever script
 //! decides them, and land there, in the same one call as the rest of their request.
+//!
+//! Holds ([`crate::store::hold`]) are decided in the same one call, by decide.lua's hold
+//! section: a request with any goes to the general script, and neither cache answers it
+//! (a reservation's reply replaces the key's snapshot as a charge's does; a slot's is
+//! never kept). [`holds`] has the operator's view of them and resets.
 
 mod backend;
 mod call_queue;
@@ -32,6 +37,7 @@ mod cluster;
 mod conn;
 mod fallback;
 mod health;
+mod holds;
 mod leases;
 mod node;
 mod options;
@@ -52,6 +58,7 @@ pub use conn::SetupError;
 use conn::Target;
 use fallback::Fallback;
 pub use health::NodeStatus;
+pub use holds::RESETS;
 use leases::{Leases, Refill, Want};
 pub use options::{FailurePolicy, RedisOptions, RedisTlsFiles, TimeSource};
 use over_limit_cache::OverLimitCache;
@@ -91,6 +98,8 @@ struct Inner {
     fallback: Fallback,
     /// Where decisions were made, for [`RedisStore::stats`].
     counts: Counters,
+    /// Whether a task follows the resets of other replicas ([`RedisStore::follow_resets`]).
+    following_resets: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Inner {
@@ -125,6 +134,7 @@ impl RedisStore {
                 leases: Leases::new(options.lease, options.cache_size, options.lease_ttl),
                 fallback: Fallback::new(&options, clock),
                 counts: Counters::default(),
+                following_resets: std::sync::atomic::AtomicBool::new(false),
                 options,
             }),
         })
@@ -137,7 +147,9 @@ impl RedisStore {
     pub async fn check(&self, checks: &[Check<'_>], now: Nanos) -> Result<Reports, StoreError> {
         let inner = &*self.inner;
         let mut prefetch = None;
-        if let Some(reports) = inner.answer_locally(checks, now, &mut prefetch) {
+        // Holds are decided in Redis alone, like charges: the caches never answer them.
+        let holds = checks.iter().any(|c| c.hold.is_some());
+        if !holds && let Some(reports) = inner.answer_locally(checks, now, &mut prefetch) {
             if let (Some(refill), [check]) = (prefetch, checks) {
                 let store = self.clone();
                 let (key, limit) = (check.key.as_str().to_owned(), check.limit);
@@ -185,6 +197,7 @@ impl RedisStore {
         }
         // Its lease is being topped up: wait for that instead of racing it to Redis.
         if let [check] = checks
+            && check.hold.is_none()
             && inner.leases.wait_for_top_up(check, deadline).await
             && let Some(reports) = inner.answer_locally(checks, now, &mut None)
         {
@@ -225,20 +238,6 @@ impl RedisStore {
         }
     }
 
-    /// See [`crate::store::Store::held`]. (Placeholder until the Redis holds land.)
-    pub async fn held(
-        &self,
-        _key: &crate::bucket_key::BucketKey<'_>,
-        _now: Nanos,
-    ) -> Result<crate::store::Held, StoreError> {
-        Ok(crate::store::Held::default())
-    }
-
-    /// See [`crate::store::Store::reset`]. (Placeholder until the Redis holds land.)
-    pub async fn reset(&self, _key: &crate::bucket_key::BucketKey<'_>) -> Result<bool, StoreError> {
-        Ok(false)
-    }
-
     /// Each check's state in Redis at `now` as a check of 0 hits sees it, bypassing the
     /// local caches: a hit of 0 consumes nothing and leases nothing.
     ///
@@ -252,6 +251,14 @@ impl RedisStore {
                 hits: 0,
                 refund: false,
                 mode: Mode::Enforce,
+                // A slot's state is its slots; a reservation's, its bucket.
+                hold: c
+                    .hold
+                    .filter(|h| h.slots.is_some())
+                    .map(|h| crate::store::HoldOp {
+                        phase: crate::store::Phase::Peek,
+                        ..h
+                    }),
                 ..*c
             })
             .collect();
@@ -336,6 +343,12 @@ impl Inner {
         }
         let mut reports = Reports::with_capacity(checks.len());
         for ((check, answer), want) in checks.iter().zip(&reply.checks).zip(wants) {
+            if check.hold.is_some_and(|h| h.slots.is_some()) {
+                // A slot's numbers are not its bucket's, which it never touches: nothing
+                // to cache.
+                reports.push(answer.slot_report());
+                continue;
+            }
             let outcome = answer.outcome(check.limit.algorithm);
             let report = outcome.report(&check.limit);
             if let (After::TokenBucket { leased, .. }, false, Some(refill)) =

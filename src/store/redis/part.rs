@@ -19,7 +19,7 @@ use redis::Cmd;
 use super::leases::Want;
 use super::options::TimeSource;
 use super::reply::{self, CheckReply, Reply, ReplyError};
-use super::script_args::{BucketCheck, general_args};
+use super::script_args::{self, BucketCheck, general_args};
 use crate::clock::Nanos;
 use crate::store::Check;
 
@@ -69,7 +69,7 @@ impl Part {
     /// specialised script unless `specialised` is false.
     pub(crate) fn new(
         time: TimeSource,
-        keys: smallvec::SmallVec<[String; 4]>,
+        mut keys: smallvec::SmallVec<[String; 4]>,
         checks: &[Check<'_>],
         wants: &[Want],
         now: Nanos,
@@ -78,7 +78,10 @@ impl Part {
         // One key a check, all distinct: the specialised script numbers a call's buckets by
         // its parts' keys (`distinct_buckets`), check after check. Looked at last, and only
         // for short requests: `distinct` compares every pair of keys.
+        let holds = script_args::hold_ops(checks).count() > 0;
+        // Holds go to the general script: its hold section is the only one.
         let buckets = if specialised
+            && !holds
             && checks.len() <= BUCKETS_UP_TO
             && keys.len() == checks.len()
             && distinct(&keys)
@@ -97,6 +100,14 @@ impl Part {
                 (Args::Buckets(buckets), bytes)
             }
             None => {
+                // Each hold op's keys after the checks' (decide.lua's KEYS), in op order.
+                if holds {
+                    let extra: Vec<String> = script_args::hold_ops(checks)
+                        .filter_map(|(i, _, _)| keys.get(i))
+                        .flat_map(|key| script_args::hold_keys(key))
+                        .collect();
+                    keys.extend(extra);
+                }
                 let mut args = Cmd::new();
                 let bytes = general_args(&mut args, time, checks, wants, now);
                 (Args::General(args), bytes)
@@ -489,6 +500,38 @@ mod tests {
         assert!(general(&["a", "b"], &checks, &lease, true));
         let quota = [checks[0], check("4:t:c", Mode::Quota, 1)];
         assert!(general(&["a", "c"], &quota, &nothing, true));
+    }
+
+    #[test]
+    fn a_request_with_holds_goes_to_the_general_script_with_its_hold_keys() {
+        let nothing = [Want::nothing(), Want::nothing()];
+        let held = Check {
+            hold: Some(crate::store::HoldOp {
+                id: "r1",
+                phase: crate::store::Phase::Hold,
+                ttl: 1_000,
+                slots: None,
+            }),
+            ..check("4:t:b", Mode::Enforce, 1)
+        };
+        let checks = [check("4:t:a", Mode::Enforce, 1), held];
+        let part = Part::new(
+            TimeSource::Redis,
+            keys(&["a", "b"]),
+            &checks,
+            &nothing,
+            5,
+            true,
+        );
+        assert_eq!(part.shape(), Shape::General);
+        // The checks' keys, then the held check's hold keys; one reply per check still.
+        assert_eq!(
+            part.keys.as_slice(),
+            keys(&["a", "b", "b:h", "b:e"]).as_slice()
+        );
+        assert_eq!(part.reply_len(), 1 + 5 * 2);
+        let sent = args(&evalsha("sha", &[&part]));
+        assert_eq!(sent[2], b"4".to_vec());
     }
 
     #[test]

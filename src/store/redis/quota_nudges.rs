@@ -64,10 +64,21 @@ impl RedisStore {
     /// # Errors
     /// No node could be connected to and subscribed on within the store's timeout.
     pub async fn quota_nudges(&self) -> Result<Nudges, StoreError> {
+        Ok(Nudges(self.subscribe(QUOTA_NUDGES).await?))
+    }
+
+    /// Subscribes to `channel` on the first node that accepts (any node of a Cluster
+    /// hears every node's messages): the one that would hold the channel's name as a key,
+    /// which also reads a Cluster's slot map if nothing has yet, then the others. Shared by
+    /// the quota nudges and the resets (`holds.rs`).
+    ///
+    /// # Errors
+    /// No node could be connected to and subscribed on within the store's timeout.
+    pub(super) async fn subscribe(&self, channel: &str) -> Result<PubSubStream, StoreError> {
         let inner = &*self.inner;
         let mut last = None;
         let mut nodes = Vec::new();
-        match inner.backend.node_for(QUOTA_NUDGES).await {
+        match inner.backend.node_for(channel).await {
             Ok(node) => nodes.push(node),
             Err(e) => last = Some(e),
         }
@@ -79,11 +90,11 @@ impl RedisStore {
         for node in nodes {
             let subscribed = async {
                 let mut pubsub = node.pubsub().await?;
-                pubsub.subscribe(QUOTA_NUDGES).await?;
+                pubsub.subscribe(channel).await?;
                 Ok::<_, redis::RedisError>(pubsub)
             };
             match tokio::time::timeout(inner.options.timeout, subscribed).await {
-                Ok(Ok(pubsub)) => return Ok(Nudges(pubsub.into_on_message())),
+                Ok(Ok(pubsub)) => return Ok(pubsub.into_on_message()),
                 Ok(Err(e)) => last = Some(node.error(&e)),
                 Err(_) => {
                     last = Some(StoreError::new(

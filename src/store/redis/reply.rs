@@ -111,6 +111,19 @@ impl CheckReply {
         }
     }
 
+    /// The reply of a concurrency slot's check (decide.lua's `slot_report`): slots left,
+    /// the time until the soonest expires, and slots in use as the count. Negative
+    /// numbers (never sent) read as 0.
+    pub fn slot_report(&self) -> Report {
+        Report {
+            over: self.over,
+            remaining: u32::try_from(self.remaining.max(0)).unwrap_or(u32::MAX),
+            reset: (self.reset_us.max(0) as u64).saturating_mul(1000),
+            count: self.specific[0].max(0) as u64,
+            cached: false,
+        }
+    }
+
     /// The reply read for a check of `algorithm`; negative numbers (never sent by the
     /// script) read as 0.
     pub fn outcome(&self, algorithm: Algorithm) -> Outcome {

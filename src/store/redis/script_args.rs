@@ -19,7 +19,7 @@ use super::leases::Want;
 use super::options::TimeSource;
 use crate::clock::Nanos;
 use crate::rules::{Algorithm, DEBT_PERIODS, Limit, Mode};
-use crate::store::Check;
+use crate::store::{Check, Phase};
 
 /// A token-bucket limit as the script's exact integers: time in quanta of `q`
 /// microseconds, one token worth `token`, refill `rate` per quantum, capacity `cap`.
@@ -157,7 +157,13 @@ pub(super) fn general_args(
         TimeSource::Redis => args.arg(""),
         TimeSource::Caller => args.arg(now / 1000),
     };
-    args.arg(checks.len());
+    let holds = hold_ops(checks).count();
+    if holds > 0 {
+        // Negative: hold ops follow the checks (see decide.lua's header).
+        args.arg(format!("-{}", checks.len()));
+    } else {
+        args.arg(checks.len());
+    }
     for (check, want) in checks.iter().zip(wants) {
         let mode = match check.mode {
             Mode::Enforce => "e",
@@ -201,8 +207,46 @@ pub(super) fn general_args(
             .arg(&numbers)
             .arg(lease);
     }
+    if holds > 0 {
+        args.arg(holds);
+        for (i, check, op) in hold_ops(checks) {
+            let hold = check.hold.as_ref().map_or("", |h| h.id);
+            let (ttl, max) = check
+                .hold
+                .map_or((0, 0), |h| ((h.ttl / 1000).max(1), h.slots.unwrap_or(0)));
+            args.arg(i + 1).arg(op).arg(hold).arg(ttl).arg(max);
+        }
+    }
     // About 8 bytes a field: a bound for a call's size, not an exact count.
-    8 * (2 + 9 * checks.len())
+    8 * (2 + 9 * checks.len() + 6 * holds)
+}
+
+/// The checks of `checks` with a hold op for decide.lua, in order: each one's index, the
+/// check, and the op's letter ('r' reserve, 's' settle, 'c' take a slot, 'x' give it
+/// back, 'p' peek at the slots). A reservation's peek asks nothing of its holds: none.
+pub(super) fn hold_ops<'c, 'k>(
+    checks: &'c [Check<'k>],
+) -> impl Iterator<Item = (usize, &'c Check<'k>, &'static str)> {
+    checks.iter().enumerate().filter_map(|(i, check)| {
+        let hold = check.hold?;
+        let op = match (hold.slots, hold.phase) {
+            (None, Phase::Hold) => "r",
+            (None, Phase::Settle) => "s",
+            (None, Phase::Peek) => return None,
+            (Some(_), Phase::Hold) => "c",
+            (Some(_), Phase::Settle) => "x",
+            (Some(_), Phase::Peek) => "p",
+        };
+        Some((i, check, op))
+    })
+}
+
+/// The Redis keys of a bucket's holds, from its key: a hash of the hits each hold keeps,
+/// and a sorted set of their expiries. The same hash tag, so the same Cluster slot as the
+/// bucket. A suffix no bucket key can end with: bucket keys are length-prefixed parts
+/// (`<length>:<part>`, see crate::bucket_key), and `:h` is not one.
+pub(super) fn hold_keys(bucket: &str) -> [String; 2] {
+    [format!("{bucket}:h"), format!("{bucket}:e")]
 }
 
 #[cfg(test)]
@@ -268,6 +312,73 @@ pub(super) mod tests {
         let bucket = ["t", "2", "s", "1", "10000", "1", "100000", "1", "0"];
         let expected = [&head[..], &sliding, &fixed, &bucket].concat();
         assert_eq!(args(&cmd), expected);
+    }
+
+    #[test]
+    fn holds_follow_the_checks_their_count_negative_and_a_requests_without_them_cost_nothing() {
+        use crate::store::HoldOp;
+        let check = |hold| Check {
+            refund: false,
+            key: "4:test1:k".into(),
+            limit: limit(100, Unit::Second, 10),
+            hits: 2,
+            mode: Mode::Enforce,
+            descriptor: 0,
+            hold,
+        };
+        let op = |phase, slots| {
+            Some(HoldOp {
+                id: "r1",
+                phase,
+                ttl: 300_000_000_000,
+                slots,
+            })
+        };
+        let checks = [
+            check(None),
+            check(op(Phase::Hold, None)),
+            check(op(Phase::Settle, Some(5))),
+            // A reservation's peek asks nothing of its holds.
+            check(op(Phase::Peek, None)),
+        ];
+        let wants = [(); 4].map(|_| Want::nothing());
+        let mut cmd = Cmd::new();
+        general_args(&mut cmd, TimeSource::Caller, &checks, &wants, 7_000_999);
+        let sent = args(&cmd);
+        assert_eq!(sent[..2], ["7000", "-4"]);
+        // After the four checks' nine fields: two ops, each check index (1 on), op, id,
+        // ttl in µs, slots.
+        let ops = [
+            "2",
+            "2",
+            "r",
+            "r1",
+            "300000000",
+            "0",
+            "3",
+            "x",
+            "r1",
+            "300000000",
+            "5",
+        ];
+        assert_eq!(sent[2 + 4 * 9..], ops);
+        let ops: Vec<_> = hold_ops(&checks).map(|(i, _, op)| (i, op)).collect();
+        assert_eq!(ops, [(1, "r"), (2, "x")]);
+        assert_eq!(
+            hold_keys("ml1:{4:test}1:k"),
+            ["ml1:{4:test}1:k:h", "ml1:{4:test}1:k:e"]
+        );
+        // Without holds: the count as before, nothing after the checks.
+        let mut plain = Cmd::new();
+        general_args(
+            &mut plain,
+            TimeSource::Caller,
+            &checks[..1],
+            &wants[..1],
+            7_000_999,
+        );
+        let sent = args(&plain);
+        assert_eq!((sent[1].as_str(), sent.len()), ("1", 2 + 9));
     }
 
     #[test]

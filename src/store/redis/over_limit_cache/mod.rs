@@ -97,7 +97,7 @@ impl OverLimitCache {
         checks
             .iter()
             .map(|check| {
-                if check.lands() {
+                if lands(check) {
                     return None;
                 }
                 self.entries
@@ -112,7 +112,7 @@ impl OverLimitCache {
     /// sliding window refusing one hit until one could pass. A bucket Redis did not refuse
     /// is forgotten; a charge or refund's reply replaces what was kept, whatever it was.
     pub(super) fn learn(&self, check: &Check<'_>, outcome: &Outcome, now: Nanos) {
-        if !outcome.over && !check.lands() {
+        if !outcome.over && !lands(check) {
             self.forget_if_passed_since(check, outcome, now);
             return;
         }
@@ -124,7 +124,7 @@ impl OverLimitCache {
             }
             // A charge or refund that leaves nothing to keep: what was kept no longer
             // stands (a refund gave back what it held).
-            None if check.lands() && !self.holds_none() => {
+            None if lands(check) && !self.holds_none() => {
                 self.entries.invalidate(check.key.as_str());
             }
             None => {}
@@ -213,6 +213,20 @@ impl OverLimitCache {
     /// Expiry and eviction upkeep; see [`super::RedisStore::maintain`].
     pub(super) fn run_pending_tasks(&self) {
         self.entries.run_pending_tasks();
+    }
+}
+
+/// Whether `check` must reach Redis and its reply replace what is kept: a charge or a
+/// refund ([`Check::lands`]), or a hold's (a reservation's hits, or a settle's, land as
+/// charges do; a slot is never learnt, see `RedisStore::settle`).
+fn lands(check: &Check<'_>) -> bool {
+    check.lands() || check.hold.is_some()
+}
+
+impl OverLimitCache {
+    /// Drops this replica's snapshot of bucket `key` (a reset).
+    pub(super) fn forget(&self, key: &str) {
+        self.entries.invalidate(key);
     }
 }
 
