@@ -519,9 +519,25 @@ async fn a_refused_request_reusing_a_slots_name_does_not_free_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn holds_and_slots_of_a_killed_envoy_come_back_after_their_ttl() {
-    const TTL: Duration = Duration::from_secs(2);
     let config = holds_config_with_ttl("2s");
     let server = Meshlimit::start(config.path(), &[]).await;
+    after_a_killed_envoy(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "fails: the Redis store releases an expired hold's hits only on a request that holds or settles on its key; checks of 0 hits (and /bucket's level) keep seeing them spent"]
+async fn on_redis_holds_and_slots_of_a_killed_envoy_come_back_after_their_ttl() {
+    let redis = RedisServer::start();
+    let config = holds_config_with_ttl("2s");
+    let server = Meshlimit::start_on_redis(config.path(), &redis.url(), "error", 1000, &[]).await;
+    after_a_killed_envoy(&server).await;
+}
+
+/// Kills an Envoy in front of `server` (its holds' ttl 2 s) while it has requests in
+/// flight; checks that their holds and slots come back after the ttl, and that a new
+/// Envoy is admitted as before.
+async fn after_a_killed_envoy(server: &Meshlimit) {
+    const TTL: Duration = Duration::from_secs(2);
     let backend = Backend::start().await;
     let envoy = envoy_on(HOLDS_EXAMPLE, server.grpc, &backend, vec![]).await;
     let start = Instant::now();
@@ -584,7 +600,6 @@ async fn holds_and_slots_of_a_killed_envoy_come_back_after_their_ttl() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "until the Redis store keeps holds (today it takes a hold's hits for good, and charges a settle in full)"]
 async fn replicas_on_one_redis_hold_one_budget_and_one_limit() {
     let redis = RedisServer::start();
     let config = example_config("envoy-holds");
