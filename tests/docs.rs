@@ -343,6 +343,7 @@ const OTHER_PROGRAMS_FLAGS: &[(&str, &[&str])] = &[
     ("examples/envoy/run.sh", &["--demo"]),
     ("valgrind", &["--tool"]),
     ("benches/connection_flood.py", &["--nofile"]),
+    ("benches/redis_script.py", &["--holds", "--per-call"]),
     (
         "limitador-server, in the README's comparison",
         &["--rate-limit-headers"],
