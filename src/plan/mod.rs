@@ -290,7 +290,7 @@ impl<'c> Plan<'c> {
                 // A loop of pushes: `extend` reserves by the iterator's size hint first,
                 // which costs more than the one or two checks a descriptor has.
                 for (mut limit, _, key) in self.limit_keys(limits, key) {
-                    if let Some(op) = hold {
+                    if let Some(op) = hold.filter(|op| op.phase != Phase::Peek) {
                         // A hold's hits are taken only when its request passes; a
                         // settle's land whatever the answer, as charges do.
                         limit.charge = op.phase == Phase::Settle;
@@ -398,15 +398,14 @@ fn resolve<'c, D: RequestDescriptor>(
     }
     let key = key.finish();
     write_listed_keys(keys, &key, &rule.limits);
-    // A concurrency rule's descriptor naming no request asks whether a slot is free.
-    let hold = rule
-        .holds
-        .filter(|h| h.slots.is_some())
-        .map(|rule| PlannedHold {
-            phase: Phase::Peek,
-            id: keys.len()..keys.len(),
-            rule,
-        });
+    // A concurrency rule's descriptor naming no request asks whether a slot is free; a
+    // reservation's is decided as the rule's limits say, its expired holds released
+    // first, so that it never sees their hits as spent.
+    let hold = rule.holds.map(|rule| PlannedHold {
+        phase: Phase::Peek,
+        id: keys.len()..keys.len(),
+        rule,
+    });
     Resolved::Limited {
         limits: Limits::Config {
             limits: &rule.limits,

@@ -15,8 +15,12 @@
 //!   burst, as refunds do). Without such a hold (settled already, expired, never made),
 //!   the hits land as a charge in full.
 //! - **Expiry**: a hold past its time is released: its hits are refunded to its bucket, as
-//!   a settle of nothing would. Stores expire holds before deciding on their key, and in
-//!   their upkeep.
+//!   a settle of nothing would. Stores release expired holds before deciding on their
+//!   key: every check of a rule with holds carries a [`HoldOp`] (phase [`Phase::Peek`]
+//!   when its descriptor names no request), so a plain check of a reservation's rule
+//!   sees them released too. The embedded store also releases them in its upkeep.
+//! - **Reservation**, phase [`Phase::Peek`]: expired holds released, then the check is
+//!   decided as the rule's limits say (a check, a charge, a refund), nothing held.
 //! - **Concurrency** (`slots: Some(max)`): the check's bucket is never touched. Phase
 //!   `Hold` is over when `max` slots of the key are in use or `id` holds one already;
 //!   otherwise, when the request passes, slot `id` is taken until `now + ttl`. A hold of

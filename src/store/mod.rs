@@ -91,13 +91,13 @@ impl Store {
     /// The store could not answer.
     pub async fn peek(&self, checks: &[Check<'_>], now: Nanos) -> Result<Reports, StoreError> {
         // A peek takes no hold: a slot's is asked whether one is free, a reservation's is
-        // a check of its bucket.
+        // a check of its bucket, its expired holds released first.
         let peeks: SmallVec<[Check<'_>; 4]>;
         let checks = if checks.iter().any(|c| c.hold.is_some()) {
             peeks = checks
                 .iter()
                 .map(|c| Check {
-                    hold: c.hold.filter(|h| h.slots.is_some()).map(|h| HoldOp {
+                    hold: c.hold.map(|h| HoldOp {
                         phase: Phase::Peek,
                         ..h
                     }),

@@ -147,6 +147,8 @@ async fn an_unsettled_hold_is_released_after_its_ttl() {
         "held until its TTL"
     );
     clock.advance(Duration::from_secs(61));
+    // Released: a check of the rule without a hold sees the 30 back at once.
+    assert_eq!(level(&service, "daily", "alice").await, 100);
     // Released: the 30 are back (less than a token refilled meanwhile, and never past the
     // burst), before the next hold is decided.
     assert_eq!(one(&service, hold("daily", "alice", "r3", 10)).await, (false, 90));

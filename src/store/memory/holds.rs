@@ -241,6 +241,8 @@ impl Inner {
                     record[i] = phase == Phase::Hold && !over;
                     fixed[i] = Some(slot_report(over, max, held, now));
                 }
+                // Expired holds are released above: nothing else to do.
+                (None, Phase::Peek) => {}
                 (None, Phase::Hold) => {
                     record[i] = !ledger.contains(key, name) && check.hits > 0;
                     if full && record[i] {

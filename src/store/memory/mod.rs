@@ -207,6 +207,10 @@ impl MemoryStore {
         if let Some(max) = check.hold.and_then(|h| h.slots) {
             return self.inner.peek_slots(&check.key, max, now);
         }
+        if check.hold.is_some() {
+            // What a reservation's bucket has, its expired holds given back first.
+            self.inner.expire_holds(now);
+        }
         let id = self.inner.id(&check.key);
         let buckets = self.inner.shards[shard_index(id)].0.lock();
         let state = buckets.lookup(&check.key, id);

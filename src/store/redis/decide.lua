@@ -38,7 +38,8 @@
 -- checks negative (-n), so that requests without them cost nothing more; after its checks
 -- come h, the number of hold ops, then per op 5 fields:
 --   check  the index (1 on) in the request of the check it belongs to (one op a check)
---   op     'r' reserve | 's' settle a reservation | 'c' take a slot | 'x' give a slot back
+--   op     'r' reserve | 's' settle a reservation | 'v' a reservation's other checks: its
+--          expired holds released, nothing held | 'c' take a slot | 'x' give a slot back
 --          | 'p' peek at the slots
 --   id     the hold's name ('' for a peek)
 --   ttl    how long a new hold lasts, in microseconds

@@ -251,14 +251,12 @@ impl RedisStore {
                 hits: 0,
                 refund: false,
                 mode: Mode::Enforce,
-                // A slot's state is its slots; a reservation's, its bucket.
-                hold: c
-                    .hold
-                    .filter(|h| h.slots.is_some())
-                    .map(|h| crate::store::HoldOp {
-                        phase: crate::store::Phase::Peek,
-                        ..h
-                    }),
+                // A slot's state is its slots; a reservation's, its bucket, its expired
+                // holds released first.
+                hold: c.hold.map(|h| crate::store::HoldOp {
+                    phase: crate::store::Phase::Peek,
+                    ..h
+                }),
                 ..*c
             })
             .collect();

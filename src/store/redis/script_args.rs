@@ -232,7 +232,7 @@ pub(super) fn hold_ops<'c, 'k>(
         let op = match (hold.slots, hold.phase) {
             (None, Phase::Hold) => "r",
             (None, Phase::Settle) => "s",
-            (None, Phase::Peek) => return None,
+            (None, Phase::Peek) => "v",
             (Some(_), Phase::Hold) => "c",
             (Some(_), Phase::Settle) => "x",
             (Some(_), Phase::Peek) => "p",
@@ -338,7 +338,7 @@ pub(super) mod tests {
             check(None),
             check(op(Phase::Hold, None)),
             check(op(Phase::Settle, Some(5))),
-            // A reservation's peek asks nothing of its holds.
+            // A reservation's other checks release its expired holds first.
             check(op(Phase::Peek, None)),
         ];
         let wants = [(); 4].map(|_| Want::nothing());
@@ -346,10 +346,10 @@ pub(super) mod tests {
         general_args(&mut cmd, TimeSource::Caller, &checks, &wants, 7_000_999);
         let sent = args(&cmd);
         assert_eq!(sent[..2], ["7000", "-4"]);
-        // After the four checks' nine fields: two ops, each check index (1 on), op, id,
+        // After the four checks' nine fields: three ops, each check index (1 on), op, id,
         // ttl in µs, slots.
         let ops = [
-            "2",
+            "3",
             "2",
             "r",
             "r1",
@@ -360,10 +360,15 @@ pub(super) mod tests {
             "r1",
             "300000000",
             "5",
+            "4",
+            "v",
+            "r1",
+            "300000000",
+            "0",
         ];
         assert_eq!(sent[2 + 4 * 9..], ops);
         let ops: Vec<_> = hold_ops(&checks).map(|(i, _, op)| (i, op)).collect();
-        assert_eq!(ops, [(1, "r"), (2, "x")]);
+        assert_eq!(ops, [(1, "r"), (2, "x"), (3, "v")]);
         assert_eq!(
             hold_keys("ml1:{4:test}1:k"),
             ["ml1:{4:test}1:k:h", "ml1:{4:test}1:k:e"]
