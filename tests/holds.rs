@@ -253,3 +253,25 @@ async fn explain_shows_the_hold_entry_the_holds_in_force_and_the_slots_in_use() 
             .0
     );
 }
+
+#[tokio::test]
+async fn two_slots_taken_by_one_request_count_against_the_limit_together() {
+    let (service, _clock) = support::service(&[("llm.yaml", LLM)], Algorithm::TokenBucket);
+    assert!(
+        one(&service, hits(&[("in_flight", "u"), ("hold", "a")], 1))
+            .await
+            .0
+    );
+    let both = [
+        hits(&[("in_flight", "u"), ("hold", "b")], 1),
+        hits(&[("in_flight", "u"), ("hold", "c")], 1),
+    ];
+    let answer = call(&service, &both).await;
+    assert!(answer.over_limit, "three slots of two");
+    // Refused whole: neither was taken.
+    assert!(
+        one(&service, hits(&[("in_flight", "u"), ("hold", "d")], 1))
+            .await
+            .0
+    );
+}

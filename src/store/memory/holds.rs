@@ -233,9 +233,12 @@ impl Inner {
                     let named_twice =
                         phase == Phase::Hold && ledger.expect_another_settle(key, name);
                     let held = ledger.held(key);
+                    // Slots this request takes before this one, on the same key.
+                    let earlier = (0..i).filter(|&j| record[j] && named[j].0 == key).count();
+                    let in_use = held.holds + earlier as u64;
                     let over = match phase {
-                        Phase::Hold => held.holds >= u64::from(max) || full || named_twice,
-                        Phase::Peek => held.holds >= u64::from(max),
+                        Phase::Hold => in_use >= u64::from(max) || full || named_twice,
+                        Phase::Peek => in_use >= u64::from(max),
                         Phase::Settle => false,
                     };
                     record[i] = phase == Phase::Hold && !over;
