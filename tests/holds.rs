@@ -275,3 +275,35 @@ async fn two_slots_taken_by_one_request_count_against_the_limit_together() {
             .0
     );
 }
+
+#[tokio::test]
+async fn a_refund_on_a_reserve_rule_that_charges_is_taken_but_not_with_a_hold_entry() {
+    const CHARGING: &str = "
+domain: llm
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 1000, charge: always}
+    reserve: {ttl: 10s}
+";
+    let (service, _clock) = support::service(&[("llm.yaml", CHARGING)], Algorithm::TokenBucket);
+    assert_eq!(one(&service, hits(&[("user", "a")], 300)).await.1, 700);
+    let refund = Descriptor {
+        refund: true,
+        ..hits(&[("user", "a")], 100)
+    };
+    assert_eq!(one(&service, refund).await.1, 800);
+    let on_a_hold = [Descriptor {
+        refund: true,
+        ..hits(&[("user", "a"), ("settle", "r1")], 100)
+    }];
+    let refused = service
+        .should_rate_limit(Request::new("llm", &on_a_hold, 0))
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(meshlimit::error::RequestError::RefundNotAllowed(0))
+        ),
+        "{refused:?}"
+    );
+}

@@ -472,12 +472,15 @@ fn hold_resolved<'c>(
 /// to; refused on any other limit, which never recorded more than it admitted.
 fn as_refund(i: usize, mut resolved: Resolved<'_>) -> Result<Resolved<'_>, RequestError> {
     match &mut resolved {
+        // A refund names no hold: not on a descriptor that holds or settles one.
         Resolved::Limited {
             rule: Some(rule),
             refund,
-            hold: None,
+            hold,
             ..
-        } if rule.takes_refunds() => *refund = true,
+        } if rule.takes_refunds() && hold.as_ref().is_none_or(|h| h.phase == Phase::Peek) => {
+            *refund = true;
+        }
         Resolved::Limited { .. } => return Err(RequestError::RefundNotAllowed(i)),
         Resolved::Unlimited { hits, .. } => *hits = 0,
         _ => {}
