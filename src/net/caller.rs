@@ -6,6 +6,7 @@
 use std::sync::{Arc, OnceLock};
 
 use rustls::pki_types::{CertificateDer, ServerName};
+use tokio_util::either::Either;
 
 use super::tls_error::TlsError;
 
@@ -27,18 +28,14 @@ pub struct Caller {
 impl Caller {
     /// The caller on `stream` before any TLS.
     pub(crate) fn of(stream: &super::listener::Stream) -> Self {
-        let peer = match stream {
-            tokio_util::either::Either::Left(tcp) => tcp.peer_addr().ok(),
-            tokio_util::either::Either::Right(_) => None,
-        };
-        let local = match stream {
-            tokio_util::either::Either::Left(tcp) => tcp.peer_addr().is_ok_and(|a| a.ip().is_loopback()
-                || matches!(a.ip(), std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()))),
-            tokio_util::either::Either::Right(_) => true,
+        let (peer, unix) = match stream {
+            Either::Left(tcp) => (tcp.peer_addr().ok(), false),
+            Either::Right(_) => (None, true),
         };
         Caller {
             peer,
-            local,
+            // `to_canonical`: an IPv4 loopback peer on a dual-stack socket is ::ffff:127.x.
+            local: unix || peer.is_some_and(|a| a.ip().to_canonical().is_loopback()),
             ..Caller::default()
         }
     }
