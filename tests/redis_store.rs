@@ -5,12 +5,10 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use meshlimit::clock::{Clock, ManualClock, SystemClock};
-use meshlimit::config::Config;
 use meshlimit::error::{RequestError, StoreErrorKind};
 use meshlimit::request::{Descriptor, Request};
 use meshlimit::service::{Answer, Service};
@@ -38,14 +36,7 @@ descriptors:
 
 /// One replica: a service with its own Redis store (and caches) on `url`.
 fn replica(url: &str, clock: Arc<dyn Clock>, tweak: impl FnOnce(&mut RedisOptions)) -> Service {
-    let mut options = RedisOptions {
-        timeout: Duration::from_secs(10),
-        ..RedisOptions::new(url)
-    };
-    tweak(&mut options);
-    let config = Config::from_sources(&[(PathBuf::from("limits.yaml"), LIMITS.to_string())])
-        .expect("valid config");
-    support::redis_replica(config, clock, options)
+    support::redis_replica_of(url, LIMITS, clock, tweak)
 }
 
 fn system() -> Arc<dyn Clock> {

@@ -38,9 +38,12 @@ impl Metrics {
                 } => {
                     let (mine, others) = rest.split_at(limits.len().min(rest.len()));
                     rest = others;
-                    // A hold's last entry names a request: never a label.
-                    let named = d.entries().count()
-                        - usize::from(hold.as_ref().is_some_and(|h| h.phase != Phase::Peek));
+                    // A hold's last entry names a request: never a label. Counted only
+                    // then: nearly every descriptor keeps all its entries.
+                    let named = match hold {
+                        Some(h) if h.phase != Phase::Peek => d.entries().count() - 1,
+                        _ => usize::MAX,
+                    };
                     let entries = || d.entries().take(named);
                     if let (Some(rule), Some(hold)) = (rule, hold) {
                         let slots = hold.rule.slots.is_some();

@@ -385,7 +385,7 @@ fn resolve<'c, D: RequestDescriptor>(
         }
     });
     if let Some((rule, key, phase, id)) = held {
-        return hold_resolved(rule, key, phase, id, hits, algorithm, keys);
+        return limited(rule, key, phase, id, hits, algorithm, keys);
     }
     let mut key = KeyWriter::new(keys, domain);
     let Some(rule) = tree.find(descriptor.entries(), &mut key, scratch) else {
@@ -396,27 +396,11 @@ fn resolve<'c, D: RequestDescriptor>(
         key.discard();
         return Resolved::Unlimited { rule, hits };
     }
-    let key = key.finish();
-    write_listed_keys(keys, &key, &rule.limits);
     // A concurrency rule's descriptor naming no request asks whether a slot is free; a
     // reservation's is decided as the rule's limits say, its expired holds released
     // first, so that it never sees their hits as spent.
-    let hold = rule.holds.map(|rule| PlannedHold {
-        phase: Phase::Peek,
-        id: keys.len()..keys.len(),
-        rule,
-    });
-    Resolved::Limited {
-        limits: Limits::Config {
-            limits: &rule.limits,
-            algorithm,
-        },
-        rule: Some(rule),
-        key,
-        hits,
-        refund: false,
-        hold,
-    }
+    let key = key.finish();
+    limited(rule, key, Phase::Peek, "", hits, algorithm, keys)
 }
 
 /// When `descriptor` ends in a `hold` or `settle` entry after at least one other: its
@@ -435,9 +419,10 @@ fn hold_entry<D: RequestDescriptor>(descriptor: &D) -> Option<(Phase, &str, usiz
     Some((phase, value, count))
 }
 
-/// A descriptor asking `phase` of hold `id` on `rule` (which holds), its bucket key at
-/// `key`: the listed limits' keys and the hold's name written after it.
-fn hold_resolved<'c>(
+/// A descriptor limited by `rule`, its bucket key at `key`: the listed limits' keys and
+/// the hold's name `id` written after it. On a rule that holds, it asks `phase` of hold
+/// `id` (a name of none for [`Phase::Peek`]).
+fn limited<'c>(
     rule: &'c Rule,
     key: Range<usize>,
     phase: Phase,

@@ -371,6 +371,25 @@ pub fn redis_replica(
     ))
 }
 
+/// A replica serving `yaml` (as `limits.yaml`) on a Redis store of its own at `url`, with
+/// a generous timeout (a loaded machine must not turn a slow answer into a failure), then
+/// `tweak`'s options.
+pub fn redis_replica_of(
+    url: &str,
+    yaml: &str,
+    clock: Arc<dyn Clock>,
+    tweak: impl FnOnce(&mut meshlimit::store::redis::RedisOptions),
+) -> Service {
+    let mut options = meshlimit::store::redis::RedisOptions {
+        timeout: std::time::Duration::from_secs(10),
+        ..meshlimit::store::redis::RedisOptions::new(url)
+    };
+    tweak(&mut options);
+    let config = Config::from_sources(&[(PathBuf::from("limits.yaml"), yaml.to_string())])
+        .expect("valid config");
+    redis_replica(config, clock, options)
+}
+
 /// `service` counting its requests in metrics of its own, as the server's does, so that
 /// every test also runs the statistics' path.
 pub fn counting(service: Service) -> Service {

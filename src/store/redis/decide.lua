@@ -541,22 +541,19 @@ local function decide(b, kb, n, out, ops)
       local op = ops[i]
       if op then
         local o = b + (i - 1) * STRIDE
-        if is_slot(op.op) then
-          purge(op.hk, op.ek)
-        else
-          local back = purge(op.hk, op.ek)
-          if back > 0 then
-            stored[first[i]] = released(o, stored[first[i]], back)
-            cur[first[i]] = stored[first[i]]
+        -- A slot's purge gives nothing back: it has no bucket.
+        local back = purge(op.hk, op.ek)
+        if back > 0 and not is_slot(op.op) then
+          stored[first[i]] = released(o, stored[first[i]], back)
+          cur[first[i]] = stored[first[i]]
+        end
+        if op.op == 's' then
+          local held = tonumber(redis.call('HGET', op.hk, op.id))
+          if held then
+            redis.call('HDEL', op.hk, op.id)
+            redis.call('ZREM', op.ek, op.id)
           end
-          if op.op == 's' then
-            local held = tonumber(redis.call('HGET', op.hk, op.id))
-            if held then
-              redis.call('HDEL', op.hk, op.id)
-              redis.call('ZREM', op.ek, op.id)
-            end
-            hits_at[o] = tonumber(ARGV[o + 2]) - (held or 0)
-          end
+          hits_at[o] = tonumber(ARGV[o + 2]) - (held or 0)
         end
       end
     end

@@ -16,7 +16,7 @@ use super::options::TimeSource;
 use super::script_args::hold_keys;
 use crate::bucket_key::BucketKey;
 use crate::clock::Nanos;
-use crate::error::{StoreError, StoreErrorKind};
+use crate::error::StoreError;
 use crate::store::Held;
 
 /// The channel of resets: global to a server, and heard on every node of a Cluster (as
@@ -73,7 +73,8 @@ impl RedisStore {
         let script = redis::Script::new(HELD);
         let mut call = script.prepare_invoke();
         call.key(&holds).key(&expiries).arg(now_arg);
-        let asked: Result<(u64, u64, u64), StoreError> = self.run_small(&holds, &call).await;
+        let asked: Result<(u64, u64, u64), StoreError> =
+            inner.run_small(&holds, &call, "a hold's script").await;
         let (count, hits, soonest) = match (asked, inner.fallback.local()) {
             (Ok(numbers), _) => numbers,
             // Redis cannot answer: the local fallback decides alone, so it holds the holds.
@@ -104,7 +105,8 @@ impl RedisStore {
             .key(&expiries)
             .arg(RESETS)
             .arg(reset_message(&inner.options.key_prefix, key.as_str()));
-        let asked: Result<u64, StoreError> = self.run_small(&bucket, &call).await;
+        let asked: Result<u64, StoreError> =
+            inner.run_small(&bucket, &call, "a hold's script").await;
         inner.forget(key.as_str());
         match (asked, inner.fallback.local()) {
             (Ok(existed), local) => {
@@ -115,31 +117,6 @@ impl RedisStore {
             (Err(_), Some(local)) => Ok(local.reset(key)),
             (Err(why), None) => Err(why),
         }
-    }
-
-    /// Runs `script` on the node of `key`, within the store's timeout.
-    async fn run_small<T: redis::FromRedisValue>(
-        &self,
-        key: &str,
-        script: &redis::ScriptInvocation<'_>,
-    ) -> Result<T, StoreError> {
-        let inner = &*self.inner;
-        let asked = async {
-            let node = inner.backend.node_for(key).await?;
-            let mut conn = node.conn().await.map_err(|e| node.error(&e))?;
-            script
-                .invoke_async(&mut conn)
-                .await
-                .map_err(|e| node.error(&e))
-        };
-        tokio::time::timeout(inner.options.timeout, asked)
-            .await
-            .unwrap_or_else(|_| {
-                Err(StoreError::new(
-                    StoreErrorKind::TimedOut,
-                    "Redis timed out on a hold's script",
-                ))
-            })
     }
 
     /// Follows [`RESETS`] in the background unless already following: each reset of a

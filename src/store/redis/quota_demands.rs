@@ -57,7 +57,10 @@ impl RedisStore {
         for field in gone {
             call.arg(field);
         }
-        let value = self.run_quota(key, &call).await?;
+        let value = self
+            .inner
+            .run_small::<Value>(key, &call, "a quota bucket")
+            .await?;
         parse(&value).ok_or_else(|| {
             StoreError::new(
                 StoreErrorKind::MalformedReply,
@@ -99,7 +102,10 @@ impl RedisStore {
                 .arg(d.max_tokens);
         }
         call.arg(QUOTA_NUDGES).arg(replica);
-        let value = self.run_quota(key, &call).await?;
+        let value = self
+            .inner
+            .run_small::<Value>(key, &call, "a quota bucket")
+            .await?;
         let malformed = || {
             StoreError::new(
                 StoreErrorKind::MalformedReply,
@@ -123,30 +129,6 @@ impl RedisStore {
         granted
             .filter(|g| g.len() == wanted.len())
             .ok_or_else(malformed)
-    }
-
-    /// A quota script invocation on the node of `key`, within the store's timeout.
-    async fn run_quota(
-        &self,
-        key: &str,
-        call: &redis::ScriptInvocation<'_>,
-    ) -> Result<Value, StoreError> {
-        let inner = &*self.inner;
-        let asked = async {
-            let node = inner.backend.node_for(key).await?;
-            let mut conn = node.conn().await.map_err(|e| node.error(&e))?;
-            call.invoke_async::<Value>(&mut conn)
-                .await
-                .map_err(|e| node.error(&e))
-        };
-        tokio::time::timeout(inner.options.timeout, asked)
-            .await
-            .unwrap_or_else(|_| {
-                Err(StoreError::new(
-                    StoreErrorKind::TimedOut,
-                    "Redis timed out on a quota bucket",
-                ))
-            })
     }
 }
 

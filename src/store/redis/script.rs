@@ -67,6 +67,32 @@ impl Scripts {
 }
 
 impl Inner {
+    /// Runs a small script `call` (not a decision: the operator's view of holds, a reset,
+    /// the quota service's demands) on the node of `key`, within the store's timeout;
+    /// `what` names it if Redis times out.
+    pub(super) async fn run_small<T: redis::FromRedisValue>(
+        &self,
+        key: &str,
+        call: &redis::ScriptInvocation<'_>,
+        what: &str,
+    ) -> Result<T, StoreError> {
+        let asked = async {
+            let node = self.backend.node_for(key).await?;
+            let mut conn = node.conn().await.map_err(|e| node.error(&e))?;
+            call.invoke_async(&mut conn)
+                .await
+                .map_err(|e| node.error(&e))
+        };
+        tokio::time::timeout(self.options.timeout, asked)
+            .await
+            .unwrap_or_else(|_| {
+                Err(StoreError::new(
+                    StoreErrorKind::TimedOut,
+                    format!("Redis timed out on {what}"),
+                ))
+            })
+    }
+
     /// Decides the request of `checks` on `node` (which holds their `keys`, one slot), each
     /// check leasing its [`Want`]'s extra tokens: in a script call of its own, or with
     /// requests waiting alongside ([`super::call_queue`]). Not bounded in time: the caller's
