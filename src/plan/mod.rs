@@ -10,6 +10,7 @@
 //! store [`Check`], its bucket key written into one buffer shared by the whole request.
 
 mod buffers;
+mod hold;
 mod limits;
 mod modes;
 
@@ -25,11 +26,11 @@ use crate::error::RequestError;
 use crate::matcher::DomainTree;
 use crate::request::{Request, RequestDescriptor};
 use crate::request_caps::RequestCaps;
-use crate::rules::{
-    Algorithm, ConfigLimit, HOLD_KEY, HoldRule, Limit, Mode, Rule, SETTLE_KEY, Unit,
-};
+use crate::rules::{Algorithm, ConfigLimit, Limit, Mode, Rule, Unit};
 use crate::store::{Check, HoldOp, Phase};
 use buffers::Buffers;
+pub use hold::PlannedHold;
+use hold::hold_entry;
 pub use limits::Limits;
 
 /// What a plan takes from the service rather than from the request or the config.
@@ -82,18 +83,6 @@ pub enum Resolved<'c> {
         /// `None` for most.
         hold: Option<PlannedHold>,
     },
-}
-
-/// A descriptor's part in a hold: what it asks, and where the hold's name (the `hold` or
-/// `settle` entry's value) is in the plan's key buffer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlannedHold {
-    /// What is asked.
-    pub phase: Phase,
-    /// The hold's name in the key buffer (empty for [`Phase::Peek`]).
-    pub id: Range<usize>,
-    /// The rule's holds.
-    pub rule: HoldRule,
 }
 
 impl<'c> Resolved<'c> {
@@ -401,22 +390,6 @@ fn resolve<'c, D: RequestDescriptor>(
     // first, so that it never sees their hits as spent.
     let key = key.finish();
     limited(rule, key, Phase::Peek, "", hits, algorithm, keys)
-}
-
-/// When `descriptor` ends in a `hold` or `settle` entry after at least one other: its
-/// phase, its value (the hold's name) and how many entries come before it.
-fn hold_entry<D: RequestDescriptor>(descriptor: &D) -> Option<(Phase, &str, usize)> {
-    let (count, (key, value)) = descriptor
-        .entries()
-        .enumerate()
-        .last()
-        .filter(|(i, _)| *i > 0)?;
-    let phase = match key {
-        HOLD_KEY => Phase::Hold,
-        SETTLE_KEY => Phase::Settle,
-        _ => return None,
-    };
-    Some((phase, value, count))
 }
 
 /// A descriptor limited by `rule`, its bucket key at `key`: the listed limits' keys and
