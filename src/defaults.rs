@@ -64,12 +64,12 @@ pub const REDIS_CACHE_SIZE: u64 = 100_000;
 /// `--redis-cache-ttl-ms`: longest a cached over-limit answer is trusted.
 pub const REDIS_CACHE_TTL: Duration = Duration::from_secs(60);
 
-/// `--redis-calls-in-flight`: script calls each Redis node has in flight at most. One, so
-/// that each call carries the most decisions, which is what Redis' time goes by (with two
-/// hot buckets, 4 calls in flight cost Redis 32% more time a request). Where Redis is a
-/// network round trip away, more decide more (behind 0.5 ms, 4 took 12% more requests a
-/// second). See docs/performance.md, "Redis across a network".
-pub const REDIS_CALLS_IN_FLIGHT: usize = 1;
+/// `--redis-calls-in-flight`: script calls each Redis node has in flight at most. A node
+/// learns how many pay (one where Redis is near, one more for every 50 µs of round trip
+/// past 200 µs, fewer when Redis queues them); 16 is what a 1 ms round trip takes, and
+/// keeps a slow Redis from being sent more. See docs/performance.md, "Redis across a
+/// network".
+pub const REDIS_CALLS_IN_FLIGHT: usize = 16;
 
 /// `--limit-header`: the IETF draft's name, as the Go server's `LIMIT_LIMIT_HEADER`.
 pub const LIMIT_HEADER: &str = "RateLimit-Limit";

@@ -90,11 +90,11 @@ pub struct Serve {
     /// Longest a cached over-limit answer is trusted (milliseconds).
     #[arg(long, env = "MESHLIMIT_REDIS_CACHE_TTL_MS", default_value_t = millis(defaults::REDIS_CACHE_TTL))]
     pub(crate) redis_cache_ttl_ms: u64,
-    /// Script calls each Redis node has in flight at most (1 to 64). Requests that arrive
-    /// while calls run wait and go together in the next one; a call beyond the first
-    /// starts only once 16 checks wait. More than 1 pays where Redis is a network round
-    /// trip away and meshlimit has cores of its own (see docs/performance.md, "Redis
-    /// across a network").
+    /// Script calls each Redis node has in flight at most (1 to 64). Within it, a node
+    /// keeps as many as its measured round trip pays: one where Redis is near, more
+    /// behind a network, fewer when Redis itself is slow. Requests that arrive while
+    /// the calls run wait and go together in the next one (see docs/performance.md,
+    /// "Redis across a network").
     #[arg(
         long,
         env = "MESHLIMIT_REDIS_CALLS_IN_FLIGHT",

@@ -5,6 +5,7 @@ pub mod ads;
 pub mod backend;
 pub mod browser;
 pub mod checks;
+pub mod delay_proxy;
 pub mod envoy;
 pub mod helm;
 pub mod netns;

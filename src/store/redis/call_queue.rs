@@ -1,19 +1,17 @@
 //! A node's call queue (coalescing): requests bound for one node that arrive while its
 //! script calls are in flight wait, and go to Redis together in the next call.
 //!
-//! A node has at most [`RedisOptions::calls_in_flight`] script calls in flight. A request
-//! that finds none is sent at once, alone, so a batch adds no wait when load is light.
-//! Under load, requests queue in arrival order while the calls run, and each call that
-//! ends takes the queue's next batch: the oldest waiting request and every later one that
-//! the same script and, in a Cluster, the same slot decides (a script may only touch keys
-//! of one slot; and at the same time, when the caller gives it), up to [`MAX_CHECKS`]
-//! checks and [`MAX_BYTES`] of keys and arguments. A call beside one in flight (when more
-//! than one is allowed) starts only once [`FURTHER_CALL_MIN_CHECKS`] checks wait: started
-//! for any request, such calls would split the batches, and each call has a fixed price
-//! in Redis and in meshlimit that its batch shares (docs/performance.md, "Redis across a network"). The scripts decide
-//! a batch's requests one after the other, each all-or-nothing on its own (see
-//! decide.lua's header): a batch answers exactly what the same requests, sent one call
-//! each in that order, would get. Calls in flight together run in the order Redis
+//! A node has as many script calls in flight as [`CallsAllowed`] learnt pays, at most
+//! [`RedisOptions::calls_in_flight`]: one where Redis is near, more where a round trip
+//! hides behind them. A request that finds fewer in flight is sent at once, so a batch
+//! adds no wait when load is light. Otherwise requests queue in arrival order while the
+//! calls run, and each call that ends takes the queue's next batch: the oldest waiting
+//! request and every later one that the same script and, in a Cluster, the same slot
+//! decides (a script may only touch keys of one slot; and at the same time, when the
+//! caller gives it), up to [`MAX_CHECKS`] checks and [`MAX_BYTES`] of keys and arguments.
+//! The scripts decide a batch's requests one after the other, each all-or-nothing on its
+//! own (see decide.lua's header): a batch answers exactly what the same requests, sent one
+//! call each in that order, would get. Calls in flight together run in the order Redis
 //! receives them; their requests were concurrent, so either order is one they could have
 //! had.
 //!
@@ -28,10 +26,14 @@
 
 use std::collections::VecDeque;
 
+use std::time::Duration;
+
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
+use super::calls_allowed::CallsAllowed;
 use super::part::Part;
+use crate::clock::Stopwatch;
 
 /// Checks one call decides at most: a call holds Redis for all other clients while it runs
 /// (about a microsecond a check), so it stays well under a millisecond.
@@ -40,12 +42,6 @@ const MAX_CHECKS: usize = 256;
 /// Bytes of keys and arguments one call carries at most.
 const MAX_BYTES: usize = 64 * 1024;
 
-/// Checks that must wait before a call starts beside one in flight. Behind a 0.5 ms round
-/// trip, with two calls allowed, 16 took 8% more requests a second than one call in
-/// flight, and 8 half as much (docs/performance.md, "Redis across a network"): a call of fewer costs Redis and meshlimit
-/// more than the wait it saves.
-const FURTHER_CALL_MIN_CHECKS: usize = 16;
-
 /// One node's requests waiting for a script call, and its calls in flight; `A` is what a
 /// request is answered (the call's reply, or its failure).
 #[derive(Debug)]
@@ -53,12 +49,15 @@ pub(crate) struct Batcher<A> {
     /// A `parking_lot` mutex, not a Tokio one: held only to push or take, never across an
     /// await.
     queue: Mutex<Queue<A>>,
+    /// When the batcher was made: what the times [`CallsAllowed`] learns from count from.
+    born: Stopwatch,
 }
 
 impl<A> Default for Batcher<A> {
     fn default() -> Self {
         Self {
             queue: Mutex::new(Queue::default()),
+            born: Stopwatch::start(),
         }
     }
 }
@@ -72,6 +71,8 @@ struct Queue<A> {
     waiting: VecDeque<Waiting<A>>,
     /// Their checks (those that gave up included, until the next batch is taken).
     waiting_checks: usize,
+    /// How many calls in flight pay, learnt from those that ended.
+    allowed: CallsAllowed,
 }
 
 impl<A> Default for Queue<A> {
@@ -80,6 +81,7 @@ impl<A> Default for Queue<A> {
             in_flight: 0,
             waiting: VecDeque::new(),
             waiting_checks: 0,
+            allowed: CallsAllowed::default(),
         }
     }
 }
@@ -97,20 +99,19 @@ pub(crate) struct Waiting<A> {
 
 impl<A> Batcher<A> {
     /// Queues `part` (keys in `slot`); the batch to send at once (the caller then runs it)
-    /// when no call is in flight, or fewer than `limit` and enough checks wait; and where
+    /// when fewer calls are in flight than the node allows now, at most `bound`; and where
     /// the answer will come.
     pub(super) fn submit(
         &self,
         part: Part,
         slot: u16,
-        limit: usize,
+        bound: usize,
     ) -> (oneshot::Receiver<A>, Option<Vec<Waiting<A>>>) {
         let (answer, receiver) = oneshot::channel();
         let mut queue = self.queue.lock();
         queue.waiting_checks += part.checks;
         queue.waiting.push_back(Waiting { part, slot, answer });
-        let starts = queue.in_flight == 0
-            || (queue.in_flight < limit && queue.waiting_checks >= FURTHER_CALL_MIN_CHECKS);
+        let starts = queue.in_flight < queue.allowed.now(bound);
         let batch = starts.then(|| {
             queue.in_flight += 1;
             queue.take()
@@ -173,10 +174,13 @@ impl<'a, A> CallSlot<'a, A> {
         }
     }
 
-    /// The next batch, or `None`: nothing waits, and the slot is given back in the same
-    /// lock, so that a request queued after it finds the slot free.
-    pub(super) fn next(&mut self) -> Option<Vec<Waiting<A>>> {
+    /// The call carrying `checks` that took `took` ended: learnt from, then the next batch,
+    /// or `None`: nothing waits, and the slot is given back in the same lock, so that a
+    /// request queued after it finds the slot free.
+    pub(super) fn next(&mut self, checks: usize, took: Duration) -> Option<Vec<Waiting<A>>> {
+        let at = self.batcher.born.until(Stopwatch::start());
         let mut queue = self.batcher.queue.lock();
+        queue.allowed.call_ended(checks, took, at);
         let batch = queue.take();
         if batch.is_empty() {
             queue.in_flight -= 1;
@@ -230,18 +234,30 @@ mod tests {
                 .collect()
         };
         assert_eq!(
-            sizes(call_slot.next().expect("waiting")),
+            sizes(
+                call_slot
+                    .next(1, Duration::from_micros(50))
+                    .expect("waiting")
+            ),
             [(Shape::General, 1), (Shape::General, 3)]
         );
         assert_eq!(
-            sizes(call_slot.next().expect("waiting")),
+            sizes(
+                call_slot
+                    .next(1, Duration::from_micros(50))
+                    .expect("waiting")
+            ),
             [(Shape::Buckets, 1)]
         );
         assert_eq!(
-            sizes(call_slot.next().expect("waiting")),
+            sizes(
+                call_slot
+                    .next(1, Duration::from_micros(50))
+                    .expect("waiting")
+            ),
             [(Shape::Buckets, MAX_CHECKS)]
         );
-        assert!(call_slot.next().is_none());
+        assert!(call_slot.next(1, Duration::from_micros(50)).is_none());
         assert_eq!(
             batcher.queue.lock().in_flight,
             0,
@@ -252,43 +268,50 @@ mod tests {
     }
 
     #[test]
-    fn a_call_beside_one_in_flight_starts_only_once_enough_checks_wait() {
+    fn calls_start_beside_those_in_flight_as_far_as_the_node_allows() {
         let batcher = Batcher::<()>::default();
         // The answers' receivers: a request whose receiver is dropped has given up.
         let answers = std::cell::RefCell::new(Vec::new());
         let submit = |checks| {
-            let (answer, batch) = batcher.submit(part(Shape::Buckets, checks, 10), 0, 2);
+            let (answer, batch) = batcher.submit(part(Shape::Buckets, checks, 10), 0, 3);
             answers.borrow_mut().push(answer);
             batch.map(|b| b.iter().map(|w| w.part.checks).collect::<Vec<_>>())
         };
-        // None in flight: at once, alone.
+        // Nothing learnt: one call, and the others wait for it, however many checks.
         assert_eq!(submit(1), Some(vec![1]));
-        // A second call is allowed, but waits until FURTHER_CALL_MIN_CHECKS checks wait.
-        assert_eq!(submit(FURTHER_CALL_MIN_CHECKS - 2), None);
-        assert_eq!(submit(1), None);
+        assert_eq!(submit(300), None);
+        let mut call_slot = CallSlot::held(&batcher);
         assert_eq!(
-            submit(1),
-            Some(vec![FURTHER_CALL_MIN_CHECKS - 2, 1, 1]),
-            "enough checks wait: the second call takes them all"
+            call_slot
+                .next(1, Duration::from_micros(50))
+                .map(|b| b.len()),
+            Some(1)
         );
-        // Both calls in flight: any request waits, however many checks it has.
-        assert_eq!(submit(FURTHER_CALL_MIN_CHECKS), None);
-        assert_eq!(submit(1), None);
-        // A request that gave up stops counting once a batch is taken.
+        assert!(call_slot.next(300, Duration::from_micros(400)).is_none());
+        // A far Redis (two windows of slow calls): calls start beside the one in flight at
+        // once, up to the bound.
+        for at in [5, 7] {
+            let mut queue = batcher.queue.lock();
+            let (took, at) = (Duration::from_millis(2), Duration::from_secs(at));
+            queue.allowed.call_ended(1, took, at);
+        }
+        assert_eq!(submit(1), Some(vec![1]));
+        assert_eq!(submit(2), Some(vec![2]));
+        assert_eq!(submit(3), Some(vec![3]));
+        assert_eq!(submit(4), None, "three in flight: the bound");
+        assert_eq!(submit(5), None);
+        // A request that gave up is not sent when the next call takes the batch.
         drop(answers.borrow_mut().pop());
         let mut call_slot = CallSlot::held(&batcher);
-        let batch = call_slot.next().expect("waiting");
-        assert_eq!(batch.len(), 1, "the request that gave up is not sent");
+        let batch = call_slot
+            .next(1, Duration::from_millis(2))
+            .expect("waiting");
+        assert_eq!(batch.iter().map(|w| w.part.checks).collect::<Vec<_>>(), [4]);
         {
             let queue = batcher.queue.lock();
-            assert_eq!((queue.in_flight, queue.waiting_checks), (2, 0));
+            assert_eq!((queue.in_flight, queue.waiting_checks), (3, 0));
         }
-        assert!(call_slot.next().is_none());
-        // One call in flight again, and a request with enough checks of its own starts
-        // the second at once.
-        assert_eq!(
-            submit(FURTHER_CALL_MIN_CHECKS),
-            Some(vec![FURTHER_CALL_MIN_CHECKS])
-        );
+        assert!(call_slot.next(4, Duration::from_millis(2)).is_none());
+        assert_eq!(batcher.queue.lock().in_flight, 2);
     }
 }

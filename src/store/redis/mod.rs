@@ -32,6 +32,7 @@
 
 mod backend;
 mod call_queue;
+mod calls_allowed;
 mod circuit;
 mod cluster;
 mod conn;

@@ -62,9 +62,9 @@ pub struct RedisOptions {
     pub fallback_buckets: u64,
     /// Bytes the embedded fallback store holds ([`FailurePolicy::Local`]).
     pub fallback_bytes: u64,
-    /// Script calls each node has in flight at most; requests arriving meanwhile wait and
-    /// go together in the next call, and a call beyond the first starts only once enough
-    /// checks wait (see the `batch` module). At least 1.
+    /// Script calls each node has in flight at most, of those its measured round trip
+    /// pays (see the `calls_allowed` module); requests arriving meanwhile wait and go
+    /// together in the next call. At least 1.
     pub calls_in_flight: usize,
     /// Requests of token buckets only go to the specialised script (`decide_buckets.lua`);
     /// `false` sends every request to the general one, for tests that compare the two.

@@ -124,8 +124,8 @@ impl Inner {
             Some(_) => part.keys.first().map_or(0, |key| slot(key.as_bytes())),
             None => 0,
         };
-        let limit = self.options.calls_in_flight.max(1);
-        let (answer, batch) = node.batcher.submit(part, cluster_slot, limit);
+        let bound = self.options.calls_in_flight;
+        let (answer, batch) = node.batcher.submit(part, cluster_slot, bound);
         if let Some(batch) = batch {
             tokio::spawn(self.clone().run_batches(node.clone(), batch));
         }
@@ -162,8 +162,9 @@ impl Inner {
                 })
             });
             drop(parts);
-            self.counts
-                .call_ended(batch.len(), started.until(Stopwatch::start()));
+            let took = started.until(Stopwatch::start());
+            self.counts.call_ended(batch.len(), took);
+            let checks = batch.iter().map(|w| w.part.checks).sum();
             match result {
                 Ok(replies) => {
                     for (waiting, reply) in batch.drain(..).zip(replies) {
@@ -176,7 +177,7 @@ impl Inner {
                     }
                 }
             }
-            match call_slot.next() {
+            match call_slot.next(checks, took) {
                 Some(next) => batch = next,
                 None => return,
             }
