@@ -2,12 +2,12 @@
 //! restarted under it says so once per restart, in its log and in
 //! `meshlimit_redis_restarts_total`; a reconnect to the same server says nothing, and a
 //! restart that kept the keys (AOF), or a Sentinel failover to a synced replica, says only
-//! that.
+//! that; a Cluster master restarted in place is counted on its own node.
 
 mod support;
 
 use support::process::Meshlimit;
-use support::redis::{RedisSentinel, RedisServer};
+use support::redis::{RedisCluster, RedisSentinel, RedisServer};
 use tempfile::TempDir;
 
 const LIMITS: &str = "
@@ -76,14 +76,19 @@ fn lines(process: &Meshlimit, text: &str) -> usize {
 /// Waits until meshlimit has read the server again (deleting its marker, which only that
 /// reading writes back): every reading before has been counted.
 async fn read_again(redis: &RedisServer) {
+    read_again_by(redis, MARKER).await;
+}
+
+/// [`read_again`] for a server whose marker is `key`.
+async fn read_again_by(redis: &RedisServer, key: &str) {
     // The reading that counted a restart writes the marker just after.
     support::eventually(NOTICE_SECS, "the marker written", || {
-        redis.cli(&["EXISTS", MARKER]) == "1"
+        redis.cli(&["EXISTS", key]) == "1"
     })
     .await;
-    assert_eq!(redis.cli(&["DEL", MARKER]), "1");
+    assert_eq!(redis.cli(&["DEL", key]), "1");
     support::eventually(NOTICE_SECS, "the marker written again", || {
-        redis.cli(&["EXISTS", MARKER]) == "1"
+        redis.cli(&["EXISTS", key]) == "1"
     })
     .await;
 }
@@ -191,5 +196,50 @@ async fn a_sentinel_failover_to_a_synced_replica_kept_the_keys_and_says_only_tha
     assert_eq!(kept.len(), 1, "{log}");
     assert!(kept[0].contains(&url), "{}", kept[0]);
     assert_eq!(lines(&process, LOST_LINE), 0, "{log}");
+    assert!(process.terminate().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_master_restarted_without_persistence_is_counted_on_its_node_alone() {
+    let mut cluster = RedisCluster::start(3);
+    let config = config();
+    let process =
+        Meshlimit::start_on_redis(config.path(), &cluster.url(), "error", 1000, &[]).await;
+    // Each master's marker, in one of its own slots.
+    let mut markers = Vec::new();
+    for node in &cluster.nodes {
+        let mut found = Vec::new();
+        support::eventually(NOTICE_SECS, "a marker on every master", || {
+            found = node
+                .cli(&["--scan", "--pattern", "ml1:alive*"])
+                .lines()
+                .map(str::to_string)
+                .collect();
+            !found.is_empty()
+        })
+        .await;
+        assert_eq!(found.len(), 1, "{found:?} on {}", node.addr());
+        markers.push(found.remove(0));
+    }
+
+    cluster.nodes[0].restart();
+    let restarted = cluster.nodes[0].addr();
+    support::eventually_async(NOTICE_SECS, "the restart counted", || async {
+        restarts(&process, &restarted).await.0 >= 1.0
+    })
+    .await;
+    read_again_by(&cluster.nodes[0], &markers[0]).await;
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let lost = if i == 0 { 1.0 } else { 0.0 };
+        assert_eq!(
+            restarts(&process, &node.addr()).await,
+            (lost, 0.0),
+            "node {i}"
+        );
+    }
+    let log = process.log();
+    let warnings: Vec<&str> = log.lines().filter(|l| l.contains(LOST_LINE)).collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+    assert!(warnings[0].contains(&restarted), "{}", warnings[0]);
     assert!(process.terminate().await.success());
 }
