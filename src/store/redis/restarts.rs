@@ -166,20 +166,25 @@ impl Inner {
             Change::First | Change::Same => {}
         }
         if written_under.is_none() {
-            let write = async {
-                let mut conn = node.conn().await?;
-                redis::cmd("SET")
-                    .arg(&marker)
-                    .arg(&run_id)
-                    .arg("NX")
-                    .query_async::<redis::Value>(&mut conn)
-                    .await
-            };
-            match tokio::time::timeout(self.options.timeout, write).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => self.unreadable(node, &e),
-                Err(_) => self.unreadable(node, &timed_out("writing its marker")),
-            }
+            self.write_marker(node, &marker, &run_id).await;
+        }
+    }
+
+    /// Writes `node`'s marker `key` with `run_id`, unless another replica just did.
+    async fn write_marker(&self, node: &Node, key: &str, run_id: &str) {
+        let write = async {
+            let mut conn = node.conn().await?;
+            redis::cmd("SET")
+                .arg(key)
+                .arg(run_id)
+                .arg("NX")
+                .query_async::<redis::Value>(&mut conn)
+                .await
+        };
+        match tokio::time::timeout(self.options.timeout, write).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => self.unreadable(node, &e),
+            Err(_) => self.unreadable(node, &timed_out("writing its marker")),
         }
     }
 
