@@ -99,7 +99,7 @@ fn keys_by_node(cluster: &RedisCluster) -> Vec<BTreeSet<String>> {
         .map(|node| {
             node.cli(&["--scan"])
                 .lines()
-                // Not the store's probe keys (`ml1:probe{N}`), only buckets.
+                // Not the store's probe and marker keys (`ml1:probe{N}`, `ml1:alive{N}`), only buckets.
                 .filter(|key| key.starts_with("ml1:{"))
                 .map(str::to_string)
                 .collect()

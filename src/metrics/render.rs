@@ -11,6 +11,7 @@ use super::stripes::wrapping_sum;
 use super::text::{family, sample};
 use super::{METHOD, Metrics};
 use crate::store::Store;
+use crate::store::redis::RedisStore;
 
 impl Metrics {
     /// Everything, in the Prometheus text format 0.0.4 ([`CONTENT_TYPE`]).
@@ -246,6 +247,29 @@ impl Metrics {
             "Time those calls took, each from its start to its answer or failure (divided by the calls: the mean call, round trip included).",
         );
         sample(out, name, [], stats.call_seconds());
+        redis_restarts(out, redis);
+    }
+}
+
+/// `meshlimit_redis_restarts_total`: each node's server changes, by whether its keys
+/// survived.
+fn redis_restarts(out: &mut String, redis: &RedisStore) {
+    let name = "meshlimit_redis_restarts_total";
+    family(
+        out,
+        name,
+        "counter",
+        "Times a Redis node's server changed (a new run_id: a restart, or a failover), by whether its keys survived: buckets=\"lost\", every limit on the node restarted from full; buckets=\"kept\".",
+    );
+    for node in redis.restarts() {
+        for (buckets, count) in [("lost", node.lost), ("kept", node.kept)] {
+            sample(
+                out,
+                name,
+                [("node", node.node.as_str()), ("buckets", buckets)],
+                count,
+            );
+        }
     }
 }
 

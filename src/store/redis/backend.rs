@@ -57,15 +57,16 @@ impl Backend {
         }
     }
 
-    /// A key that `node` holds, for probe writes, after `namespace` (`--redis-key-prefix`)
-    /// as every key of the store (`None`: it holds no slot any more).
-    pub(crate) fn probe_key(&self, node: &Node, namespace: &str) -> Option<String> {
+    /// A key named `name` that `node` holds, for its probe writes (`probe`) and its
+    /// marker (`alive`, [`super::restarts`]), after `namespace` (`--redis-key-prefix`) as
+    /// every key of the store (`None`: it holds no slot any more).
+    pub(crate) fn node_key(&self, node: &Node, namespace: &str, name: &str) -> Option<String> {
         match self {
             Backend::One(_) => Some(format!(
-                "{namespace}{}probe{{0}}",
+                "{namespace}{}{name}{{0}}",
                 crate::bucket_key::REDIS_PREFIX
             )),
-            Backend::Cluster(cluster) => cluster.probe_key(node, namespace),
+            Backend::Cluster(cluster) => cluster.node_key(node, namespace, name),
         }
     }
 

@@ -168,11 +168,15 @@ impl Cluster {
         }
     }
 
-    /// A key in one of `node`'s slots after `namespace`, for its probe writes.
-    pub(crate) fn probe_key(&self, node: &Node, namespace: &str) -> Option<String> {
+    /// A key named `name` in one of `node`'s slots after `namespace`, for its probe writes
+    /// and its marker: the first `{N}` hash tag in its slots, the same while they are.
+    pub(crate) fn node_key(&self, node: &Node, namespace: &str, name: &str) -> Option<String> {
         let map = self.map.load();
         (0..100_000).find_map(|n| {
-            let key = format!("{namespace}{}probe{{{n}}}", crate::bucket_key::REDIS_PREFIX);
+            let key = format!(
+                "{namespace}{}{name}{{{n}}}",
+                crate::bucket_key::REDIS_PREFIX
+            );
             let owner = map.owner(slot(key.as_bytes()))?;
             std::ptr::eq(&**owner, node).then_some(key)
         })

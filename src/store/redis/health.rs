@@ -1,6 +1,6 @@
 //! Whether each Redis node decides: circuits opened by failures, probe writes that close
-//! them, background checks that notice a failing node without traffic, and the store's
-//! health as the operator endpoints show it.
+//! them, background checks that notice a failing node without traffic (and a restarted
+//! one, [`super::restarts`]), and the store's health as the operator endpoints show it.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -141,6 +141,9 @@ impl RedisStore {
                 }
                 match inner.probe_write(&node).await {
                     Ok(()) => {
+                        // The node is back, maybe as another server: said before it
+                        // decides again.
+                        inner.follow_run_id(&node).await;
                         // Done probing before closing: a failure from here on starts a
                         // new probe.
                         node.circuit.end_probe();
@@ -155,7 +158,7 @@ impl RedisStore {
     }
 
     /// While `node` decides: one background probe write, which opens its circuit when it
-    /// fails.
+    /// fails, then a look at whether its server changed since the last check.
     fn spawn_check(&self, node: Arc<Node>) {
         if !node.circuit.start_probe() {
             return;
@@ -163,6 +166,9 @@ impl RedisStore {
         let store = self.clone();
         tokio::spawn(async move {
             let result = store.inner.probe_write(&node).await;
+            if result.is_ok() {
+                store.inner.follow_run_id(&node).await;
+            }
             node.circuit.end_probe();
             if let Err(why) = result {
                 store.trip(&node, &why);
@@ -175,7 +181,10 @@ impl Inner {
     /// Writes a short-lived key on `node`, within the timeout: a node that answers but
     /// refuses writes (out of memory, read-only, ...) cannot decide either.
     async fn probe_write(&self, node: &Node) -> Result<(), StoreError> {
-        let Some(key) = self.backend.probe_key(node, &self.options.key_prefix) else {
+        let Some(key) = self
+            .backend
+            .node_key(node, &self.options.key_prefix, "probe")
+        else {
             return Ok(());
         };
         let write = async {

@@ -47,6 +47,7 @@ mod part;
 mod quota_demands;
 mod quota_nudges;
 pub mod reply;
+mod restarts;
 mod script;
 mod script_args;
 mod slots;
@@ -66,6 +67,8 @@ use over_limit_cache::OverLimitCache;
 pub use quota_demands::Demand;
 pub use quota_nudges::{Nudge, Nudges, QUOTA_NUDGES};
 use reply::{After, Reply};
+pub use restarts::NodeRestarts;
+use restarts::Restarts;
 pub use stats::RedisStats;
 use stats::{Counters, count};
 
@@ -99,6 +102,8 @@ struct Inner {
     fallback: Fallback,
     /// Where decisions were made, for [`RedisStore::stats`].
     counts: Counters,
+    /// Each node's server as last read, and its restarts, for [`RedisStore::restarts`].
+    restarts: Restarts,
     /// Whether a task follows the resets of other replicas ([`RedisStore::follow_resets`]).
     following_resets: std::sync::atomic::AtomicBool,
 }
@@ -135,6 +140,7 @@ impl RedisStore {
                 leases: Leases::new(options.lease, options.cache_size, options.lease_ttl),
                 fallback: Fallback::new(&options, clock),
                 counts: Counters::default(),
+                restarts: Restarts::default(),
                 following_resets: std::sync::atomic::AtomicBool::new(false),
                 options,
             }),
