@@ -38,12 +38,15 @@ if ! command -v valkey-server >/dev/null || ! command -v valkey-cli >/dev/null |
     ! command -v valkey-sentinel >/dev/null; then
     . /etc/os-release
     backports="$VERSION_CODENAME-backports"
-    # What apt reads: the one-line and the deb822 formats.
-    sources=(/etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources)
-    if ! grep -qs -- "$backports" "${sources[@]}"; then
+    # What apt reads (the one-line and the deb822 formats), of it what exists.
+    sources=(/dev/null)
+    for file in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+        if [[ -f $file ]]; then sources+=("$file"); fi
+    done
+    if ! grep -q -- "$backports" "${sources[@]}"; then
         # The archive the machine already uses (a mirror, say) rather than a fixed one.
-        mirror=$(grep -hsE '^[^#]*https?://' "${sources[@]}" |
-            grep -oE 'https?://[^ ]+/debian/?( |$)' | head -n1 | tr -d ' ')
+        mirror=$(cat "${sources[@]}" | grep -E '^[^#]*https?://' |
+            grep -oE 'https?://[^ ]+/debian/?( |$)' | head -n1 | tr -d ' ' || true)
         echo "deb ${mirror:-http://deb.debian.org/debian} $backports main" \
             >/etc/apt/sources.list.d/backports.list
     fi
