@@ -539,8 +539,7 @@ async fn answers_while_redis_is_down_then_returns_to_redis(policy: Answering) {
 /// logged, `/healthcheck` OK, gRPC health SERVING.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_redis_out_of_memory_is_logged_and_shown_in_health() {
-    let redis =
-        RedisServer::start_with(&["--maxmemory", "1mb", "--maxmemory-policy", "noeviction"]);
+    let redis = RedisServer::start_with_little_memory();
     let config = config();
     let process = serve(config.path(), &redis.url(), "error", 1000).await;
     let mut rls = process.client().await;

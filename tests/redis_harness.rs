@@ -1,7 +1,7 @@
 //! The Redis test harness itself (`tests/support/redis.rs`): servers, a cluster and a
 //! sentinel setup come up as real processes on their own loopback ports, answer, restart,
 //! fail over, and go away when dropped; a shared server is started once and emptied for
-//! each turn.
+//! each turn; and they are the server (Redis or Valkey) the run asked for.
 
 mod support;
 
@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use std::net::TcpStream;
 use std::process::Command;
 
+use support::redis::flavor::{Flavor, VARIABLE};
 use support::redis::{RedisCluster, RedisSentinel, RedisServer, Shared};
 
 #[test]
@@ -68,12 +69,12 @@ fn unix_socket_server_answers_on_its_socket() {
     let server = RedisServer::start_unix();
     let socket = server.unix_socket().expect("started with a unix socket");
     assert_eq!(socket, server.dir().join("redis.sock"));
-    let output = Command::new("redis-cli")
+    let output = Command::new(Flavor::chosen().cli())
         .arg("-s")
         .arg(&socket)
         .arg("PING")
         .output()
-        .expect("redis-cli runs");
+        .expect("the command-line client runs");
     assert!(output.status.success());
     assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "PONG");
     assert_eq!(server.cli(&["PING"]), "PONG", "TCP still works");
@@ -193,4 +194,69 @@ fn a_shared_server_is_started_once_and_emptied_for_each_turn() {
     assert!(nested.is_err(), "a nested turn was handed out");
     drop(turn);
     assert_eq!(SHARED.take().deployment.port(), port);
+}
+
+#[test]
+fn every_server_is_the_flavor_the_run_asked_for() {
+    let server = RedisServer::start();
+    let info = server.cli(&["INFO", "server"]);
+    let (answered, version) = Flavor::of_info(&info).unwrap();
+    assert_eq!(answered, Flavor::chosen(), "{info}");
+    assert!(!version.is_empty());
+    // The check tells the two apart on a real server's answer, not only on the texts below.
+    let other = match answered {
+        Flavor::Redis => Flavor::Valkey,
+        Flavor::Valkey => Flavor::Redis,
+    };
+    let refused = other.check(&info).unwrap_err();
+    assert!(
+        refused.contains(&format!("{answered:?} {version} answered")),
+        "{refused}"
+    );
+}
+
+/// `INFO server` as each flavor answers it (Redis 7.0.15 from Debian 12, Valkey 8.0.1 from
+/// its backports), cut to the fields that tell them apart.
+#[test]
+fn info_server_tells_redis_and_valkey_apart() {
+    let redis = "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\nprocess_id:7\r\n";
+    let valkey = "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\n\
+                  valkey_version:8.0.1\r\nprocess_id:7\r\n";
+    assert_eq!(
+        Flavor::of_info(redis),
+        Ok((Flavor::Redis, "7.0.15".to_string()))
+    );
+    assert_eq!(
+        Flavor::of_info(valkey),
+        Ok((Flavor::Valkey, "8.0.1".to_string()))
+    );
+    assert!(Flavor::Redis.check(redis).is_ok());
+    assert!(Flavor::Valkey.check(valkey).is_ok());
+    assert!(Flavor::Valkey.check(redis).is_err());
+    assert!(Flavor::Redis.check(valkey).is_err());
+    // Something else that speaks the protocol is neither.
+    assert!(Flavor::of_info("# Server\r\nserver_name:other\r\nredis_version:7.2.4\r\n").is_err());
+    assert!(Flavor::of_info("# Server\r\n").is_err());
+}
+
+#[test]
+fn the_variable_names_redis_or_valkey_and_nothing_else() {
+    assert_eq!(Flavor::named(""), Some(Flavor::Redis));
+    assert_eq!(Flavor::named("redis"), Some(Flavor::Redis));
+    assert_eq!(Flavor::named("valkey"), Some(Flavor::Valkey));
+    assert_eq!(Flavor::named("valkey-server"), None);
+    assert_eq!(Flavor::named("Valkey"), None);
+    assert_eq!(Flavor::Valkey.server(), "valkey-server");
+    assert_eq!(Flavor::Valkey.cli(), "valkey-cli");
+    assert_eq!(Flavor::Valkey.sentinel(), "valkey-sentinel");
+}
+
+/// CI (`scripts/test.sh`) runs the Redis suites a second time on Valkey under the variable
+/// this harness reads: renamed on one side only, that run would test Redis twice.
+#[test]
+fn the_test_script_runs_the_redis_suites_on_valkey_too() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/test.sh");
+    let script = std::fs::read_to_string(path).unwrap();
+    let setting = format!("{VARIABLE}=valkey");
+    assert!(script.contains(&setting), "{path} never sets {setting}");
 }

@@ -356,8 +356,7 @@ async fn a_redis_that_refuses_the_connection_counts_as_unreachable() {
 /// to Redis, failed with `OOM`, and health said OK.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_refusing_writes_cannot_decide_until_it_takes_writes_again() {
-    let redis =
-        RedisServer::start_with(&["--maxmemory", "1mb", "--maxmemory-policy", "noeviction"]);
+    let redis = RedisServer::start_with_little_memory();
     let strict = replica(&redis.url(), system(), |o| {
         o.timeout = Duration::from_millis(500);
     });

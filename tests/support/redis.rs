@@ -8,6 +8,12 @@
 //! and from inside `#[tokio::test]` functions, where they block that test's thread while
 //! the processes come up (milliseconds for a server, seconds for a cluster or a sentinel
 //! setup). A missing Redis installation fails the test; it is never skipped.
+//!
+//! Redis or Valkey: the binaries are those of the [`Flavor`] the test run chose
+//! (`MESHLIMIT_TEST_REDIS_SERVER`), and every process must prove in `INFO server` that it is
+//! that flavor (see `redis/flavor.rs`).
+
+pub mod flavor;
 
 use std::collections::BTreeSet;
 use std::fs::{self, OpenOptions};
@@ -21,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-/// How to install the binaries this module runs.
-const INSTALL: &str = "apt-get install -y redis-server redis-tools redis-sentinel";
+use self::flavor::Flavor;
+
 /// Bound on a process answering PING after it was spawned.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// Bound on one `redis-cli` run (including `--cluster create`).
@@ -33,6 +39,9 @@ const CONVERGE_TIMEOUT: Duration = Duration::from_secs(30);
 const FAST_POLL: Duration = Duration::from_millis(10);
 /// Poll interval for multi-process states, each poll running several `redis-cli`.
 const SLOW_POLL: Duration = Duration::from_millis(50);
+/// What [`RedisServer::start_with_little_memory`] lets a server use beyond its own start:
+/// room for the clients and the scripts, filled by a thousand keys.
+const MEMORY_ROOM: u64 = 1 << 20;
 /// Log file (stdout and stderr) of every process, in its directory.
 const LOG_FILE: &str = "redis.log";
 /// Arguments of a cluster node, on top of the standalone ones.
@@ -45,9 +54,9 @@ const CLUSTER_ARGS: [&str; 6] = [
     "2000",
 ];
 
-/// A `redis-server` (or sentinel) process of this test, on its own loopback port and in its
-/// own temporary working directory (which also holds its log, `redis.log`). Killed when
-/// dropped.
+/// A `redis-server` (or sentinel, or their Valkey twins) process of this test, on its own
+/// loopback port and in its own temporary working directory (which also holds its log,
+/// `redis.log`). Killed when dropped.
 pub struct RedisServer {
     program: &'static str,
     /// Everything after the program name; `restart` runs exactly this again.
@@ -69,17 +78,40 @@ impl RedisServer {
     /// [`RedisServer::start`] with extra arguments appended (later ones win), e.g.
     /// `["--requirepass", "s3cret"]` or `["--unixsocket", path]`.
     pub fn start_with(args: &[&str]) -> RedisServer {
-        Self::launch("redis-server", |port, _dir| {
+        Self::launch(Flavor::chosen().server(), |port, _dir| {
             let mut argv = standalone_argv(port);
             argv.extend(args.iter().map(|a| a.to_string()));
             argv
         })
     }
 
+    /// A standalone server that refuses writes (`OOM`, `--maxmemory-policy noeviction`)
+    /// once it holds [`MEMORY_ROOM`] more than when it started, for
+    /// [`RedisServer::fill_memory`]. The cap is set from what the server itself reports
+    /// using, not a fixed figure: Valkey 8 starts at about 0.93 MB, Redis 7.0 at 0.88 MB,
+    /// and a fixed `maxmemory 1mb` leaves Valkey too little to load the scripts.
+    pub fn start_with_little_memory() -> RedisServer {
+        let server = Self::start_with(&["--maxmemory-policy", "noeviction"]);
+        let password = server.cli_auth.as_deref();
+        let info = query(server.port, password, &[&["INFO", "memory"]])
+            .unwrap_or_else(|e| panic!("INFO memory on {}: {e}", server.addr()));
+        let used: u64 = info_field(&info[0], "used_memory")
+            .and_then(|bytes| bytes.parse().ok())
+            .unwrap_or_else(|| panic!("INFO memory without used_memory: {}", info[0]));
+        let cap = (used + MEMORY_ROOM).to_string();
+        query(
+            server.port,
+            password,
+            &[&["CONFIG", "SET", "maxmemory", &cap]],
+        )
+        .unwrap_or_else(|e| panic!("CONFIG SET maxmemory on {}: {e}", server.addr()));
+        server
+    }
+
     /// A standalone server that also listens on `<dir>/redis.sock` (mode 700); see
     /// [`RedisServer::unix_socket`].
     pub fn start_unix() -> RedisServer {
-        Self::launch("redis-server", |port, dir| {
+        Self::launch(Flavor::chosen().server(), |port, dir| {
             let mut argv = standalone_argv(port);
             let socket = dir.join("redis.sock").display().to_string();
             argv.extend(strings(&[
@@ -95,7 +127,7 @@ impl RedisServer {
     /// A sentinel on its own port watching `name` at `127.0.0.1:master_port` with quorum 2,
     /// its config file (which it rewrites) in its own directory.
     fn start_sentinel(name: &str, master_port: u16) -> RedisServer {
-        Self::launch("redis-sentinel", |port, dir| {
+        Self::launch(Flavor::chosen().sentinel(), |port, dir| {
             let conf = dir.join("sentinel.conf");
             let text = format!(
                 "port {port}\n\
@@ -115,8 +147,8 @@ impl RedisServer {
     /// directory, and waits until it answers PING. Tries again elsewhere if another
     /// process took the port between our probe and the server's bind.
     fn launch(program: &'static str, make_argv: impl Fn(u16, &Path) -> Vec<String>) -> RedisServer {
-        require("redis-server");
-        require("redis-cli");
+        require(Flavor::chosen().server());
+        require(Flavor::chosen().cli());
         require(program);
         const ATTEMPTS: usize = 5;
         for _ in 0..ATTEMPTS {
@@ -130,12 +162,10 @@ impl RedisServer {
     /// [`RedisServer::start`] on `port`, which must be free: the port a manifest names,
     /// in a network namespace of the test's own (`support::netns`).
     pub fn start_on(port: u16) -> RedisServer {
-        require("redis-server");
-        require("redis-cli");
-        Self::launch_at(port, "redis-server", &|port, _: &Path| {
-            standalone_argv(port)
-        })
-        .unwrap_or_else(|_| panic!("redis-server: port {port} is taken"))
+        let server = require(Flavor::chosen().server());
+        require(Flavor::chosen().cli());
+        Self::launch_at(port, server, &|port, _: &Path| standalone_argv(port))
+            .unwrap_or_else(|_| panic!("redis-server: port {port} is taken"))
     }
 
     /// Starts `program` with the arguments `make_argv(port, dir)` for `port` and a fresh
@@ -181,8 +211,9 @@ impl RedisServer {
             .spawn()
             .unwrap_or_else(|e| {
                 panic!(
-                    "cannot run {}: {e}; install Redis: `{INSTALL}`",
-                    self.program
+                    "cannot run {}: {e}; install it: `{}`",
+                    self.program,
+                    Flavor::chosen().install()
                 )
             });
         let pid = child.id();
@@ -208,8 +239,15 @@ impl RedisServer {
                 );
             }
             let last = match ping(self.port, self.cli_auth.as_deref()) {
-                Ok(answered) if answered == pid => return Ok(()),
-                Ok(other) => format!(
+                Ok((answered, info)) if answered == pid => {
+                    // Ours; and it must be the server this run asked for, or a Valkey run
+                    // would pass on Redis alone.
+                    if let Err(e) = Flavor::chosen().check(&info) {
+                        panic!("{} on port {}: {e}", self.program, self.port);
+                    }
+                    return Ok(());
+                }
+                Ok((other, _)) => format!(
                     "port {} is answered by another process ({other})",
                     self.port
                 ),
@@ -262,9 +300,9 @@ impl RedisServer {
         fs::read_to_string(self.dir.path().join(LOG_FILE)).unwrap_or_default()
     }
 
-    /// Runs `redis-cli -h 127.0.0.1 -p P [-a password] args...` and returns its trimmed
-    /// stdout. Panics when redis-cli fails (e.g. cannot connect); note that error replies
-    /// such as `ERR ...` or `NOAUTH ...` are printed, not failures.
+    /// Runs `redis-cli -h 127.0.0.1 -p P [-a password] args...` (`valkey-cli` on Valkey)
+    /// and returns its trimmed stdout. Panics when the client fails (e.g. cannot connect);
+    /// note that error replies such as `ERR ...` or `NOAUTH ...` are printed, not failures.
     pub fn cli(&self, args: &[&str]) -> String {
         self.try_cli(args).unwrap_or_else(|e| panic!("{e}"))
     }
@@ -285,7 +323,7 @@ impl RedisServer {
     }
 
     fn cli_command(&self, password: Option<&str>, args: &[&str]) -> Command {
-        let mut command = Command::new(require("redis-cli"));
+        let mut command = Command::new(require(Flavor::chosen().cli()));
         command.args(["-h", "127.0.0.1", "-p", &self.port.to_string()]);
         if let Some(password) = password {
             command.args(["--no-auth-warning", "-a", password]);
@@ -301,10 +339,13 @@ impl RedisServer {
     }
 
     /// Writes 1 KiB keys (`fill:N`) over one connection until the server refuses one with
-    /// `OOM` (it must run with a `--maxmemory` and `--maxmemory-policy noeviction`), and
-    /// returns that connection: keep it open while Redis must stay full, since closing it
-    /// frees its buffers, which would let a few writes in again. Panics after 100,000 keys
-    /// or on any other failure.
+    /// `OOM` (it must run with a `--maxmemory` and `--maxmemory-policy noeviction`, as
+    /// [`RedisServer::start_with_little_memory`] does), then lowers `maxmemory` to what the
+    /// server used before the keys: refused at the cap, a server is over it by a few
+    /// KiB only, which the buffers it frees on its own (a client's, a second later) can
+    /// take back, letting writes in again; a full cap of keys over it cannot. Returns the
+    /// connection, for the caller to keep open while Redis must stay full. Panics after
+    /// 100,000 keys or on any other failure.
     pub fn fill_memory(&self) -> TcpStream {
         let fill = || -> io::Result<TcpStream> {
             let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
@@ -323,14 +364,19 @@ impl RedisServer {
             if let Some(password) = &self.cli_auth {
                 ask(&["AUTH", password])?;
             }
+            let memory = ask(&["INFO", "memory"])?;
+            let before = info_field(&memory, "used_memory")
+                .ok_or_else(|| io::Error::other(format!("INFO memory: {memory}")))?
+                .to_string();
             let value = "x".repeat(1024);
             for n in 0..100_000 {
-                if let Err(e) = ask(&["SET", &format!("fill:{n}"), &value]) {
-                    return if e.to_string().contains("OOM") {
-                        Ok(stream)
-                    } else {
-                        Err(e)
-                    };
+                match ask(&["SET", &format!("fill:{n}"), &value]) {
+                    Ok(_) => {}
+                    Err(e) if e.to_string().contains("OOM") => {
+                        ask(&["CONFIG", "SET", "maxmemory", &before])?;
+                        return Ok(stream);
+                    }
+                    Err(e) => return Err(e),
                 }
             }
             Err(io::Error::other("100,000 keys of 1 KiB and no OOM"))
@@ -452,7 +498,7 @@ impl RedisCluster {
         }
         let nodes: Vec<RedisServer> = (0..total).map(|_| RedisServer::start_with(&args)).collect();
         let cluster = RedisCluster { nodes };
-        let mut create = Command::new(require("redis-cli"));
+        let mut create = Command::new(require(Flavor::chosen().cli()));
         create.arg("--cluster").arg("create");
         create.args(cluster.nodes.iter().map(RedisServer::addr));
         create.args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"]);
@@ -999,7 +1045,8 @@ fn require(program: &'static str) -> &'static str {
         .is_ok_and(|s| s.success());
     assert!(
         runs,
-        "`{program}` is missing (or does not run); these tests need real Redis processes: `{INSTALL}`"
+        "`{program}` is missing (or does not run); these tests need real Redis processes: `{}`",
+        Flavor::chosen().install()
     );
     FOUND
         .lock()
@@ -1056,7 +1103,10 @@ fn run(command: &mut Command, timeout: Duration) -> Result<String, String> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot run {what}: {e}; install Redis: `{INSTALL}`"))?;
+        .map_err(|e| {
+            let install = Flavor::chosen().install();
+            format!("cannot run {what}: {e}; install it: `{install}`")
+        })?;
     let (mut stdout, mut stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
     thread::scope(|scope| {
         // Drained concurrently so that a chatty command cannot block on a full pipe.
@@ -1100,15 +1150,17 @@ fn run(command: &mut Command, timeout: Duration) -> Result<String, String> {
 }
 
 /// Over a fresh connection to `127.0.0.1:port`: AUTH (if `password`), PING (which must
-/// answer PONG) and `INFO server`; returns the answering process's id.
-fn ping(port: u16, password: Option<&str>) -> Result<u32, String> {
-    let replies = query(port, password, &[&["PING"], &["INFO", "server"]])?;
+/// answer PONG) and `INFO server`; returns the answering process's id and that INFO text.
+fn ping(port: u16, password: Option<&str>) -> Result<(u32, String), String> {
+    let mut replies = query(port, password, &[&["PING"], &["INFO", "server"]])?;
     if replies[0] != "PONG" {
         return Err(format!("127.0.0.1:{port}: PING answered {:?}", replies[0]));
     }
-    info_field(&replies[1], "process_id")
+    let info = replies.swap_remove(1);
+    let pid = info_field(&info, "process_id")
         .and_then(|pid| pid.parse().ok())
-        .ok_or_else(|| format!("127.0.0.1:{port}: INFO server without process_id"))
+        .ok_or_else(|| format!("127.0.0.1:{port}: INFO server without process_id"))?;
+    Ok((pid, info))
 }
 
 /// Sends `commands` over a fresh connection to `127.0.0.1:port` (after AUTH if
