@@ -112,9 +112,9 @@ trap 'rm -f "$log" "$valkey_log"' EXIT
 cargo test --locked --lib --bins --tests 2>&1 | tee "$log"
 # The Redis suites a second time, on Valkey (tests/support/redis/flavor.rs; every server
 # must say it is Valkey): the conformance table's Redis and Cluster configurations, the
-# fault tests, and replicas sharing one server. About a minute.
+# fault tests (restarts included), and replicas sharing one server. About a minute.
 valkey_suites=(redis_store redis_binary redis_topology redis_cluster_failover redis_batches
-    redis_charges redis_holds rlqs_replicas)
+    redis_restarts redis_charges redis_holds rlqs_replicas)
 MESHLIMIT_TEST_REDIS_SERVER=valkey cargo test --locked --test conformance -- redis cluster \
     2>&1 | tee "$valkey_log"
 MESHLIMIT_TEST_REDIS_SERVER=valkey cargo test --locked "${valkey_suites[@]/#/--test=}" \
