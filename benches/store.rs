@@ -227,6 +227,7 @@ pub fn holds(c: &mut Criterion) {
         phase,
         ttl: 300 * 1_000_000_000,
         slots: None,
+        expiries: None,
     };
     group.bench_function("hold_then_settle", |b| {
         b.iter(|| {

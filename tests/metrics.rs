@@ -1116,6 +1116,91 @@ async fn charges_refunds_and_debt_are_counted_per_rule() {
     );
 }
 
+const HELD: &str = "
+domain: llm
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+    reserve: {ttl: 10s}
+  - key: in_flight
+    concurrency: {max_in_flight: 2, ttl: 5s}
+";
+
+/// Holds released unsettled after their TTL count on their rule's series, the request
+/// values' for a detailed rule (within its cap), even when the embedded store's upkeep
+/// releases them with no request at hand; a hold's request counts on the overflow once.
+#[tokio::test]
+async fn holds_released_unsettled_are_counted_per_rule_and_value() {
+    let (service, clock) = support::service(&[("llm.yaml", HELD)], Algorithm::TokenBucket);
+    let metrics = service.metrics().expect("support services count").clone();
+    metrics.set_max_metric_values(2);
+    let ask = |entries: &[(&str, &str)], hits: u64| {
+        let descriptors = [Descriptor {
+            hits_addend: Some(hits),
+            ..Descriptor::new(entries)
+        }];
+        let service = &service;
+        async move {
+            let request = Request::new("llm", &descriptors, 0);
+            service
+                .should_rate_limit(request)
+                .await
+                .expect("a valid request")
+        }
+    };
+    for (user, id) in [
+        ("alice", "r1"),
+        ("alice", "r2"),
+        ("bob", "r1"),
+        ("carol", "r1"),
+    ] {
+        assert!(!ask(&[("user", user), ("hold", id)], 100).await.over_limit);
+    }
+    ask(&[("user", "alice"), ("settle", "r2")], 100).await;
+    assert!(
+        !ask(&[("in_flight", "u"), ("hold", "s1")], 1)
+            .await
+            .over_limit
+    );
+    let expired = format!("{RULE}expired");
+    assert!(series(&scrape(&service), &expired).is_empty());
+    clock.advance(Duration::from_secs(11));
+    service.store().maintain();
+    let samples = scrape(&service);
+    let count = |key1: &str| value(&samples, &expired, &[("domain", "llm"), ("key1", key1)]);
+    assert_eq!(count("user_alice"), Some(1.0), "r2 was settled");
+    assert_eq!(count("user_bob"), Some(1.0));
+    assert_eq!(count("user__other_"), Some(1.0), "carol's, past the cap");
+    assert_eq!(count("in_flight"), Some(1.0));
+    assert_eq!(series(&samples, &expired).len(), 4);
+    let overflowed = [("domain", "llm"), ("key1", "user")];
+    assert_eq!(
+        value(
+            &samples,
+            "meshlimit_metric_values_overflow_total",
+            &overflowed
+        ),
+        Some(1.0),
+        "carol's one request, counted once"
+    );
+    let text = metrics.render();
+    assert!(
+        text.contains(
+            "# HELP ratelimit_service_rate_limit_expired Holds released unsettled after their TTL on each rule with reserve or concurrency."
+        ),
+        "{text}"
+    );
+    let mut stats = BTreeMap::new();
+    metrics.go_counters(&mut |name, value| {
+        stats.insert(name.to_string(), value);
+    });
+    assert_eq!(
+        stats.get("ratelimit.service.rate_limit.llm.in_flight.expired"),
+        Some(&1)
+    );
+}
+
 /// Callers choose their hits: counters wrap at 2^64 as Go's uint64 counters do, and a
 /// scrape sums the parts of a family (within, over, neither) wrapping alike, never
 /// overflowing.

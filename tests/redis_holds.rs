@@ -182,3 +182,53 @@ async fn hold_keys_share_their_buckets_slot_expire_and_go_when_settled() {
     let keys: Vec<&str> = scanned.lines().collect();
     assert_eq!(keys, [user], "settled: the hold keys are gone");
 }
+
+/// `service`'s `ratelimit_service_rate_limit_expired` of the rule `key`.
+fn expired(service: &Service, key: &str) -> Option<String> {
+    let text = service.metrics().expect("counting").render();
+    let name = format!("ratelimit_service_rate_limit_expired{{domain=\"shared\",key1=\"{key}\"}}");
+    support::sample(&text, &name).map(str::to_string)
+}
+
+/// Redis releases a key's expired holds in the script call of the next request on the
+/// key, whichever replica sends it, or the next read of it (`/explain`, `/bucket`):
+/// counted on that replica's rule, once across replicas.
+#[tokio::test]
+async fn expired_holds_are_counted_once_by_the_replica_that_releases_them() {
+    let redis = RedisServer::start();
+    let clock = ManualClock::new(START);
+    let shared: Arc<dyn Clock> = Arc::new(clock.clone());
+    let caller = |o: &mut RedisOptions| o.time = TimeSource::Caller;
+    let (a, b) = (
+        replica(&redis.url(), shared.clone(), caller),
+        replica(&redis.url(), shared, caller),
+    );
+    for id in ["r1", "r2"] {
+        assert!(passes(&a, &[("user", "alice"), ("hold", id)], 30).await);
+    }
+    assert!(passes(&a, &[("conc", "api"), ("hold", "s1")], 1).await);
+    clock.advance(Duration::from_secs(11 * 60));
+    let descriptors = [Descriptor::new(&[("user", "alice")])];
+    let text = meshlimit::explain::explain(&b, Request::new("shared", &descriptors, 0))
+        .await
+        .expect("an explanation");
+    assert!(
+        text.contains("OK: 100 remaining") && text.contains("holds: 0 holds in force"),
+        "both holds released by the read: {text}"
+    );
+    assert!(passes(&b, &[("conc", "api")], 1).await);
+    assert_eq!(expired(&b, "user").as_deref(), Some("2"));
+    assert_eq!(expired(&b, "conc").as_deref(), Some("1"));
+    for key in ["user", "conc"] {
+        assert_eq!(
+            expired(&a, key),
+            None,
+            "{key}: released by the other replica"
+        );
+    }
+    // Released once: later requests of either replica find nothing more to count.
+    assert!(passes(&a, &[("user", "alice"), ("hold", "r3")], 10).await);
+    assert!(passes(&a, &[("conc", "api"), ("hold", "s2")], 1).await);
+    assert_eq!(expired(&a, "user"), None);
+    assert_eq!(expired(&b, "user").as_deref(), Some("2"));
+}

@@ -93,8 +93,13 @@ pub async fn inspect(
     let (rule, limits, key) = limited(&plan, domain)?;
     let store = service.store();
     let now = service.clock().now();
-    // The peek sees each bucket as a check of 0 hits: the level, without taking any.
-    let reports = store.peek(&plan.checks(), now).await?;
+    // The peek sees each bucket as a check of 0 hits: the level, without taking any; it
+    // releases expired holds, counted on their rules as a decision's would be.
+    let request = Request::new(domain, std::slice::from_ref(descriptor), 1);
+    let expiries = service.hold_expiries(&config, &request, &plan, false);
+    let mut checks = plan.checks();
+    crate::service::count_expiries(&mut checks, &expiries);
+    let reports = store.peek(&checks, now).await?;
     let redis = match store {
         Store::Redis(redis) => Some(redis.key_prefix()),
         Store::Memory(_) => None,

@@ -66,7 +66,10 @@ pub async fn explain(
     };
 
     // One peek for every limited descriptor, as the store would decide them.
-    let checks = plan.checks();
+    // A peek releases expired holds: counted on their rules, as a decision's would be.
+    let expiries = service.hold_expiries(&config, &request, &plan, false);
+    let mut checks = plan.checks();
+    crate::service::count_expiries(&mut checks, &expiries);
     let states = if checks.is_empty() {
         Ok(Default::default())
     } else {

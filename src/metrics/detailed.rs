@@ -38,6 +38,18 @@ pub(super) struct Series {
     pub(super) live: super::live::LiveRules,
 }
 
+/// How a request's series of a detailed rule is found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Find {
+    /// To count the request on: created if new, the request counted as overflowing when
+    /// it lands on the overflow series.
+    Count,
+    /// Created if new, nothing counted: what the request will be counted on later.
+    Create,
+    /// Only a series that exists already (for a request that is never counted).
+    Existing,
+}
+
 /// One detailed rule's share of the series.
 #[derive(Debug)]
 pub(super) struct Detailed {
@@ -89,23 +101,30 @@ impl Metrics {
     }
 
     /// The series of a request to `rule` whose own series are `labels`, or the rule's
-    /// overflow series (`overflow`) once it has created as many as the cap allows.
+    /// overflow series (`overflow`) once it has created as many as the cap allows; found
+    /// as `find` says (always, for [`Find::Count`] and [`Find::Create`]).
     pub(super) fn detailed_series(
         &self,
         rule: &Detailed,
         labels: Labels,
         overflow: impl FnOnce() -> Labels,
-    ) -> Arc<RuleStats> {
+        find: Find,
+    ) -> Option<Arc<RuleStats>> {
         let mut series = self.series.lock();
         if let Some(stats) = series.by_labels.get(&labels) {
-            return stats.clone();
+            return Some(stats.clone());
+        }
+        if find == Find::Existing {
+            return series.by_labels.get(&overflow()).cloned();
         }
         if rule.created.load(Relaxed) < self.max_metric_values() {
             rule.created.fetch_add(1, Relaxed);
-            return series.get_or_create(labels);
+            return Some(series.get_or_create(labels));
         }
-        rule.overflowed.fetch_add(1, Relaxed);
-        series.get_or_create(overflow())
+        if find == Find::Count {
+            rule.overflowed.fetch_add(1, Relaxed);
+        }
+        Some(series.get_or_create(overflow()))
     }
 
     /// `meshlimit_metric_values_overflow_total`, one sample per detailed rule.

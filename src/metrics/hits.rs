@@ -5,9 +5,23 @@ use std::sync::Arc;
 use super::Metrics;
 use crate::config::Config;
 use crate::limiter::{Report, binding};
-use crate::plan::{Plan, Resolved};
+use crate::plan::{Plan, PlannedHold, Resolved};
 use crate::request::{Request, RequestDescriptor};
-use crate::store::Phase;
+use crate::store::{Expiries, Phase};
+
+/// Where the stores count each descriptor's holds released unsettled after their TTL (see
+/// [`Metrics::expiries`]); request order, most requests have few descriptors.
+pub type DescriptorExpiries = smallvec::SmallVec<[Option<Expiries>; 4]>;
+
+/// How many of a descriptor's entries label its rule's series: all but a hold's last,
+/// which names a request (never a label). Counted only then: nearly every descriptor
+/// keeps all its entries.
+fn labelled<D: RequestDescriptor>(d: &D, hold: Option<&PlannedHold>) -> usize {
+    match hold {
+        Some(h) if h.phase != Phase::Peek => d.entries().count() - 1,
+        _ => usize::MAX,
+    }
+}
 
 impl Metrics {
     /// Counts the hits of `request`, decided on `config` by `plan`, with the store's
@@ -38,12 +52,7 @@ impl Metrics {
                 } => {
                     let (mine, others) = rest.split_at(limits.len().min(rest.len()));
                     rest = others;
-                    // A hold's last entry names a request: never a label. Counted only
-                    // then: nearly every descriptor keeps all its entries.
-                    let named = match hold {
-                        Some(h) if h.phase != Phase::Peek => d.entries().count() - 1,
-                        _ => usize::MAX,
-                    };
+                    let named = labelled(d, hold.as_ref());
                     let entries = || d.entries().take(named);
                     if let (Some(rule), Some(hold)) = (rule, hold) {
                         let slots = hold.rule.slots.is_some();
@@ -77,5 +86,48 @@ impl Metrics {
                 }
             }
         }
+    }
+
+    /// Where the stores count the holds released unsettled after their TTL of each
+    /// descriptor of `request`, decided on `config` by `plan`: its rule's series for a
+    /// descriptor with a hold, `None` for the others (see
+    /// [`HoldOp::expiries`](crate::store::HoldOp::expiries)). Empty when no descriptor
+    /// has a hold. `counted`: the request is counted afterwards, so its series may be
+    /// created now; otherwise (an explanation) only existing series are given.
+    pub(crate) fn expiries<D: RequestDescriptor>(
+        &self,
+        config: &Arc<Config>,
+        request: &Request<'_, D>,
+        plan: &Plan<'_>,
+        counted: bool,
+    ) -> DescriptorExpiries {
+        let holding = |r: &Resolved<'_>| {
+            matches!(
+                r,
+                Resolved::Limited {
+                    rule: Some(_),
+                    hold: Some(_),
+                    ..
+                }
+            )
+        };
+        if !plan.resolved().iter().any(holding) {
+            return DescriptorExpiries::new();
+        }
+        let rules = self.rules(config);
+        let domain = request.domain;
+        let each = request.descriptors.iter().zip(plan.resolved());
+        each.map(|(d, resolved)| match resolved {
+            Resolved::Limited {
+                rule: Some(rule),
+                hold: Some(hold),
+                ..
+            } => {
+                let named = labelled(d, Some(hold));
+                rules.expiries(domain, rule, || d.entries().take(named), counted)
+            }
+            _ => None,
+        })
+        .collect()
     }
 }

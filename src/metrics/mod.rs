@@ -125,6 +125,7 @@ pub use connections::ConnectionReport;
 pub use detailed::OVERFLOW_VALUE;
 use detailed::Series;
 use domains::UnknownDomains;
+pub use hits::DescriptorExpiries;
 pub use mapping::{Mapping, MappingError, MappingWatch};
 pub use rlqs::QuotaReport;
 use rules::{RuleTable, build_table};

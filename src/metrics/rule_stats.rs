@@ -5,12 +5,20 @@
 use super::stripes::{Counters, wrapping_sum};
 use crate::limiter::Report;
 use crate::rules::{Algorithm, Limit};
+use crate::store::Expiries;
 
 /// Counters of one series of per-rule statistics, indexed by [`Hits`]; per thread once busy
 /// (see `super::stripes`), so that the cores counting a busy rule do not take its cache
 /// lines from each other.
 #[derive(Debug, Default)]
-pub(super) struct RuleStats(Counters<12>);
+pub(super) struct RuleStats {
+    /// The counters of [`Hits`].
+    counters: Counters<12>,
+    /// `ratelimit_service_rate_limit_expired`: holds (and slots) released unsettled after
+    /// their TTL, counted by the stores, which the service hands it with each check of a
+    /// hold (rare: one shared counter, not one per thread).
+    expired: Expiries,
+}
 
 /// What each counter of a [`RuleStats`] counts.
 #[derive(Debug, Clone, Copy)]
@@ -151,7 +159,7 @@ impl RuleStats {
         shadow: bool,
         ratio: f32,
     ) {
-        let mine = self.0.mine();
+        let mine = self.counters.mine();
         let split = if report.cached {
             mine.add(Hits::Cached as usize, hits);
             Split {
@@ -179,12 +187,12 @@ impl RuleStats {
 
     /// Hits given back by a refund.
     pub(super) fn refunded(&self, hits: u64) {
-        self.0.mine().add(Hits::Refunded as usize, hits);
+        self.counters.mine().add(Hits::Refunded as usize, hits);
     }
 
     /// A hold taken of `hits` (1 for a slot), a settle, or a slot given back.
     pub(super) fn hold(&self, held: u64, settled: bool, released: bool) {
-        let mine = self.0.mine();
+        let mine = self.counters.mine();
         if held > 0 {
             mine.add(Hits::Held as usize, held);
         }
@@ -198,11 +206,16 @@ impl RuleStats {
 
     /// Hits allowed on an unlimited rule.
     pub(super) fn within(&self, hits: u64) {
-        self.0.mine().add(Hits::Within as usize, hits);
+        self.counters.mine().add(Hits::Within as usize, hits);
+    }
+
+    /// Where the stores count this series' holds released unsettled after their TTL.
+    pub(super) fn expiries(&self) -> &Expiries {
+        &self.expired
     }
 
     fn read(&self, counter: Hits) -> u64 {
-        self.0.get(counter as usize)
+        self.counters.get(counter as usize)
     }
 }
 
@@ -214,7 +227,7 @@ pub(super) type RuleFamily = (&'static str, &'static str, fn(&RuleStats) -> u64)
 /// holds scrapes as it did.
 pub(super) const FIRST_CHARGE_FAMILY: usize = 6;
 
-pub(super) const RULE_FAMILIES: [RuleFamily; 12] = [
+pub(super) const RULE_FAMILIES: [RuleFamily; 13] = [
     (
         "ratelimit_service_rate_limit_total_hits",
         "Hits (hits_addend) on each rule.",
@@ -274,6 +287,11 @@ pub(super) const RULE_FAMILIES: [RuleFamily; 12] = [
         "ratelimit_service_rate_limit_released",
         "Concurrency slots given back on each concurrency rule by a settle.",
         |s| s.read(Hits::Released),
+    ),
+    (
+        "ratelimit_service_rate_limit_expired",
+        "Holds released unsettled after their TTL on each rule with reserve or concurrency.",
+        |s| s.expired.get(),
     ),
 ];
 

@@ -10,7 +10,7 @@ use foldhash::fast::RandomState;
 use parking_lot::Mutex;
 
 use super::Metrics;
-use super::detailed::{Detailed, OVERFLOW_VALUE, Series};
+use super::detailed::{Detailed, Find, OVERFLOW_VALUE, Series};
 use super::labels::Labels;
 use super::limits::{self, LimitStats};
 use super::live::RuleCounts;
@@ -209,9 +209,34 @@ impl Rules<'_> {
     ) where
         I: Iterator<Item = (&'e str, &'e str)>,
     {
-        self.with_stats(domain, Some(rule), &entries, |stats| {
+        // The descriptor's hits are counted next, and it on a detailed rule's overflow
+        // there, once: but for a slot given back, which has no hits.
+        let find = if released { Find::Count } else { Find::Create };
+        self.find_stats(domain, Some(rule), &entries, find, |stats| {
             stats.hold(held, settled, released);
         });
+    }
+
+    /// Where the stores count `rule`'s holds released unsettled after their TTL: the
+    /// series the request's `entries` count on, created if new when `create` (the request
+    /// is counted afterwards), or only an existing one (a request that is never counted:
+    /// an explanation's).
+    pub(crate) fn expiries<'e, I>(
+        &self,
+        domain: &str,
+        rule: &Rule,
+        entries: impl Fn() -> I,
+        create: bool,
+    ) -> Option<crate::store::Expiries>
+    where
+        I: Iterator<Item = (&'e str, &'e str)>,
+    {
+        let find = if create { Find::Create } else { Find::Existing };
+        let mut expiries = None;
+        self.find_stats(domain, Some(rule), &entries, find, |stats| {
+            expiries = Some(stats.expiries().clone());
+        });
+        expiries
     }
 
     /// Hits on an unlimited rule: all within its (absent) limit.
@@ -244,6 +269,22 @@ impl Rules<'_> {
     where
         I: Iterator<Item = (&'e str, &'e str)>,
     {
+        self.find_stats(domain, rule, entries, Find::Count, count)
+    }
+
+    /// [`Rules::with_stats`], a detailed rule's series found as `find` says (`count` not
+    /// called when there is none).
+    fn find_stats<'e, I>(
+        &self,
+        domain: &str,
+        rule: Option<&Rule>,
+        entries: impl Fn() -> I,
+        find: Find,
+        count: impl FnOnce(&RuleStats),
+    ) -> Option<&Arc<RuleCounts>>
+    where
+        I: Iterator<Item = (&'e str, &'e str)>,
+    {
         let metrics = self.metrics;
         let Some(rule) = rule else {
             match self.table.overrides.get(domain) {
@@ -263,11 +304,15 @@ impl Rules<'_> {
                     let keys = entries.iter().map(|&(key, _)| (key, OVERFLOW_VALUE));
                     Labels::of_request(domain, keys)
                 };
-                count(&metrics.detailed_series(detailed, labels, overflow));
+                if let Some(stats) = metrics.detailed_series(detailed, labels, overflow, find) {
+                    count(&stats);
+                }
             }
             Counted::Valued(valued) => {
                 let entries: smallvec::SmallVec<[(&str, &str); 2]> = entries().collect();
-                count(&metrics.valued_series(domain, valued, &entries));
+                if let Some(stats) = metrics.valued_series(domain, valued, &entries, find) {
+                    count(&stats);
+                }
             }
         }
         Some(live)

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::Metrics;
-use super::detailed::{Detailed, OVERFLOW_VALUE};
+use super::detailed::{Detailed, Find, OVERFLOW_VALUE};
 use super::labels::Labels;
 use super::rule_stats::RuleStats;
 
@@ -81,13 +81,14 @@ pub(super) fn stat_levels<'a, S: AsRef<str>>(
 
 impl Metrics {
     /// The series of a request with `entries` to the `value_to_metric` rule `rule`, or the
-    /// rule's overflow series once it has as many as the cap allows.
+    /// rule's overflow series once it has as many as the cap allows (see [`Find`]).
     pub(super) fn valued_series(
         &self,
         domain: &str,
         rule: &Valued,
         entries: &[(&str, &str)],
-    ) -> Arc<RuleStats> {
+        find: Find,
+    ) -> Option<Arc<RuleStats>> {
         let labels = Labels::of_names(domain, stat_levels(&rule.config, entries, rule.levels));
         let overflow = || {
             let others: SmallVec<[(&str, &str); 2]> = entries
@@ -96,7 +97,7 @@ impl Metrics {
                 .collect();
             Labels::of_names(domain, stat_levels(&rule.config, &others, rule.levels))
         };
-        self.detailed_series(&rule.cap, labels, overflow)
+        self.detailed_series(&rule.cap, labels, overflow, find)
     }
 }
 

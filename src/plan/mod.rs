@@ -247,6 +247,7 @@ impl<'c> Plan<'c> {
             phase: hold.phase,
             ttl: hold.rule.ttl,
             slots: hold.rule.slots,
+            expiries: None,
         }
     }
 

@@ -14,12 +14,12 @@ use opentelemetry::KeyValue;
 use crate::clock::{Clock, Stopwatch};
 use crate::config::{Config, SharedConfig};
 use crate::error::{RequestError, StoreError};
-use crate::metrics::Metrics;
+use crate::metrics::{DescriptorExpiries, Metrics};
 use crate::plan::{Checks, Plan, PlanDefaults};
 use crate::request::{Request, RequestDescriptor};
 use crate::request_caps::RequestCaps;
 use crate::rules::Algorithm;
-use crate::store::{MemoryStore, Reports, Store};
+use crate::store::{Check, Expiries, MemoryStore, Reports, Store};
 use crate::traces::{REDIS_SPAN, RequestSpan};
 
 /// The rate-limit service: config, store and clock. Cheap to clone (handles only), so
@@ -234,8 +234,10 @@ impl Service {
         if let Some(answer) = self.prepare(request, &mut plan)? {
             return Ok(answer);
         }
+        let expiries = self.hold_expiries(&config, request, &plan, true);
         let mut checks = Checks::new();
         plan.push_checks(&mut checks);
+        count_expiries(&mut checks, &expiries);
         let reports = if checks.is_empty() {
             Reports::new()
         } else {
@@ -259,8 +261,10 @@ impl Service {
         if let Some(answer) = self.prepare(request, &mut plan)? {
             return Ok(answer);
         }
+        let expiries = self.hold_expiries(&config, request, &plan, true);
         let mut checks = Checks::new();
         plan.push_checks(&mut checks);
+        count_expiries(&mut checks, &expiries);
         let reports = if checks.is_empty() {
             Reports::new()
         } else {
@@ -288,6 +292,25 @@ impl Service {
                 ];
                 span.child(REDIS_SPAN, attributes, call).await
             }
+        }
+    }
+
+    /// Where the stores count the holds of `request`'s descriptors (planned as `plan` on
+    /// `config`) that they release unsettled after their TTL: each one's rule's series
+    /// (see [`HoldOp::expiries`](crate::store::HoldOp::expiries)). Empty without metrics
+    /// or holds. Handed to the plan's checks with [`count_expiries`]. `counted`: the
+    /// request's hits are counted afterwards (a decision); otherwise (a read that takes
+    /// nothing, which may still release expired holds) no series is created for it.
+    pub fn hold_expiries<D: RequestDescriptor>(
+        &self,
+        config: &Arc<Config>,
+        request: &Request<'_, D>,
+        plan: &Plan<'_>,
+        counted: bool,
+    ) -> DescriptorExpiries {
+        match &self.metrics {
+            Some(metrics) => metrics.expiries(config, request, plan, counted),
+            None => DescriptorExpiries::new(),
         }
     }
 
@@ -343,6 +366,24 @@ impl Service {
         if self.dynamic_metadata {
             let metadata = metadata::dynamic_metadata(request, plan, &answer.statuses);
             answer.dynamic_metadata = Some(Box::new(metadata));
+        }
+    }
+}
+
+/// Tells each check with a hold where its key's expired holds are counted: the first
+/// check of each descriptor, from `expiries` (per descriptor, see
+/// [`Service::hold_expiries`]). A descriptor's other checks are its other limits, which
+/// keep a hold of the same request each: counted once, on the first.
+pub fn count_expiries<'a>(checks: &mut [Check<'a>], expiries: &'a [Option<Expiries>]) {
+    if expiries.is_empty() {
+        return;
+    }
+    let mut last = None;
+    for check in checks {
+        let first = last != Some(check.descriptor);
+        last = Some(check.descriptor);
+        if let (Some(op), true) = (&mut check.hold, first) {
+            op.expiries = expiries.get(check.descriptor).and_then(Option::as_ref);
         }
     }
 }

@@ -19,6 +19,10 @@
 //!   key: every check of a rule with holds carries a [`HoldOp`] (phase [`Phase::Peek`]
 //!   when its descriptor names no request), so a plain check of a reservation's rule
 //!   sees them released too. The embedded store also releases them in its upkeep.
+//!   Each hold released so is counted on the [`Expiries`] its rule's statistics gave
+//!   with it ([`HoldOp::expiries`]): the embedded store keeps the hold's own with the
+//!   hold (its upkeep releases holds with no request at hand); Redis, which releases a
+//!   key's expired holds only within a check of that key, counts them on that check's.
 //! - **Reservation**, phase [`Phase::Peek`]: expired holds released, then the check is
 //!   decided as the rule's limits say (a check, a charge, a refund), nothing held.
 //! - **Concurrency** (`slots: Some(max)`): the check's bucket is never touched. Phase
@@ -32,6 +36,9 @@
 //!   (a descriptor without a `hold` or `settle` entry) is over when every slot is in use
 //!   and takes none. Reports: `remaining` slots after the decision, `count` slots in use,
 //!   `reset` the time until the soonest slot expires (0 when none is in use).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::clock::Nanos;
 
@@ -59,7 +66,40 @@ pub struct HoldOp<'a> {
     /// `Some(n)`: a slot of a concurrency limit of `n`; `None`: the check's hits held on
     /// its limit.
     pub slots: Option<u32>,
+    /// Where holds of the check's key released unsettled after their TTL are counted:
+    /// the rule's statistics, given by the service on the first check of a descriptor
+    /// (whose limits each keep a hold of the same request); `None` where nothing counts
+    /// them.
+    pub expiries: Option<&'a Expiries>,
 }
+
+/// A count of holds (and slots) released unsettled after their TTL, shared between a
+/// rule's statistics, which read it, and the stores, which add to it (see the module
+/// docs). Two are equal when they are the same count.
+#[derive(Debug, Clone, Default)]
+pub struct Expiries(Arc<AtomicU64>);
+
+impl Expiries {
+    /// Counts `n` holds released.
+    pub fn add(&self, n: u64) {
+        if n > 0 {
+            self.0.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Holds counted so far.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl PartialEq for Expiries {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Expiries {}
 
 /// What one key holds, for explanations and the operator's view of a bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

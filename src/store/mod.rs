@@ -5,7 +5,7 @@ pub mod hold;
 mod memory;
 pub mod redis;
 
-pub use hold::{Held, HoldOp, Phase};
+pub use hold::{Expiries, Held, HoldOp, Phase};
 pub use memory::{Bounds, MemoryStats, MemoryStore};
 pub use redis::RedisStore;
 use smallvec::SmallVec;

@@ -23,8 +23,8 @@ const S: u64 = NANOS_PER_SEC;
 
 /// A reservation on 100 a minute (a token every 600 ms: the clock never moves in the
 /// cases that read levels), one on 100 a day (a token every 864 s: five minutes refill
-/// less than one), three slots, a limit of one a minute to deny requests with, and
-/// reservations on windows.
+/// less than one), three slots, a limit of one a minute to deny requests with,
+/// reservations on windows, and one on two limits a day.
 const HOLDS: &str = "
 domain: holds
 descriptors:
@@ -43,6 +43,11 @@ descriptors:
     reserve: {ttl: 5m}
   - key: sliding
     rate_limit: {unit: minute, requests_per_unit: 100, algorithm: sliding_window}
+    reserve: {ttl: 5m}
+  - key: listed
+    rate_limits:
+      - {unit: day, requests_per_unit: 100, name: daily}
+      - {unit: day, requests_per_unit: 1000, name: more}
     reserve: {ttl: 5m}
 ";
 
@@ -316,4 +321,45 @@ async fn windows_hold_and_settle_as_buckets_do() {
         one(&service, settle(key, "alice", "r2", 70)).await;
         assert_eq!(level(&service, key, "alice").await, left, "{key}");
     }
+}
+
+/// The rule's `ratelimit_service_rate_limit_expired` in `service`'s metrics.
+fn expired(service: &Service, key: &str) -> Option<String> {
+    let text = service.metrics().expect("counting").render();
+    let name = format!("ratelimit_service_rate_limit_expired{{domain=\"holds\",key1=\"{key}\"}}");
+    crate::support::sample(&text, &name).map(str::to_string)
+}
+
+/// Redis releases a key's expired holds (and counts them) with the next request on the
+/// key; the embedded store with the next request on any key, or in its upkeep: after a
+/// request on each key, both have counted every one, once per request id.
+#[tokio::test]
+async fn holds_released_unsettled_are_counted_on_their_rules() {
+    let (service, clock, _holds) = service();
+    assert_eq!(one(&service, hold("daily", "alice", "r1", 30)).await, (false, 70));
+    assert_eq!(one(&service, hold("daily", "alice", "r2", 20)).await, (false, 50));
+    one(&service, settle("daily", "alice", "r2", 20)).await;
+    assert_eq!(one(&service, hold("listed", "alice", "r1", 30)).await, (false, 70));
+    for id in ["s1", "s2"] {
+        one(&service, hold("conc", "api", id, 1)).await;
+    }
+    one(&service, settle("conc", "api", "s2", 1)).await;
+    assert_eq!(one(&service, hold("user_id", "bob", "r1", 10)).await, (false, 90));
+    one(&service, settle("user_id", "bob", "r1", 10)).await;
+    for key in ["daily", "listed", "conc", "user_id"] {
+        assert_eq!(expired(&service, key), None, "{key}: nothing expired yet");
+    }
+    clock.advance(Duration::from_secs(11 * 60));
+    assert_eq!(level(&service, "daily", "alice").await, 80, "r1's 30 back");
+    assert_eq!(level(&service, "listed", "alice").await, 100);
+    assert_eq!(one(&service, hits(&[("conc", "api")], 1)).await, (false, 3));
+    for (key, count) in [("daily", "1"), ("listed", "1"), ("conc", "1")] {
+        assert_eq!(expired(&service, key).as_deref(), Some(count), "{key}");
+    }
+    assert_eq!(expired(&service, "user_id"), None, "settled: none expired");
+    // Released once: later requests on the keys count nothing more.
+    level(&service, "daily", "alice").await;
+    assert_eq!(one(&service, hold("conc", "api", "s3", 1)).await, (false, 2));
+    assert_eq!(expired(&service, "daily").as_deref(), Some("1"));
+    assert_eq!(expired(&service, "conc").as_deref(), Some("1"));
 }

@@ -32,7 +32,7 @@ use crate::bucket_key::BucketKey;
 use crate::clock::Nanos;
 use crate::limiter::Report;
 use crate::rules::{Limit, Mode};
-use crate::store::{Check, Held, Phase, Reports};
+use crate::store::{Check, Expiries, Held, Phase, Reports};
 
 /// What a hold costs beside its key's text: the ledger's entries for it (the hold, its
 /// place in the key's and the store's expiry orders), rounded up.
@@ -64,6 +64,9 @@ struct Hold {
     expires: Nanos,
     /// A concurrency slot: nothing to give back to a bucket.
     slot: bool,
+    /// Where its release unsettled is counted: its rule's statistics (see
+    /// [`HoldOp::expiries`](crate::store::HoldOp::expiries)).
+    expiries: Option<Expiries>,
 }
 
 impl Hold {
@@ -177,8 +180,8 @@ impl Ledger {
         )
     }
 
-    /// Removes the holds expired at `now`: the reservations among them, to give back, and
-    /// the bytes they all freed.
+    /// Removes the holds expired at `now`, each counted on its rule's [`Expiries`]: the
+    /// reservations among them, to give back, and the bytes they all freed.
     fn expire(&mut self, now: Nanos) -> (Vec<Released>, i64) {
         let mut released = Vec::new();
         let mut bytes = 0;
@@ -191,6 +194,9 @@ impl Ledger {
                 continue;
             };
             bytes += hold.bytes();
+            if let Some(expiries) = &hold.expiries {
+                expiries.add(1);
+            }
             if !hold.slot {
                 released.push(Released {
                     bucket: hold.bucket,
@@ -287,6 +293,7 @@ impl Inner {
                     hits: if op.slots.is_some() { 1 } else { check.hits },
                     expires: now.saturating_add(op.ttl),
                     slot: op.slots.is_some(),
+                    expiries: op.expiries.cloned(),
                 };
                 freed -= ledger.insert(key, name, hold);
                 if let Some(max) = op.slots {

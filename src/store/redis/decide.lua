@@ -50,7 +50,9 @@
 -- by expiry in microseconds).
 --
 -- Returns, request after request: denied, then per check: over, remaining, reset_us, a, b
--- where
+-- where over is 1 or 0, plus, for a check with a hold op, twice the holds (and slots) of
+-- its key that the request released unsettled after their TTL (what the rule's `expired`
+-- statistics count), and
 --   t: a = debt after the decision (scaled, above the capacity when in debt), b = tokens
 --      leased
 --   w: a = count after the decision, b = microseconds until the window ends
@@ -337,12 +339,13 @@ local HOLD_CAP = 100000
 local PURGE_BATCH = 1000
 
 -- Removes the holds of hash hk and sorted set ek past their time (expiry <= now); the
--- hits they held, together.
+-- hits they held, together, and how many they were.
 local function purge(hk, ek)
-  local total = 0
+  local total, count = 0, 0
   while true do
     local gone = redis.call('ZRANGEBYSCORE', ek, '-inf', now_us, 'LIMIT', 0, PURGE_BATCH)
-    if #gone == 0 then return total end
+    if #gone == 0 then return total, count end
+    count = count + #gone
     local amounts = redis.call('HMGET', hk, unpack(gone))
     for k = 1, #gone do total = total + (tonumber(amounts[k]) or 0) end
     redis.call('HDEL', hk, unpack(gone))
@@ -514,7 +517,7 @@ end
 -- and whose keys follow KEYS[kb], its hold ops `ops` by check index (see hold_ops; nil
 -- without holds, which then cost nothing but a test per loop); appends its reply to `out`.
 local function decide(b, kb, n, out, ops)
-  local first, stored, cur = {}, {}, {}
+  local first, stored, cur, expired = {}, {}, {}, {}
   for i = 1, n do
     local op = ops and ops[i]
     -- A slot's check never reads or writes its bucket: it has no `first`.
@@ -542,7 +545,8 @@ local function decide(b, kb, n, out, ops)
       if op then
         local o = b + (i - 1) * STRIDE
         -- A slot's purge gives nothing back: it has no bucket.
-        local back = purge(op.hk, op.ek)
+        local back, gone = purge(op.hk, op.ek)
+        expired[i] = gone
         if back > 0 and not is_slot(op.op) then
           stored[first[i]] = released(o, stored[first[i]], back)
           cur[first[i]] = stored[first[i]]
@@ -684,7 +688,7 @@ local function decide(b, kb, n, out, ops)
   out[#out + 1] = denied and 1 or 0
   for i = 1, n do
     local r = reports[i]
-    out[#out + 1] = r[1] and 1 or 0
+    out[#out + 1] = (r[1] and 1 or 0) + 2 * (expired[i] or 0)
     out[#out + 1] = r[2]
     out[#out + 1] = r[3]
     out[#out + 1] = r[4]

@@ -348,6 +348,9 @@ impl Inner {
         }
         let mut reports = Reports::with_capacity(checks.len());
         for ((check, answer), want) in checks.iter().zip(&reply.checks).zip(wants) {
+            if let Some(expiries) = check.hold.and_then(|h| h.expiries) {
+                expiries.add(answer.expired);
+            }
             if check.hold.is_some_and(|h| h.slots.is_some()) {
                 // A slot's numbers are not its bucket's, which it never touches: nothing
                 // to cache.

@@ -511,6 +511,7 @@ mod tests {
                 phase: crate::store::Phase::Hold,
                 ttl: 1_000,
                 slots: None,
+                expiries: None,
             }),
             ..check("4:t:b", Mode::Enforce, 1)
         };

@@ -27,6 +27,10 @@ pub struct CheckReply {
     pub reset_us: i64,
     /// The script's last two numbers, unnamed until the algorithm is known.
     specific: [i64; 2],
+    /// Holds (and slots) of the check's key that the script released unsettled after
+    /// their TTL before deciding (only a check with a hold has any): sent in the first
+    /// number, beside `over`, as `over + 2 × expired`.
+    pub expired: u64,
 }
 
 /// One check's reply, read for its algorithm.
@@ -108,6 +112,7 @@ impl CheckReply {
             remaining,
             reset_us,
             specific,
+            expired: 0,
         }
     }
 
@@ -174,8 +179,8 @@ const FIELDS: usize = 5;
 /// the denied flag then [`FIELDS`] per check.
 ///
 /// # Errors
-/// Anything else: another type, a non-integer element, a length that is not 1 + 5n, or a
-/// flag that is neither 0 nor 1.
+/// Anything else: another type, a non-integer element, a length that is not 1 + 5n, a
+/// denied flag that is neither 0 nor 1, or a check's first number negative.
 pub fn parse(value: &Value) -> Result<Reply, ReplyError> {
     let numbers = integers(value)?;
     let Some(per) = numbers.len().checked_sub(1) else {
@@ -247,10 +252,11 @@ pub(crate) fn doubles(value: &Value) -> Result<Vec<i64>, ReplyError> {
 }
 
 /// One request's reply from decide.lua's numbers: the denied flag, then [`FIELDS`] per
-/// check (`numbers` is 1 + 5n long).
+/// check (`numbers` is 1 + 5n long), each check's first its over flag plus twice the holds
+/// it released ([`CheckReply::expired`]).
 ///
 /// # Errors
-/// A flag that is neither 0 nor 1.
+/// A denied flag that is neither 0 nor 1, or a check's first number negative.
 pub(crate) fn request(numbers: &[i64]) -> Result<Reply, ReplyError> {
     let (&denied, per) = numbers
         .split_first()
@@ -258,11 +264,14 @@ pub(crate) fn request(numbers: &[i64]) -> Result<Reply, ReplyError> {
     let checks = per
         .chunks_exact(FIELDS)
         .map(|c| {
+            let expired =
+                u64::try_from(c[0] >> 1).map_err(|_| ReplyError(format!("over flag {}", c[0])))?;
             Ok(CheckReply {
-                over: flag(c[0], "over")?,
+                over: c[0] & 1 == 1,
                 remaining: c[1],
                 reset_us: c[2],
                 specific: [c[3], c[4]],
+                expired,
             })
         })
         .collect::<Result<Vec<_>, ReplyError>>()?;
@@ -328,17 +337,30 @@ mod tests {
                     over: true,
                     remaining: 0,
                     reset_us: 500,
-                    specific: [7, 0]
+                    specific: [7, 0],
+                    expired: 0,
                 },
                 CheckReply {
                     over: false,
                     remaining: 3,
                     reset_us: 0,
-                    specific: [2, 1]
+                    specific: [2, 1],
+                    expired: 0,
                 },
             ]
         );
         assert_eq!(parse(&ints(&[0])).expect("no checks").checks, []);
+    }
+
+    #[test]
+    fn a_checks_first_number_is_its_over_flag_and_twice_the_holds_it_released() {
+        let reply = parse(&ints(&[0, 6, 3, 0, 0, 0, 7, 0, 0, 0, 0])).expect("valid");
+        let read = |c: &CheckReply| (c.over, c.expired);
+        assert_eq!(
+            reply.checks.iter().map(read).collect::<Vec<_>>(),
+            [(false, 3), (true, 3)]
+        );
+        assert!(parse(&ints(&[0, -2, 0, 0, 0, 0])).is_err());
     }
 
     #[test]
@@ -437,7 +459,7 @@ mod tests {
             let valid = !ns.is_empty()
                 && (ns.len() - 1) % FIELDS == 0
                 && (0..=1).contains(&ns[0])
-                && ns[1..].chunks(FIELDS).all(|c| (0..=1).contains(&c[0]));
+                && ns[1..].chunks(FIELDS).all(|c| c[0] >= 0);
             proptest::prop_assert_eq!(parse(&ints(&ns)).is_ok(), valid);
         }
     }

@@ -332,6 +332,7 @@ pub(super) mod tests {
                 phase,
                 ttl: 300_000_000_000,
                 slots,
+                expiries: None,
             })
         };
         let checks = [
