@@ -474,6 +474,13 @@ GRID_ROW='%-6s %-8s %-9s %7s %3s %5s %9s %9s %9s %9s %6s %5s\n'
 grid_run() {
     local kind=$1 scenario=$2 where=$3 load=$4 config=$5 round=$6 l args=()
     use_redis "$where"
+    # A link that went away (once seen: "Network is unreachable" half-way through a grid)
+    # is named here, with the namespace's devices, rather than as loadgen's errors.
+    if ! "${NS[@]}" ip route get "$REDIS_HOST" >/dev/null 2>&1; then
+        echo "no route to $where's Redis ($REDIS_HOST) in $CLIENT_NS; its devices:" >&2
+        ip -br -n "$CLIENT_NS" addr show >&2 || true
+        exit 1
+    fi
     read -r -a SERVER_FLAGS <<<"${CONFIG_FLAGS[config]}"
     if [[ $kind == closed ]]; then
         CONNECTIONS=${LOAD_CONNS[$load]}
@@ -529,10 +536,10 @@ if ((REDIS_PARTS)); then
         echo "    $i: ${CONFIG_LABEL[i]}$( ((i == REF)) && echo "  (the reference, REF_CONFIG)")"
     done
     ((REF)) || echo "    (REF_CONFIG '$REF_CONFIG' is none of them: no ×ref column)"
-    # About 1.5 s a run beyond warm-up and duration: a fresh meshlimit, Redis flushed, the
-    # counters read; `over` primes its keys first.
+    # About 2 s a run beyond warm-up and duration on a busy 2-core machine: a fresh
+    # meshlimit, Redis flushed, the counters read; `over` primes its keys first.
     echo "  $closed_runs closed-loop and $open_runs open-loop runs, about" \
-        "$(((closed_runs + open_runs) * (10 * (WARMUP + DURATION) + 15) / 600 + 1)) min"
+        "$(((closed_runs + open_runs) * (WARMUP + DURATION + 2) / 60 + 1)) min"
 fi
 echo
 
@@ -583,7 +590,9 @@ mean() {
         '$1 == k && $2 == s && $3 == w { n++; sum += $c } END { if (n) printf "%.0f", sum / n; else print 0 }' "$RESULTS"
 }
 if has memory "$PARTS" || has h2load "$PARTS"; then
-    echo
+    if ((REDIS_PARTS)); then
+        echo
+    fi
     # shellcheck disable=SC2059 # ROW is the format
     printf "$ROW" kind scenario server round 'req/s' 'p50 µs' 'p99 µs' 'p99.9 µs' late load1
 fi
