@@ -45,7 +45,11 @@
 #           answers), every load of LOADS (requests in flight, each with `/C` for C HTTP/2
 #           connections, default "64/4 512/16", as h2load -c4 -m16 and -c16 -m32; a load
 #           without `/C` gets CONNECTIONS), every path and every set: req/s and
-#           p50/p99/p99.9.
+#           p50/p99/p99.9. CLIENT says what sends the load: `h2load` (default; what issue
+#           47 measured with: -c C -m IN_FLIGHT/C -t 1, one request again and again, two
+#           descriptors of the scenario's rule, so two keys, which is as hot as Redis
+#           gets) or `loadgen` (the scenario's keys in turn, every answer checked; its own
+#           CPU caps the rate at 512 in flight on two cores).
 #   open    the same paths and sets in open loop (loadgen --rate OPEN_RATE, default 5000
 #           req/s, at most OPEN_CAP in flight over CONNECTIONS connections, latency from
 #           each request's due time) for OPEN_SCENARIOS (default "strict"): p50/p99/p99.9,
@@ -124,6 +128,14 @@ export MESHLIMIT_REDIS_TIMEOUT_MS=$REDIS_TIMEOUT_MS
 REDIS_SERVER=${REDIS_SERVER:-redis-server}
 REDIS_CLI=${REDIS_CLI:-redis-cli}
 H2LOAD=${H2LOAD:-h2load}
+CLIENT=${CLIENT:-h2load}
+case $CLIENT in
+h2load | loadgen) ;;
+*)
+    echo "CLIENT is h2load or loadgen, not '$CLIENT'" >&2
+    exit 2
+    ;;
+esac
 NETWORK=${NETWORK:-auto}
 case $NETWORK in
 auto | netem | line) ;;
@@ -489,7 +501,11 @@ grid_run() {
         args=(--concurrency "$OPEN_CAP" --rate "$OPEN_RATE")
     fi
     l=$(load1)
-    measure "$scenario" redis "$kind.$scenario.$where.${load%/s}.$config.$round" "${args[@]}"
+    if [[ $kind == closed && $CLIENT == h2load ]]; then
+        measure_h2load "$scenario" "$kind.$scenario.$where.$load.$config.$round" "$load" "$CONNECTIONS"
+    else
+        measure "$scenario" redis "$kind.$scenario.$where.${load%/s}.$config.$round" "${args[@]}"
+    fi
     CONNECTIONS=$BASE_CONNECTIONS
     SERVER_FLAGS=()
 
@@ -513,9 +529,52 @@ grid_run() {
 }
 BASE_CONNECTIONS=$CONNECTIONS
 
+# measure_h2load SCENARIO LABEL IN_FLIGHT CONNECTIONS: as loadgen_common.sh's measure for
+# the Redis store, the load being h2load (CLIENT=h2load): SCENARIO's request (H2GRID/
+# SCENARIO.grpc) from CONNECTIONS clients, IN_FLIGHT / CONNECTIONS streams each; RESULT as
+# loadgen's, latency from h2load's per-request log (from sending to the response's end).
+measure_h2load() {
+    local scenario=$1 label=$2 times="$H2GRID/$2.times"
+    redis_flush
+    start_server redis "$scenario"
+    timed_load_starts redis
+    H2LOAD=$H2GRID/h2load h2load_checked "$SERVER_PID" "$H2GRID/$label.log" -c "$4" -m $(($3 / $4)) \
+        -t 1 -D "$DURATION" --warm-up-time="$WARMUP" --log-file="$times" -d "$H2GRID/$scenario.grpc" \
+        -H 'content-type: application/grpc' -H 'te: trailers' "http://127.0.0.1:$GRPC_PORT$PATH_RLS"
+    RESULT="rps=$RPS $(cut -f3 "$times" | sort -n | awk '
+        { t[NR] = $1 }
+        END {
+            if (!NR) exit 1
+            printf "p50_us=%s p99_us=%s p999_us=%s", t[int(NR * 0.5) + 1], t[int(NR * 0.99) + 1], t[int(NR * 0.999) + 1]
+        }')"
+    rm -f "$times"
+    timed_load_ended redis
+    kill -0 "$SERVER_PID" 2>/dev/null || fail_with_log "redis server died during the run" meshlimit
+    stop "$SERVER_PID"
+}
+if ((REDIS_PARTS)) && [[ $CLIENT == h2load ]] && has closed "$PARTS"; then
+    H2GRID=$WORK/h2grid
+    mkdir "$H2GRID"
+    write_proto "$H2GRID"
+    # Two users of each scenario's rule: two descriptors, two keys.
+    (cd "$H2GRID" && python3 - <<'EOF'
+from grpc_proto import descriptor, request, write
+
+for method in ("strict", "over", "leased"):
+    write(method + ".grpc", request("bench",
+                                    descriptor(("user_id", "h2a"), ("method", method)),
+                                    descriptor(("user_id", "h2b"), ("method", method))))
+EOF
+    )
+    # h2load_checked runs $H2LOAD: this one, in the namespace, bounded in time as well.
+    printf '#!/bin/sh\nexec timeout %s %s "%s" "$@"\n' $((WARMUP + DURATION + 30)) "${NS[*]}" \
+        "$(command -v "$H2LOAD")" >"$H2GRID/h2load"
+    chmod +x "$H2GRID/h2load"
+fi
+
 echo
 echo "cores: $(nproc); load average: $(cut -d' ' -f1-3 /proc/loadavg); $("$REDIS_SERVER" --version | cut -d' ' -f1-3)"
-echo "each run: ${WARMUP}s warm-up + ${DURATION}s measured, a fresh meshlimit; loadgen --threads $THREADS;" \
+echo "each run: ${WARMUP}s warm-up + ${DURATION}s measured, a fresh meshlimit; closed loop by $CLIENT, open loop by loadgen --threads $THREADS;" \
     "$ROUNDS round(s); Redis timeout $REDIS_TIMEOUT_MS ms"
 if ((REDIS_PARTS)); then
     closed_runs=0 open_runs=0
