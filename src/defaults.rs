@@ -65,8 +65,8 @@ pub const REDIS_CACHE_SIZE: u64 = 100_000;
 pub const REDIS_CACHE_TTL: Duration = Duration::from_secs(60);
 
 /// `--redis-calls-in-flight`: script calls each Redis node has in flight at most. A node
-/// learns how many pay (one where Redis is near, one more for every 100 µs of round trip
-/// past 200 µs, fewer when Redis queues them); 16 is what a 1.7 ms round trip takes.
+/// learns how many pay (one where Redis is near, one more for every 75 µs of round trip
+/// past 0.5 ms, fewer when Redis queues them); 16 is what a 1.6 ms round trip takes.
 /// See docs/performance.md, "Redis across a network".
 pub const REDIS_CALLS_IN_FLIGHT: usize = 16;
 
