@@ -52,8 +52,8 @@
 #           CPU caps the rate at 512 in flight on two cores).
 #   open    the same paths and sets in open loop (loadgen --rate OPEN_RATE, default 5000
 #           req/s, at most OPEN_CAP in flight over CONNECTIONS connections, latency from
-#           each request's due time) for OPEN_SCENARIOS (default "strict"): p50/p99/p99.9,
-#           and `late`, the requests that could not start on time.
+#           each request's due time) for OPEN_SCENARIOS (default "strict over leased"):
+#           p50/p99/p99.9, and `late`, the requests that could not start on time.
 #   memory  the embedded store, strict: closed-loop req/s (CONCURRENCY in flight), then open
 #           loop at half of it, alternately against examples/noop_rls (answers OK, no
 #           work) at the same rate. Target: p99 <= 1.1x the no-op server's.
@@ -162,7 +162,7 @@ for part in $PARTS; do
     esac
 done
 SCENARIOS=${SCENARIOS:-strict over leased}
-OPEN_SCENARIOS=${OPEN_SCENARIOS:-strict}
+OPEN_SCENARIOS=${OPEN_SCENARIOS:-strict over leased}
 for scenario in $SCENARIOS $OPEN_SCENARIOS; do
     case $scenario in
     strict | over | leased) ;;
