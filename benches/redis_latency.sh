@@ -529,6 +529,17 @@ grid_run() {
 }
 BASE_CONNECTIONS=$CONNECTIONS
 
+# h2load_result TIMES: RESULT as loadgen's from h2load's per-request log TIMES and RPS (the
+# log's third column: µs from sending a request to the end of its response).
+h2load_result() {
+    RESULT="rps=$RPS $(cut -f3 "$1" | sort -n | awk '
+        { t[NR] = $1 }
+        END {
+            if (!NR) exit 1
+            printf "p50_us=%s p99_us=%s p999_us=%s", t[int(NR * 0.5) + 1], t[int(NR * 0.99) + 1], t[int(NR * 0.999) + 1]
+        }')"
+}
+
 # measure_h2load SCENARIO LABEL IN_FLIGHT CONNECTIONS: as loadgen_common.sh's measure for
 # the Redis store, the load being h2load (CLIENT=h2load): SCENARIO's request (H2GRID/
 # SCENARIO.grpc) from CONNECTIONS clients, IN_FLIGHT / CONNECTIONS streams each; RESULT as
@@ -541,12 +552,7 @@ measure_h2load() {
     H2LOAD=$H2GRID/h2load h2load_checked "$SERVER_PID" "$H2GRID/$label.log" -c "$4" -m $(($3 / $4)) \
         -t 1 -D "$DURATION" --warm-up-time="$WARMUP" --log-file="$times" -d "$H2GRID/$scenario.grpc" \
         -H 'content-type: application/grpc' -H 'te: trailers' "http://127.0.0.1:$GRPC_PORT$PATH_RLS"
-    RESULT="rps=$RPS $(cut -f3 "$times" | sort -n | awk '
-        { t[NR] = $1 }
-        END {
-            if (!NR) exit 1
-            printf "p50_us=%s p99_us=%s p999_us=%s", t[int(NR * 0.5) + 1], t[int(NR * 0.99) + 1], t[int(NR * 0.999) + 1]
-        }')"
+    h2load_result "$times"
     rm -f "$times"
     timed_load_ended redis
     kill -0 "$SERVER_PID" 2>/dev/null || fail_with_log "redis server died during the run" meshlimit
@@ -700,13 +706,7 @@ run_h2load() {
     H2LOAD=$WORK/h2/h2load h2load_checked "${H2_PID[$1]}" "$WORK/h2/$2.log" -c 4 -m 16 "${rate[@]}" -t 1 \
         -D "$DURATION" --warm-up-time="$WARMUP" --log-file="$times" -d "$WORK/h2/two.grpc" \
         -H 'content-type: application/grpc' -H 'te: trailers' "http://127.0.0.1:${H2_PORT[$1]}$PATH_RLS"
-    # The log's third column: µs from sending the request to the end of its response.
-    RESULT="rps=$RPS $(cut -f3 "$times" | sort -n | awk '
-        { t[NR] = $1 }
-        END {
-            if (!NR) exit 1
-            printf "p50_us=%s p99_us=%s p999_us=%s", t[int(NR * 0.5) + 1], t[int(NR * 0.99) + 1], t[int(NR * 0.999) + 1]
-        }')"
+    h2load_result "$times"
 }
 if [[ " $PARTS " == *" h2load "* ]]; then
     mkdir "$WORK/h2"
